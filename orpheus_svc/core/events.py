@@ -1,0 +1,91 @@
+"""Events that leave the engine (EngineCore thread and Flusher thread) for their consumers.
+
+The engine boundary is message based: commands go in (see engine/core.py), these come out,
+in batches (a sink is called with a list), so that a consumer on an asyncio loop pays one
+call_soon_threadsafe per batch rather than one per event. Everything here is plain data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence, Union
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """The generation got a KV slot and will run from the next step on."""
+
+    gen_id: int
+    slot: int
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The generation was refused before it held a slot (admission queue full, bad request)."""
+
+    gen_id: int
+    reason: str
+    code: str = "RESOURCE_EXHAUSTED"  # a grpc.StatusCode name; mapped at the servicer edge
+
+
+@dataclass(frozen=True)
+class AudioEvent:
+    """PCM for one generation: float32 mono at 24 kHz, starting at `sample_offset`.
+
+    Offsets are contiguous per generation: each event starts where the previous ended.
+    The last event of a generation has final=True (its pcm may be empty); by then the
+    generation has produced exactly num_frames x 2048 samples.
+    """
+
+    gen_id: int
+    pcm: np.ndarray
+    sample_offset: int
+    final: bool = False
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.pcm.shape[0])
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Token generation ended (stop id, max_tokens, cancel or error). Audio may still follow
+    from the flusher until its final AudioEvent (not for cancel/error: those get none)."""
+
+    gen_id: int
+    reason: str  # "stop" | "length" | "cancelled" | "error"
+    num_prompt_tokens: int
+    num_generated: int
+    num_frames: int
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class FramesReady:
+    """Engine -> flusher: new complete frames of a generation ([n, 7] codes, position order)."""
+
+    gen_id: int
+    frames: np.ndarray
+    final: bool = False
+
+
+EngineEvent = Union[Admitted, Rejected, AudioEvent, Finished]
+EventSink = Callable[[Sequence[EngineEvent]], None]
+
+
+@dataclass
+class EventBatch:
+    """Collects events during one step and hands them to the sink in one call."""
+
+    sink: EventSink
+    events: list[EngineEvent] = field(default_factory=list)
+
+    def add(self, event: EngineEvent) -> None:
+        self.events.append(event)
+
+    def flush(self) -> None:
+        if self.events:
+            batch, self.events = self.events, []
+            self.sink(batch)
