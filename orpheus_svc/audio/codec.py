@@ -1,0 +1,251 @@
+"""SNAC codec: load a checkpoint for decoding, write a seeded random one, decode frames to PCM.
+
+Only the decoding half of SNAC is kept: the quantizer's codebooks and output projections
+(codes -> latent) and the decoder (latent -> 24 kHz PCM). Weight norm is folded into plain
+weights at load time; left in place it is recomputed on every forward (about 3x slower on CPU).
+
+NoiseBlock: SNAC's decoder adds `randn * linear(x)` after every upsampling stage, in eval mode
+too, so the stock model never decodes the same codes to the same PCM twice. We replace each
+NoiseBlock with `_Noise`, which draws from a generator owned by the codec (never torch's
+global RNG, which the engine thread may use) and can be switched off per call:
+
+* noise on  (default for serving): the decoder as it was trained and as the reference Orpheus
+  server runs it. The noise is white per latent step, so decoding in chunks and stitching the
+  kept samples has the same statistics as one decode: chunking adds no seam of its own.
+* noise off: deterministic output, and one `linear` conv less per stage. Used for offline
+  reference decodes, for measuring the streaming error (docs/snac-streaming.md) and in tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from orpheus_svc.core.tokens import FRAME_TOKENS, SAMPLES_PER_FRAME, frames_to_codebooks
+from orpheus_svc.models.hub import CheckpointNotFoundError, resolve_checkpoint
+
+SNAC_FILES = ("config.json", "pytorch_model.bin")
+
+#: hubertsiuzdak/snac_24khz, the codec Orpheus was trained on (DESIGN.md, "SNAC flusher").
+SNAC_24KHZ_CONFIG: dict = {
+    "sampling_rate": 24000,
+    "encoder_dim": 48,
+    "encoder_rates": [2, 4, 8, 8],
+    "decoder_dim": 1024,
+    "decoder_rates": [8, 8, 4, 2],
+    "attn_window_size": None,
+    "codebook_size": 4096,
+    "codebook_dim": 8,
+    "vq_strides": [4, 2, 1],
+    "noise": True,
+    "depthwise": True,
+}
+
+
+class SnacLoadError(ValueError):
+    """A SNAC checkpoint exists but cannot be used (bad config, corrupt or mismatched weights)."""
+
+
+class _Noise(nn.Module):
+    """SNAC's NoiseBlock with a private generator and an off switch (see module docstring)."""
+
+    def __init__(self, linear: nn.Module):
+        super().__init__()
+        self.linear = linear
+        self.enabled = True
+        self.generator: torch.Generator | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return x
+        noise = torch.randn((x.shape[0], 1, x.shape[2]), generator=self.generator,
+                            device=x.device, dtype=x.dtype)
+        return x + noise * self.linear(x)
+
+
+def _fold_weight_norm(model: nn.Module) -> int:
+    """Replace every parametrized weight by its current value; returns how many were folded."""
+    from torch.nn.utils import parametrize
+
+    folded = 0
+    for module in list(model.modules()):
+        if parametrize.is_parametrized(module):
+            for name in list(module.parametrizations.keys()):
+                parametrize.remove_parametrizations(module, name, leave_parametrized=True)
+                folded += 1
+    return folded
+
+
+def _build_snac(config: dict) -> nn.Module:
+    from snac import SNAC
+
+    try:
+        return SNAC(**config)
+    except TypeError as exc:
+        raise SnacLoadError(f"SNAC config.json has an unknown or missing field: {exc}") from exc
+
+
+class SnacCodec:
+    """A SNAC decoder ready for inference: folded weights, eval mode, switchable noise.
+
+    Not thread-safe: use one codec from one thread (the flusher's) at a time.
+    """
+
+    def __init__(self, model: nn.Module, config: dict, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32, noise: bool = True, seed: int = 0):
+        self.config = dict(config)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.sample_rate = int(config.get("sampling_rate", 24000))
+        self.hop_length = int(np.prod(config["decoder_rates"]))
+        strides = list(config["vq_strides"])
+        # One frame holds 1 + 2 + 4 codes: the codebook strides must be 4, 2, 1 latent steps.
+        if strides != [4, 2, 1]:
+            raise SnacLoadError(f"vq_strides must be [4, 2, 1] for Orpheus frames, got {strides}")
+        self.samples_per_frame = self.hop_length * strides[0]
+        if self.samples_per_frame != SAMPLES_PER_FRAME:
+            raise SnacLoadError(f"this SNAC makes {self.samples_per_frame} samples per frame; "
+                                f"Orpheus frames are {SAMPLES_PER_FRAME}")
+        self.quantizer = model.quantizer
+        self.decoder = model.decoder
+        self._noise_blocks = self._replace_noise_blocks(self.decoder)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        for block in self._noise_blocks:
+            block.generator = self.generator
+        self.noise = noise
+
+    @staticmethod
+    def _replace_noise_blocks(decoder: nn.Module) -> list[_Noise]:
+        from snac.layers import NoiseBlock
+
+        replaced = []
+        for module in decoder.modules():
+            for name, child in list(module.named_children()):
+                if isinstance(child, NoiseBlock):
+                    new = _Noise(child.linear)
+                    setattr(module, name, new)
+                    replaced.append(new)
+        return replaced
+
+    @property
+    def has_noise(self) -> bool:
+        """Whether this architecture has NoiseBlocks at all (config `noise`)."""
+        return bool(self._noise_blocks)
+
+    @property
+    def noise(self) -> bool:
+        return self._noise
+
+    @noise.setter
+    def noise(self, on: bool) -> None:
+        self._noise = bool(on)
+        for block in self._noise_blocks:
+            block.enabled = self._noise
+
+    def modules(self) -> list[nn.Module]:
+        return [self.quantizer, self.decoder]
+
+    @torch.inference_mode()
+    def decode_frames(self, batch: Sequence[np.ndarray], noise: bool | None = None) -> np.ndarray:
+        """Decode B windows of F frames each ([F, 7] codes, position order) to [B, F*2048] float32.
+
+        All windows of one call must have the same F (the flusher groups them). A window is
+        decoded as a whole: its first and last samples see zero padding, not their neighbours.
+        `noise` overrides the codec's setting for this call only.
+        """
+        if len(batch) == 0:
+            return np.zeros((0, 0), dtype=np.float32)
+        lengths = {int(np.shape(w)[0]) for w in batch}
+        if len(lengths) != 1:
+            raise ValueError(f"all windows of one decode must have the same frame count, got {sorted(lengths)}")
+        (num_frames,) = lengths
+        if num_frames == 0:
+            return np.zeros((len(batch), 0), dtype=np.float32)
+        stacked = np.stack([np.asarray(w, dtype=np.int64) for w in batch])  # [B, F, 7]
+        if stacked.min() < 0 or stacked.max() >= int(self.config["codebook_size"]):
+            raise ValueError(f"codes must be 0..{int(self.config['codebook_size']) - 1}")
+        c0, c1, c2 = frames_to_codebooks(stacked.reshape(-1, FRAME_TOKENS))
+        b = len(batch)
+        codes = [torch.from_numpy(c.reshape(b, -1)).to(self.device) for c in (c0, c1, c2)]
+        previous = self.noise
+        if noise is not None:
+            self.noise = noise
+        try:
+            z = self.quantizer.from_codes(codes)
+            audio = self.decoder(z.to(self.dtype))  # [B, 1, F*2048]
+        finally:
+            self.noise = previous
+        return audio[:, 0, :].float().cpu().numpy()
+
+
+def _read_config(path: Path) -> dict:
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SnacLoadError(f"cannot read SNAC config {path}: {exc}") from exc
+    if not isinstance(config, dict):
+        raise SnacLoadError(f"SNAC config {path} must be a JSON object")
+    return config
+
+
+def load_snac(ref: str | os.PathLike[str], device: str | torch.device = "cpu",
+              dtype: torch.dtype = torch.float32, noise: bool | None = None,
+              seed: int = 0) -> SnacCodec:
+    """Load a SNAC checkpoint (local dir or hub id, HF layout: config.json + pytorch_model.bin).
+
+    Weight norm is folded, the encoder is dropped, the model is in eval mode on `device`
+    in `dtype`. `noise=None` keeps the checkpoint's own setting (config `noise`, true for
+    snac_24khz); `seed` seeds the codec's private noise generator.
+    """
+    directory = resolve_checkpoint(ref, list(SNAC_FILES), what="SNAC checkpoint")
+    missing = [name for name in SNAC_FILES if not (directory / name).is_file()]
+    if missing:
+        raise CheckpointNotFoundError(
+            f"SNAC checkpoint {str(ref)!r} ({directory}) lacks {', '.join(missing)}; "
+            f"expected the HF layout of hubertsiuzdak/snac_24khz")
+    config = _read_config(directory / "config.json")
+    model = _build_snac(config)
+    try:
+        state = torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle, zip and EOF errors all mean the same to the user
+        raise SnacLoadError(f"cannot read SNAC weights {directory / 'pytorch_model.bin'}: "
+                            f"{exc.__class__.__name__}: {exc}") from exc
+    if not isinstance(state, dict):
+        raise SnacLoadError(f"SNAC weights {directory / 'pytorch_model.bin'} are not a state dict")
+    try:
+        # Old checkpoints store weight_g/weight_v; torch's weight_norm load hook maps them.
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise SnacLoadError(f"SNAC weights do not match config.json: {exc}") from exc
+    _fold_weight_norm(model)
+    model.encoder = None  # decoding only: saves its memory
+    model.eval().requires_grad_(False)
+    model.to(device=device, dtype=dtype)
+    use_noise = bool(config.get("noise", True)) if noise is None else noise
+    return SnacCodec(model, config, device=device, dtype=dtype, noise=use_noise, seed=seed)
+
+
+def write_random_snac(out_dir: str | os.PathLike[str], seed: int,
+                      config: dict | None = None) -> Path:
+    """Write a seeded random-init SNAC (24 kHz architecture unless `config` says otherwise)
+    as config.json + pytorch_model.bin, the layout of hubertsiuzdak/snac_24khz.
+
+    Same seed, same bytes of weights. Torch's global RNG is left as it was. The result
+    decodes to finite PCM (the decoder ends in tanh) but not to speech.
+    """
+    config = dict(SNAC_24KHZ_CONFIG if config is None else config)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = _build_snac(config)
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    torch.save(model.state_dict(), out / "pytorch_model.bin")
+    return out

@@ -1,0 +1,246 @@
+"""The step scheduler: admission, batch choice and progress accounting. Pure Python.
+
+    schedule(now) -> StepPlan        admit waiting generations into free slots, release
+                                     cancelled ones, choose at most max_batch_size to run
+    update(plan, result, now)        advance counters, cut frames, finish, free slots
+
+Batch order (DESIGN.md, "Scheduler and slot pool"):
+    0. aged:   runnable but left out for >= aging_steps steps in a row (so nothing starves)
+    1. TTFB:   the listener hears silence until this generation's first frame; oldest first
+    2. others: least playout slack first (see core/playout.py); a session seconds ahead
+               yields to one about to run dry, and a session's later segment comes after
+               the one being played
+When everything fits in the batch, everything runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .generation import Generation
+from .playout import SessionPlayout
+from .slots import SlotPool
+from .tokens import END_OF_SPEECH_ID, AudioGrammarError
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    max_batch_size: int = 32
+    max_waiting: int = 64
+    aging_steps: int = 64
+    # Prompt tokens prefilled in one step; the oldest candidate always goes, however long.
+    max_prefill_tokens: int = 4096
+
+
+class AdmissionError(RuntimeError):
+    """The admission queue is full; the caller should answer RESOURCE_EXHAUSTED."""
+
+
+@dataclass
+class StepPlan:
+    step: int
+    prefill: list[Generation] = field(default_factory=list)
+    decode: list[Generation] = field(default_factory=list)
+    admitted: list[Generation] = field(default_factory=list)
+    released: list[Generation] = field(default_factory=list)  # cancelled; slots already free
+
+    @property
+    def batch(self) -> list[Generation]:
+        return self.prefill + self.decode
+
+    @property
+    def empty(self) -> bool:
+        return not self.prefill and not self.decode
+
+
+@dataclass
+class StepResult:
+    tokens: dict[int, int] = field(default_factory=dict)  # gen_id -> sampled token id
+    errors: dict[int, str] = field(default_factory=dict)  # gen_id -> why it failed
+
+
+@dataclass
+class StepOutcome:
+    frames: list[tuple[Generation, list[tuple[int, ...]]]] = field(default_factory=list)
+    finished: list[Generation] = field(default_factory=list)
+
+
+@dataclass
+class SchedulerStats:
+    active: int
+    waiting: int
+    free_slots: int
+    used_slots: int
+    total_slots: int
+    submitted: int
+    finished: int
+    cancelled: int
+    rejected: int
+    steps: int
+    tokens: int
+    grammar_violations: int
+
+
+class Scheduler:
+    def __init__(self, pool: SlotPool, settings: SchedulerSettings = SchedulerSettings()) -> None:
+        if settings.max_batch_size < 1:
+            raise ValueError("max_batch_size must be >= 1")
+        if settings.max_waiting < 0:
+            raise ValueError("max_waiting must be >= 0")
+        self.pool = pool
+        self.settings = settings
+        self._waiting: list[Generation] = []
+        self._running: dict[int, Generation] = {}
+        self._sessions: dict[str, SessionPlayout] = {}
+        self._step = 0
+        self._counts = dict(submitted=0, finished=0, cancelled=0, rejected=0, tokens=0,
+                            grammar_violations=0)
+
+    # -- commands -------------------------------------------------------------------------
+
+    def add(self, gen: Generation) -> None:
+        """Queue `gen` for admission; AdmissionError when the waiting queue is full."""
+        # Generations queued since the last step may still find a free slot at the next one.
+        if len(self._waiting) >= self.settings.max_waiting + self.pool.num_free:
+            self._counts["rejected"] += 1
+            raise AdmissionError(
+                f"server is at capacity: {self.pool.num_slots} sessions active and "
+                f"{len(self._waiting)} waiting (max_waiting={self.settings.max_waiting})")
+        self._counts["submitted"] += 1
+        self._waiting.append(gen)
+        self._session(gen).add(gen)
+
+    def cancel(self, gen_id: int, now: float) -> Generation | None:
+        """Cancel a generation. A waiting one ends now (returned); a running one gives its
+        slot back at the next schedule(). None if unknown or already finished."""
+        for gen in self._waiting:
+            if gen.gen_id == gen_id:
+                self._waiting.remove(gen)
+                self._finish(gen, "cancelled", now)
+                return gen
+        gen = self._running.get(gen_id)
+        if gen is None or gen.cancelled:
+            return None
+        gen.cancelled = True
+        return None
+
+    # -- the step -------------------------------------------------------------------------
+
+    def schedule(self, now: float) -> StepPlan:
+        self._step += 1
+        plan = StepPlan(step=self._step)
+        for gen in [g for g in self._running.values() if g.cancelled]:
+            self._finish(gen, "cancelled", now)
+            plan.released.append(gen)
+        self._admit(plan, now)
+        self._forget_idle_sessions(now)
+        runnable = sorted(self._running.values(), key=lambda g: self._priority(g, now))
+        prefill_budget = self.settings.max_prefill_tokens
+        for gen in runnable:
+            if len(plan.prefill) + len(plan.decode) >= self.settings.max_batch_size:
+                gen.steps_waited += 1
+                continue
+            if gen.needs_prefill:
+                if plan.prefill and gen.num_prompt_tokens > prefill_budget:
+                    gen.steps_waited += 1
+                    continue
+                prefill_budget -= gen.num_prompt_tokens
+                plan.prefill.append(gen)
+            else:
+                plan.decode.append(gen)
+            gen.steps_waited = 0
+        return plan
+
+    def update(self, plan: StepPlan, result: StepResult, now: float) -> StepOutcome:
+        out = StepOutcome()
+        for gen in plan.batch:
+            if gen.finished:
+                continue
+            if gen.gen_id in result.errors:
+                self._finish(gen, "error", now)
+                out.finished.append(gen)
+                continue
+            token = result.tokens[gen.gen_id]
+            gen.num_generated += 1
+            gen.last_token = token
+            self._counts["tokens"] += 1
+            try:
+                frames = gen.parser.feed([token])
+            except AudioGrammarError:
+                self._counts["grammar_violations"] += 1
+                self._finish(gen, "error", now)
+                out.finished.append(gen)
+                continue
+            if frames:
+                gen.num_frames += len(frames)
+                self._sessions[gen.request.session_id].on_frames(gen, len(frames), now)
+                out.frames.append((gen, frames))
+            if token == END_OF_SPEECH_ID:
+                self._finish(gen, "stop", now)
+            elif gen.num_generated >= gen.request.max_tokens:
+                self._finish(gen, "length", now)
+            if gen.finished:
+                out.finished.append(gen)
+        return out
+
+    # -- queries --------------------------------------------------------------------------
+
+    def get(self, gen_id: int) -> Generation | None:
+        return self._running.get(gen_id) or next(
+            (g for g in self._waiting if g.gen_id == gen_id), None)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._running or self._waiting)
+
+    def stats(self) -> SchedulerStats:
+        return SchedulerStats(
+            active=len(self._running), waiting=len(self._waiting),
+            free_slots=self.pool.num_free, used_slots=self.pool.num_used,
+            total_slots=self.pool.num_slots, steps=self._step, **self._counts)
+
+    def buffered_seconds(self, session_id: str, now: float) -> float:
+        s = self._sessions.get(session_id)
+        return 0.0 if s is None else s.buffered_seconds(now)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _session(self, gen: Generation) -> SessionPlayout:
+        sid = gen.request.session_id
+        if sid not in self._sessions:
+            self._sessions[sid] = SessionPlayout(sid)
+        return self._sessions[sid]
+
+    def _priority(self, gen: Generation, now: float) -> tuple[int, float]:
+        session = self._sessions[gen.request.session_id]
+        if gen.steps_waited >= self.settings.aging_steps:
+            return (0, -gen.steps_waited)
+        if session.listener_waiting(gen, now):
+            return (1, gen.arrival)
+        return (2, session.slack(gen, now))
+
+    def _admit(self, plan: StepPlan, now: float) -> None:
+        if not self._waiting or self.pool.num_free == 0:
+            return
+        self._waiting.sort(key=lambda g: self._priority(g, now))
+        while self._waiting and self.pool.num_free:
+            gen = self._waiting.pop(0)
+            gen.slot = self.pool.allocate(gen.gen_id)
+            self._running[gen.gen_id] = gen
+            plan.admitted.append(gen)
+
+    def _finish(self, gen: Generation, reason: str, now: float) -> None:
+        gen.finish_reason = reason
+        self._counts["cancelled" if reason == "cancelled" else "finished"] += 1
+        if gen.slot is not None:
+            self.pool.free(gen.slot, gen.gen_id)
+            del self._running[gen.gen_id]
+        self._sessions[gen.request.session_id].remove(gen, now)
+
+    def _forget_idle_sessions(self, now: float) -> None:
+        # A session's clock outlives its generations while its audio plays: a segment that
+        # arrives during playback is queued behind it, not treated as a fresh request.
+        idle = [sid for sid, s in self._sessions.items()
+                if not s.gens and s.buffered_seconds(now) == 0.0]
+        for sid in idle:
+            del self._sessions[sid]

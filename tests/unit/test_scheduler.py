@@ -1,0 +1,220 @@
+import random
+import subprocess
+import sys
+
+import pytest
+
+from orpheus_svc.core.scheduler import AdmissionError, StepResult
+from orpheus_svc.core.tokens import FRAME_SECONDS
+
+from .sched_helpers import legal_token, make_gen, make_scheduler, run_step, run_until_frames
+
+
+def test_core_modules_import_neither_torch_nor_grpc():
+    code = ("import sys, orpheus_svc.core.scheduler, orpheus_svc.core.slots, "
+            "orpheus_svc.core.playout, orpheus_svc.core.prompt, orpheus_svc.core.tokens, "
+            "orpheus_svc.core.events, orpheus_svc.core.generation\n"
+            "bad = [m for m in ('torch', 'grpc') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_everything_runs_when_it_fits_in_the_batch():
+    s = make_scheduler(slots=4, batch=4)
+    gens = [make_gen(session=f"s{i}") for i in range(3)]
+    for g in gens:
+        s.add(g)
+    plan = s.schedule(0.0)
+    assert {g.gen_id for g in plan.prefill} == {g.gen_id for g in gens}
+    assert [g.gen_id for g in plan.admitted] == [g.gen_id for g in gens]
+    s.update(plan, StepResult({g.gen_id: legal_token(g) for g in plan.batch}), 0.0)
+    plan = s.schedule(0.01)
+    assert len(plan.decode) == 3 and not plan.prefill
+
+
+def test_ttfb_priority_new_session_runs_before_sessions_with_audio():
+    s = make_scheduler(slots=4, batch=2)
+    old = [make_gen(session=f"old{i}", arrival=0.0) for i in range(2)]
+    for g in old:
+        s.add(g)
+    now = 0.0
+    for g in old:
+        now = run_until_frames(s, g, 2, now)
+    new = make_gen(session="new", arrival=now)
+    s.add(new)
+    plan = s.schedule(now)
+    assert new in plan.prefill
+    assert len(plan.batch) == 2
+
+
+def test_ttfb_class_is_oldest_first():
+    s = make_scheduler(slots=4, batch=1)
+    late, early = make_gen(session="a", arrival=2.0), make_gen(session="b", arrival=1.0)
+    s.add(late)
+    s.add(early)
+    assert s.schedule(3.0).batch == [early]
+
+
+def test_deadline_order_least_buffered_session_first():
+    s = make_scheduler(slots=2, batch=2)
+    ahead, behind = make_gen(session="ahead"), make_gen(session="behind")
+    s.add(ahead)
+    s.add(behind)
+    now = run_until_frames(s, behind, 2, 0.0)
+    # give "ahead" many more frames while "behind" sits out
+    s.settings = type(s.settings)(max_batch_size=1, max_waiting=8, aging_steps=10_000)
+    while ahead.num_frames < 30:
+        plan = s.schedule(now)
+        plan.decode = [ahead]  # force: only "ahead" advances
+        s.update(plan, StepResult({ahead.gen_id: legal_token(ahead)}), now)
+    assert s.buffered_seconds("ahead", now) > s.buffered_seconds("behind", now)
+    plan = s.schedule(now)
+    assert plan.batch == [behind]
+
+
+def test_later_segment_of_a_session_waits_behind_the_one_being_played():
+    s = make_scheduler(slots=3, batch=1, aging=10_000)
+    seg0 = make_gen(session="a", segment=0, arrival=0.0, expected_frames=40)
+    seg1 = make_gen(session="a", segment=1, arrival=0.0, expected_frames=40)
+    s.add(seg1)  # arrival order must not matter: segment order does
+    s.add(seg0)
+    now = 0.0
+    picked = []
+    for _ in range(30):
+        plan, _ = run_step(s, now)
+        picked.extend(plan.batch)
+        now += FRAME_SECONDS / 7 / 4  # 4x faster than real time
+    assert picked[0] is seg0
+    assert seg0.num_frames > seg1.num_frames
+
+
+def test_segment_behind_gets_its_turn_once_head_is_far_ahead():
+    s = make_scheduler(slots=3, batch=1, aging=10_000)
+    seg0 = make_gen(session="a", segment=0, expected_frames=10)
+    seg1 = make_gen(session="a", segment=1, expected_frames=10)
+    other = make_gen(session="b", segment=0)
+    for g in (seg0, seg1, other):
+        s.add(g)
+    now = 0.0
+    for _ in range(400):
+        run_step(s, now)
+        now += 0.0005
+    assert seg1.num_frames > 0  # not starved by the head or by the other session
+
+
+def test_aging_runs_a_generation_left_out_too_long():
+    s = make_scheduler(slots=3, batch=1, aging=5)
+    gens = [make_gen(session=f"s{i}", arrival=float(i)) for i in range(3)]
+    for g in gens:
+        s.add(g)
+    now = 10.0
+    ran = set()
+    for _ in range(20):
+        plan, _ = run_step(s, now)
+        ran.update(g.gen_id for g in plan.batch)
+    assert ran == {g.gen_id for g in gens}
+    assert max(g.steps_waited for g in gens) <= 5
+
+
+def test_bounded_admission_queue_refuses_beyond_capacity():
+    s = make_scheduler(slots=2, waiting=3)
+    for i in range(5):  # 2 slots free + 3 waiting
+        s.add(make_gen(session=f"s{i}"))
+    with pytest.raises(AdmissionError, match="capacity"):
+        s.add(make_gen(session="x"))
+    s.schedule(0.0)  # two admitted: the queue holds 3
+    with pytest.raises(AdmissionError):
+        s.add(make_gen(session="y"))
+    assert s.stats().rejected == 2
+
+
+def test_cancel_running_frees_slot_at_next_step_and_admits_waiter():
+    s = make_scheduler(slots=1, waiting=2)
+    a, b = make_gen(session="a"), make_gen(session="b", arrival=1.0)
+    s.add(a)
+    s.add(b)
+    run_step(s, 0.0)
+    assert a.slot is not None and b.slot is None
+    assert s.cancel(a.gen_id, 0.1) is None  # running: released at the next step
+    plan = s.schedule(0.2)
+    assert plan.released == [a] and a.finish_reason == "cancelled"
+    assert plan.admitted == [b] and b.slot == 0
+    assert s.stats().cancelled == 1
+
+
+def test_cancel_waiting_generation_ends_it_immediately():
+    s = make_scheduler(slots=1, waiting=2)
+    a, b = make_gen(session="a"), make_gen(session="b")
+    s.add(a)
+    s.add(b)
+    s.schedule(0.0)
+    assert s.cancel(b.gen_id, 0.0) is b and b.finish_reason == "cancelled"
+    assert s.stats().waiting == 0
+
+
+def test_stop_only_ends_at_frame_boundary_and_length_limit_holds():
+    s = make_scheduler()
+    g = make_gen(max_tokens=21)
+    s.add(g)
+    now = 0.0
+    while not g.finished:
+        run_step(s, now)
+    assert g.finish_reason == "length" and g.num_generated == 21 and g.num_frames == 3
+    h = make_gen(session="h")
+    s.add(h)
+    run_until_frames(s, h, 1, 0.0)
+    run_step(s, 0.0, stop_ids={h.gen_id})
+    assert h.finish_reason == "stop" and h.num_frames == 1 and s.pool.num_free == 4
+
+
+def test_illegal_token_ends_generation_as_error_and_counts_violation():
+    s = make_scheduler()
+    g = make_gen()
+    s.add(g)
+    plan = s.schedule(0.0)
+    out = s.update(plan, StepResult({g.gen_id: 5}), 0.0)
+    assert out.finished == [g] and g.finish_reason == "error"
+    assert s.stats().grammar_violations == 1 and s.pool.num_free == 4
+
+
+def test_prefill_budget_limits_prompt_tokens_per_step_but_oldest_always_runs():
+    s = make_scheduler(slots=4, batch=4, max_prefill_tokens=100)
+    big = make_gen(session="a", prompt_len=300, arrival=0.0)
+    small = make_gen(session="b", prompt_len=50, arrival=1.0)
+    s.add(big)
+    s.add(small)
+    plan = s.schedule(2.0)
+    assert plan.prefill == [big]
+
+
+def test_no_slot_leaks_after_random_submit_cancel_finish():
+    rng = random.Random(7)
+    s = make_scheduler(slots=6, batch=4, waiting=5)
+    live = []
+    now = 0.0
+    for _ in range(1000):
+        op = rng.random()
+        if op < 0.35:
+            g = make_gen(session=f"s{rng.randrange(8)}", segment=rng.randrange(3),
+                         max_tokens=7 * rng.randint(1, 4), arrival=now)
+            try:
+                s.add(g)
+                live.append(g)
+            except AdmissionError:
+                pass
+        elif op < 0.55 and live:
+            s.cancel(rng.choice(live).gen_id, now)
+        else:
+            stop = {g.gen_id for g in live if rng.random() < 0.1}
+            run_step(s, now, stop_ids=stop)
+        live = [g for g in live if not g.finished]
+        now += 0.003
+        st = s.stats()
+        assert st.used_slots + st.free_slots == 6
+        assert st.used_slots == st.active
+    for g in list(live):
+        s.cancel(g.gen_id, now)
+    s.schedule(now)
+    st = s.stats()
+    assert st.free_slots == 6 and st.active == 0 and st.waiting == 0
+    assert st.submitted == st.finished + st.cancelled

@@ -1,0 +1,75 @@
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from orpheus_svc.core import tokens as T
+
+
+@given(st.integers(0, 6), st.integers(0, 4095))
+def test_audio_token_id_round_trips(position, code):
+    assert T.split_audio_token(T.audio_token_id(position, code)) == (position, code)
+
+
+def test_audio_token_id_rejects_code_4096_and_bad_position():
+    with pytest.raises(ValueError):
+        T.audio_token_id(0, 4096)
+    with pytest.raises(ValueError):
+        T.audio_token_id(7, 0)
+    with pytest.raises(T.AudioGrammarError):
+        T.split_audio_token(T.AUDIO_BASE - 1)
+
+
+@given(st.lists(st.lists(st.integers(0, 4095), min_size=7, max_size=7), max_size=20))
+def test_frames_codebooks_and_token_ids_round_trip(frames):
+    frames = np.asarray(frames, dtype=np.int64).reshape(-1, 7)
+    c0, c1, c2 = T.frames_to_codebooks(frames)
+    assert len(c0) == len(frames) and len(c1) == 2 * len(frames) and len(c2) == 4 * len(frames)
+    np.testing.assert_array_equal(T.codebooks_to_frames(c0, c1, c2), frames)
+    np.testing.assert_array_equal(T.parse_frames(T.frames_to_token_ids(frames)), frames)
+
+
+def test_codebook_mapping_follows_orpheus_positions():
+    frame = np.array([[10, 11, 12, 13, 14, 15, 16]])
+    c0, c1, c2 = T.frames_to_codebooks(frame)
+    assert c0.tolist() == [10]
+    assert c1.tolist() == [11, 14]
+    assert c2.tolist() == [12, 13, 15, 16]
+
+
+def test_parser_keeps_phase_through_code_zero():
+    frames = np.array([[0, 0, 0, 0, 0, 0, 0], [4095, 0, 1, 0, 4095, 0, 7]])
+    ids = T.frames_to_token_ids(frames)
+    parser = T.FrameParser()
+    got = []
+    for tid in ids:  # one token at a time, as the engine feeds it
+        got.extend(parser.feed([tid]))
+    np.testing.assert_array_equal(np.array(got), frames)
+    assert parser.position == 0
+
+
+def test_parser_rejects_code_4096():
+    # "code 4096 at position 0" is, as an id, position 1's code 0: illegal at position 0.
+    with pytest.raises(T.AudioGrammarError):
+        T.FrameParser().feed([T.AUDIO_BASE + 4096])
+    parser = T.FrameParser()
+    parser.feed([T.audio_token_id(0, 5)])
+    with pytest.raises(T.AudioGrammarError):
+        parser.feed([T.AUDIO_BASE + 1 * 4096 + 4096])
+
+
+def test_parser_accepts_stop_only_at_frame_boundary():
+    parser = T.FrameParser()
+    parser.feed([T.audio_token_id(0, 1)])
+    with pytest.raises(T.AudioGrammarError):
+        parser.feed([T.END_OF_SPEECH_ID])
+    parser = T.FrameParser()
+    frames = parser.feed(T.frames_to_token_ids(np.zeros((1, 7), dtype=int)) + [T.END_OF_SPEECH_ID])
+    assert len(frames) == 1 and parser.stopped
+    with pytest.raises(T.AudioGrammarError):
+        parser.feed([T.audio_token_id(0, 1)])
+
+
+def test_frame_is_2048_samples_and_real_time_is_82_tokens_per_second():
+    assert T.SAMPLES_PER_FRAME == 2048
+    assert abs(T.FRAME_SECONDS * 1000 - 85.333) < 0.01
+    assert abs(T.TOKENS_PER_SECOND - 82.03) < 0.01
