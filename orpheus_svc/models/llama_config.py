@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -205,7 +205,7 @@ class LlamaSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """An HF `config.json` dict (transformers' LlamaForCausalLM can load it too)."""
-        out = asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["rope_scaling"] = dict(self.rope_scaling) if self.rope_scaling is not None else None
         eos = out.pop("eos_token_ids")
         out["eos_token_id"] = (eos[0] if len(eos) == 1 else list(eos)) if eos else None

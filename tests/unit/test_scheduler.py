@@ -88,18 +88,22 @@ def test_later_segment_of_a_session_waits_behind_the_one_being_played():
     assert seg0.num_frames > seg1.num_frames
 
 
-def test_segment_behind_gets_its_turn_once_head_is_far_ahead():
+def test_segment_behind_runs_before_its_session_runs_dry():
     s = make_scheduler(slots=3, batch=1, aging=10_000)
-    seg0 = make_gen(session="a", segment=0, expected_frames=10)
+    seg0 = make_gen(session="a", segment=0, expected_frames=10, max_tokens=70)
     seg1 = make_gen(session="a", segment=1, expected_frames=10)
     other = make_gen(session="b", segment=0)
     for g in (seg0, seg1, other):
         s.add(g)
     now = 0.0
-    for _ in range(400):
+    while not seg0.finished:
         run_step(s, now)
         now += 0.0005
-    assert seg1.num_frames > 0  # not starved by the head or by the other session
+    dry_at = now + s.buffered_seconds("a", now)
+    while seg1.num_frames == 0:
+        run_step(s, now)
+        now += 0.0005
+    assert now < dry_at  # seg1's first frame is ready before seg0's audio has played out
 
 
 def test_aging_runs_a_generation_left_out_too_long():
