@@ -158,7 +158,7 @@ class LlamaSpec:
         head_dim = _positive_int(raw, "head_dim", hidden // heads if raw.get("head_dim") is None
                                  else raw["head_dim"])
         # Newer transformers write "dtype" instead of "torch_dtype".
-        dtype = raw.get("torch_dtype", raw.get("dtype"))
+        dtype = raw.get("torch_dtype") or raw.get("dtype")
         # transformers' LlamaConfig defaults to untied (Llama-3.2-1B/3B set true explicitly).
         tie = raw.get("tie_word_embeddings", False)
         if not isinstance(tie, bool):

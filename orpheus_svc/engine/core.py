@@ -1,0 +1,204 @@
+"""EngineCore: the thread that owns the scheduler, the slot pool and the backend.
+
+Message based on both sides, so it can move to its own process without a rewrite:
+
+    submit(request) / cancel(gen_id)  ->  command queue  ->  engine thread
+    engine thread  ->  sink([Admitted | Rejected | Finished ...])   one call per step
+    engine thread  ->  flusher.push(gen_id, frames, final) / drop(gen_id)
+    flusher thread ->  sink([AudioEvent ...])                      one call per decode batch
+
+Nothing outside the engine thread touches scheduler or backend state; stats() returns the
+immutable snapshot the thread published after its last step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from orpheus_svc.core.events import Admitted, EventBatch, EventSink, Finished, Rejected
+from orpheus_svc.core.generation import Generation, GenerationRequest
+from orpheus_svc.core.scheduler import (
+    AdmissionError,
+    Scheduler,
+    SchedulerSettings,
+    SchedulerStats,
+    StepPlan,
+    StepResult,
+)
+from orpheus_svc.core.slots import SlotPool
+from orpheus_svc.core.tokens import FRAME_TOKENS
+
+log = logging.getLogger(__name__)
+
+
+class Backend(Protocol):
+    name: str
+    num_slots: int
+    max_seq_len: int
+
+    def step(self, plan: StepPlan) -> StepResult: ...
+
+    def release(self, gens: list[Generation]) -> None: ...
+
+
+class FrameSink(Protocol):
+    def push(self, gen_id: int, frames: np.ndarray, final: bool) -> None: ...
+
+    def drop(self, gen_id: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Submit:
+    gen_id: int
+    request: GenerationRequest
+    arrival: float
+
+
+@dataclass(frozen=True)
+class _Cancel:
+    gen_id: int
+
+
+_STOP = object()
+
+
+class EngineCore:
+    def __init__(self, backend: Backend, flusher: FrameSink, sink: EventSink, *,
+                 settings: SchedulerSettings = SchedulerSettings(), seed: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.backend = backend
+        self.flusher = flusher
+        self._sink = sink
+        self._clock = clock
+        self._seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
+        self._scheduler = Scheduler(SlotPool(backend.num_slots, backend.max_seq_len), settings)
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._ids = itertools.count(1)
+        self._thread: threading.Thread | None = None
+        self._stats = self._scheduler.stats()
+        self.step_count = 0
+
+    # -- any thread -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="engine-core", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        self._commands.put(_STOP)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def submit(self, request: GenerationRequest) -> int:
+        """Queue a generation; returns its id. Admission, rejection and progress arrive as events."""
+        gen_id = next(self._ids)
+        self._commands.put(_Submit(gen_id, request, self._clock()))
+        return gen_id
+
+    def cancel(self, gen_id: int) -> None:
+        self._commands.put(_Cancel(gen_id))
+
+    def stats(self) -> SchedulerStats:
+        return self._stats
+
+    # -- engine thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        events = EventBatch(self._sink)
+        while True:
+            block = not self._scheduler.has_work
+            if not self._drain(events, block):
+                break
+            if self._scheduler.has_work:
+                self._step(events)
+            self._stats = self._scheduler.stats()
+            events.flush()
+        events.flush()
+
+    def _drain(self, events: EventBatch, block: bool) -> bool:
+        """Apply queued commands; False once stop was requested."""
+        try:
+            cmd = self._commands.get() if block else self._commands.get_nowait()
+        except queue.Empty:
+            return True
+        while True:
+            if cmd is _STOP:
+                return False
+            if isinstance(cmd, _Submit):
+                self._admit(cmd, events)
+            else:
+                gen = self._scheduler.cancel(cmd.gen_id, self._clock())
+                if gen is not None:  # was still waiting: ends now, it never held a slot
+                    events.add(self._finished(gen))
+            try:
+                cmd = self._commands.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _admit(self, cmd: _Submit, events: EventBatch) -> None:
+        req = cmd.request
+        room = self.backend.max_seq_len - len(req.prompt_ids)
+        if room < FRAME_TOKENS + 1:
+            events.add(Rejected(cmd.gen_id, code="INVALID_ARGUMENT", reason=(
+                f"text too long: its prompt is {len(req.prompt_ids)} tokens and max_seq_len is "
+                f"{self.backend.max_seq_len}; send shorter segments")))
+            return
+        budget = min(req.max_tokens, (room - 1) // FRAME_TOKENS * FRAME_TOKENS)
+        if budget != req.max_tokens:
+            req = dataclasses.replace(req, max_tokens=budget)
+        seed = req.sampling.seed
+        if seed is None:
+            seed = (self._seed * 0x100000001B3 + cmd.gen_id) & 0xFFFFFFFFFFFF
+        gen = Generation(gen_id=cmd.gen_id, request=req, arrival=cmd.arrival, seed=seed)
+        try:
+            self._scheduler.add(gen)
+        except AdmissionError as exc:
+            events.add(Rejected(cmd.gen_id, reason=str(exc)))
+
+    def _step(self, events: EventBatch) -> None:
+        plan = self._scheduler.schedule(self._clock())
+        for gen in plan.admitted:
+            events.add(Admitted(gen.gen_id, gen.slot))
+        if plan.released:
+            self.backend.release(plan.released)
+            for gen in plan.released:
+                self.flusher.drop(gen.gen_id)
+                events.add(self._finished(gen))
+        if plan.empty:
+            return
+        try:
+            result = self.backend.step(plan)
+        except Exception as exc:  # one bad step must not take the server down
+            log.exception("backend step failed; failing its %d generations", len(plan.batch))
+            result = StepResult(errors={g.gen_id: f"{exc.__class__.__name__}: {exc}"
+                                        for g in plan.batch})
+        self.step_count += 1
+        outcome = self._scheduler.update(plan, result, self._clock())
+        for gen, frames in outcome.frames:
+            ended = gen.finish_reason in ("stop", "length")
+            self.flusher.push(gen.gen_id, np.asarray(frames, dtype=np.int64), ended)
+        with_frames = {g.gen_id for g, _ in outcome.frames}
+        for gen in outcome.finished:
+            if gen.finish_reason in ("stop", "length"):
+                if gen.gen_id not in with_frames:
+                    self.flusher.push(gen.gen_id, np.zeros((0, FRAME_TOKENS), np.int64), True)
+            else:
+                self.flusher.drop(gen.gen_id)
+            events.add(self._finished(gen, result.errors.get(gen.gen_id)))
+
+    @staticmethod
+    def _finished(gen: Generation, error: str | None = None) -> Finished:
+        if gen.finish_reason == "error" and error is None:
+            error = "the model emitted a token outside the audio grammar"
+        return Finished(gen.gen_id, gen.finish_reason or "cancelled", gen.num_prompt_tokens,
+                        gen.num_generated, gen.num_frames, error)

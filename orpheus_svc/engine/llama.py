@@ -1,0 +1,186 @@
+"""Reference Llama over a preallocated KV slot pool (torch, CPU or CUDA).
+
+The KV cache is allocated once: per layer K and V of shape [slots, kv_heads, max_seq_len,
+head_dim]. Each slot holds one generation at its own position, so one decode forward
+advances any subset of slots, each at a different sequence index:
+
+    slot 0  [p p p p p a a a a . . . . .]   pos 7   <- decode writes K/V at its own
+    slot 1  [p p p a a a a a a a a . . .]   pos 10     position and attends to 0..pos
+    slot 2  [p p p p p p p p . . . . . .]   pos 7      (p = prompt, a = audio token)
+
+Prefill of new generations pads their prompts on the right to one length; the padded
+K/V rows are never attended (the decode mask stops at the slot's own position) and are
+overwritten by later decode steps.
+
+Only hidden states come out of forward(); the LM head lives in sampling.py, which computes
+just the rows the audio grammar allows.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from orpheus_svc.models.llama_config import LlamaSpec
+
+log = logging.getLogger(__name__)
+
+
+def rope_inv_freq(spec: LlamaSpec) -> torch.Tensor:
+    """Inverse RoPE frequencies, with Llama-3 long-context scaling when configured."""
+    hd = spec.head_dim
+    inv_freq = 1.0 / (spec.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    sc = spec.rope_scaling
+    if not sc:
+        return inv_freq
+    factor, low, high = sc["factor"], sc["low_freq_factor"], sc["high_freq_factor"]
+    old_ctx = sc["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    # long wavelengths are slowed by `factor`, short ones kept, the band between blended
+    scaled = torch.where(wavelen > old_ctx / low, inv_freq / factor, inv_freq)
+    smooth = (old_ctx / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= old_ctx / high) & (wavelen <= old_ctx / low)
+    return torch.where(medium, blended, scaled)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class SlotLlama:
+    """Llama forward passes over a KV slot pool. Not thread-safe: one owner (the engine thread)."""
+
+    def __init__(self, spec: LlamaSpec, weights: Mapping[str, torch.Tensor], *, num_slots: int,
+                 max_seq_len: int, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32) -> None:
+        self.spec = spec
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.num_slots = num_slots
+        self.max_seq_len = max_seq_len
+        w = {k: v.to(self.device, dtype) for k, v in weights.items()}
+        self.embed = w["model.embed_tokens.weight"]
+        self.lm_head = self.embed if spec.tie_word_embeddings else w["lm_head.weight"]
+        self.final_norm = w["model.norm.weight"]
+        self.layers = []
+        for i in range(spec.num_hidden_layers):
+            p = f"model.layers.{i}."
+            # q, k, v fused into one matmul; gate and up likewise
+            self.layers.append(dict(
+                qkv=torch.cat([w[p + f"self_attn.{n}_proj.weight"] for n in "qkv"]),
+                o=w[p + "self_attn.o_proj.weight"],
+                gate_up=torch.cat([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]]),
+                down=w[p + "mlp.down_proj.weight"],
+                in_norm=w[p + "input_layernorm.weight"],
+                post_norm=w[p + "post_attention_layernorm.weight"],
+            ))
+        kv_shape = (num_slots, spec.num_key_value_heads, max_seq_len, spec.head_dim)
+        self.k_cache = [torch.zeros(kv_shape, device=self.device, dtype=dtype)
+                        for _ in range(spec.num_hidden_layers)]
+        self.v_cache = [torch.zeros(kv_shape, device=self.device, dtype=dtype)
+                        for _ in range(spec.num_hidden_layers)]
+        freqs = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), rope_inv_freq(spec))
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.cos = emb.cos().to(self.device, dtype)
+        self.sin = emb.sin().to(self.device, dtype)
+        log.info("kv cache preallocated: %d layers x 2 x %d kv_heads x %d head_dim x %d max_seq_len"
+                 " x %d slots x %d bytes = %d bytes", spec.num_hidden_layers,
+                 spec.num_key_value_heads, spec.head_dim, max_seq_len, num_slots,
+                 self.kv_element_bytes, self.kv_cache_bytes)
+
+    @property
+    def kv_element_bytes(self) -> int:
+        return torch.tensor([], dtype=self.dtype).element_size()
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k_cache + self.v_cache)
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.spec.rms_norm_eps)
+        return weight * xf.to(x.dtype)
+
+    def _qkv(self, layer: dict, x: torch.Tensor, positions: torch.Tensor):
+        """x [B, T, H], positions [B, T] -> q [B, nh, T, hd], k, v [B, kvh, T, hd]."""
+        s = self.spec
+        bsz, t, _ = x.shape
+        qkv = x @ layer["qkv"].T
+        nq, nkv = s.num_attention_heads * s.head_dim, s.num_key_value_heads * s.head_dim
+        q = qkv[..., :nq].view(bsz, t, s.num_attention_heads, s.head_dim).transpose(1, 2)
+        k = qkv[..., nq:nq + nkv].view(bsz, t, s.num_key_value_heads, s.head_dim).transpose(1, 2)
+        v = qkv[..., nq + nkv:].view(bsz, t, s.num_key_value_heads, s.head_dim).transpose(1, 2)
+        cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        return q, k, v
+
+    def _block(self, layer: dict, x: torch.Tensor, attend) -> torch.Tensor:
+        h = self._rms(x, layer["in_norm"])
+        x = x + attend(h) @ layer["o"].T
+        h = self._rms(x, layer["post_norm"])
+        gate, up = (h @ layer["gate_up"].T).chunk(2, dim=-1)
+        return x + (F.silu(gate) * up) @ layer["down"].T
+
+    @torch.inference_mode()
+    def prefill(self, slots: Sequence[int], prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Run whole prompts into their slots (from position 0). Returns the final-norm
+        hidden state of each prompt's last token, [B, hidden]."""
+        lengths = [len(p) for p in prompts]
+        t = max(lengths)
+        if t > self.max_seq_len:
+            raise ValueError(f"prompt of {t} tokens exceeds max_seq_len {self.max_seq_len}")
+        ids = torch.zeros((len(prompts), t), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, :len(p)] = torch.as_tensor(p, dtype=torch.long)
+        ids = ids.to(self.device)
+        lens = torch.as_tensor(lengths, device=self.device)
+        slot_idx = torch.as_tensor(list(slots), device=self.device)
+        pos = torch.arange(t, device=self.device)
+        positions = pos.expand(len(prompts), t)
+        # causal within the prompt, and never a padded key
+        mask = (pos[None, :] <= pos[:, None])[None] & (pos[None, None, :] < lens[:, None, None])
+        mask = mask.unsqueeze(1)  # [B, 1, T, T]
+        x = self.embed[ids]
+        for li, layer in enumerate(self.layers):
+            def attend(h, li=li, layer=layer):
+                q, k, v = self._qkv(layer, h, positions)
+                self.k_cache[li][slot_idx, :, :t] = k
+                self.v_cache[li][slot_idx, :, :t] = v
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+                return o.transpose(1, 2).reshape(h.shape[0], t, -1)
+            x = self._block(layer, x, attend)
+        last = x[torch.arange(len(prompts), device=self.device), lens - 1]
+        return self._rms(last, self.final_norm)
+
+    @torch.inference_mode()
+    def decode(self, slots: Sequence[int], tokens: Sequence[int],
+               positions: Sequence[int]) -> torch.Tensor:
+        """One token per slot, each at its own position. Returns final-norm hidden [B, hidden]."""
+        bsz = len(slots)
+        slot_idx = torch.as_tensor(list(slots), device=self.device)
+        pos = torch.as_tensor(list(positions), device=self.device)
+        span = int(max(positions)) + 1
+        if span > self.max_seq_len:
+            raise ValueError(f"position {span - 1} exceeds max_seq_len {self.max_seq_len}")
+        mask = (torch.arange(span, device=self.device)[None, :] <= pos[:, None])
+        mask = mask[:, None, None, :]  # [B, 1, 1, span]
+        x = self.embed[torch.as_tensor(list(tokens), device=self.device)].unsqueeze(1)
+        for li, layer in enumerate(self.layers):
+            def attend(h, li=li, layer=layer):
+                q, k, v = self._qkv(layer, h, pos[:, None])
+                kc, vc = self.k_cache[li], self.v_cache[li]
+                kc[slot_idx, :, pos] = k[:, :, 0]
+                vc[slot_idx, :, pos] = v[:, :, 0]
+                keys, values = kc[slot_idx, :, :span], vc[slot_idx, :, :span]
+                o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                                   enable_gqa=True)
+                return o.transpose(1, 2).reshape(bsz, 1, -1)
+            x = self._block(layer, x, attend)
+        return self._rms(x[:, 0], self.final_norm)

@@ -1,0 +1,69 @@
+"""The torch backend: one engine step = batched prefill of new generations + batched decode
+of the others, each slot at its own position, then constrained per-row sampling."""
+
+from __future__ import annotations
+
+import torch
+
+from orpheus_svc.core.generation import Generation
+from orpheus_svc.core.scheduler import StepPlan, StepResult
+
+from .llama import SlotLlama
+from .sampling import RowParams, SeenAudio, apply_repetition_penalty, constrained_logits, sample_rows
+
+
+class TorchBackend:
+    name = "torch"
+
+    def __init__(self, model: SlotLlama) -> None:
+        self.model = model
+        self.seen = SeenAudio(model.num_slots, model.device)
+
+    @property
+    def num_slots(self) -> int:
+        return self.model.num_slots
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.model.max_seq_len
+
+    def release(self, gens: list[Generation]) -> None:
+        """Cancelled generations: nothing to free (KV is preallocated, reset at next prefill)."""
+
+    def step(self, plan: StepPlan) -> StepResult:
+        parts = []
+        if plan.prefill:
+            self.seen.reset([g.slot for g in plan.prefill])
+            parts.append(self.model.prefill([g.slot for g in plan.prefill],
+                                            [g.request.prompt_ids for g in plan.prefill]))
+        if plan.decode:
+            parts.append(self.model.decode([g.slot for g in plan.decode],
+                                           [g.last_token for g in plan.decode],
+                                           [g.next_position for g in plan.decode]))
+        gens = plan.prefill + plan.decode
+        if not gens:
+            return StepResult()
+        hidden = parts[0] if len(parts) == 1 else torch.cat(parts)
+        tokens = self.sample(gens, hidden)
+        return StepResult(tokens={g.gen_id: t for g, t in zip(gens, tokens)})
+
+    @torch.inference_mode()
+    def sample(self, gens: list[Generation], hidden: torch.Tensor) -> list[int]:
+        slots = [g.slot for g in gens]
+        params = RowParams(
+            positions=[g.frame_position for g in gens],
+            stop_allowed=[g.stop_allowed for g in gens],
+            temperature=[g.request.sampling.temperature for g in gens],
+            top_p=[g.request.sampling.top_p for g in gens],
+            repetition_penalty=[g.request.sampling.repetition_penalty for g in gens],
+            seeds=[g.seed for g in gens],
+            counters=[g.num_generated for g in gens],
+        )
+        logits = constrained_logits(hidden, self.model.lm_head, params.positions,
+                                    params.stop_allowed)
+        penalty = torch.as_tensor(params.repetition_penalty, dtype=torch.float32,
+                                  device=logits.device)
+        logits = apply_repetition_penalty(logits, self.seen.rows(slots, params.positions), penalty)
+        tokens = sample_rows(logits, params)
+        self.seen.mark(slots, tokens)
+        return tokens
