@@ -1,0 +1,56 @@
+"""Drive an EngineCore from a test: a recording frame sink and an event collector."""
+
+import threading
+from collections import defaultdict
+
+import numpy as np
+
+from orpheus_svc.core.events import Finished, Rejected
+
+
+class RecordingFlusher:
+    """Stands in for audio.Flusher: records frames per generation, no audio."""
+
+    def __init__(self):
+        self.frames = defaultdict(list)
+        self.final = {}
+        self.dropped = set()
+        self.lock = threading.Lock()
+
+    def push(self, gen_id, frames, final):
+        with self.lock:
+            assert gen_id not in self.final, "frames after final"
+            self.frames[gen_id].extend(np.asarray(frames).tolist())
+            if final:
+                self.final[gen_id] = True
+
+    def drop(self, gen_id):
+        with self.lock:
+            self.dropped.add(gen_id)
+
+
+class Collector:
+    """Thread-safe event sink; wait_for() blocks until a predicate over events holds."""
+
+    def __init__(self):
+        self.events = []
+        self.cond = threading.Condition()
+
+    def __call__(self, batch):
+        with self.cond:
+            self.events.extend(batch)
+            self.cond.notify_all()
+
+    def wait_for(self, pred, timeout=60.0):
+        with self.cond:
+            ok = self.cond.wait_for(lambda: pred(self.events), timeout)
+        assert ok, f"timed out; events so far: {self.events[-5:]}"
+
+    def of(self, kind, gen_id=None):
+        with self.cond:
+            return [e for e in self.events if isinstance(e, kind)
+                    and (gen_id is None or e.gen_id == gen_id)]
+
+    def ended(self, gen_ids):
+        done = {e.gen_id for e in self.events if isinstance(e, (Finished, Rejected))}
+        return set(gen_ids) <= done

@@ -1,0 +1,134 @@
+import time
+
+from orpheus_svc.core.events import Admitted, Finished, Rejected
+from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.scheduler import SchedulerSettings
+from orpheus_svc.engine.core import EngineCore
+from orpheus_svc.engine.torch_backend import TorchBackend
+
+from .harness import Collector, RecordingFlusher
+from .tiny import tiny_model
+
+PROMPT = (128259, 128000, 40, 41, 42, 128009, 128260, 128261, 128257)
+
+
+def _engine(slots=8, batch=8, waiting=64, max_seq_len=256, seed=1):
+    flusher, events = RecordingFlusher(), Collector()
+    core = EngineCore(TorchBackend(tiny_model(num_slots=slots, max_seq_len=max_seq_len)), flusher,
+                      events, settings=SchedulerSettings(max_batch_size=batch, max_waiting=waiting),
+                      seed=seed)
+    core.start()
+    return core, flusher, events
+
+
+def _req(session="s", max_tokens=35, seed=None, prompt=PROMPT):
+    return GenerationRequest(session_id=session, segment_index=0, prompt_ids=prompt,
+                             max_tokens=max_tokens, sampling=SamplingParams(seed=seed))
+
+
+def test_64_concurrent_generations_all_finish_with_their_frames():
+    core, flusher, events = _engine(slots=16, batch=16, waiting=64)
+    try:
+        ids = [core.submit(_req(session=f"s{i}", max_tokens=7 * (1 + i % 5))) for i in range(64)]
+        events.wait_for(lambda ev: events.ended(ids))
+        fin = {e.gen_id: e for e in events.of(Finished)}
+        assert set(fin) == set(ids)
+        for i, gid in enumerate(ids):
+            assert fin[gid].reason == "length"
+            assert fin[gid].num_frames == 1 + i % 5
+            assert len(flusher.frames[gid]) == fin[gid].num_frames and flusher.final[gid]
+        st = core.stats()
+        assert st.free_slots == 16 and st.active == 0 and st.finished == 64
+    finally:
+        core.stop()
+
+
+def test_same_seed_gives_the_same_audio_alone_or_in_a_crowd():
+    core, flusher, events = _engine()
+    try:
+        alone = core.submit(_req(seed=42, max_tokens=28))
+        events.wait_for(lambda ev: events.ended([alone]))
+        crowd = [core.submit(_req(session=f"c{i}", seed=42 if i == 3 else i, max_tokens=28))
+                 for i in range(6)]
+        events.wait_for(lambda ev: events.ended(crowd))
+        assert flusher.frames[alone] == flusher.frames[crowd[3]]
+        assert flusher.frames[crowd[0]] != flusher.frames[crowd[3]]
+    finally:
+        core.stop()
+
+
+def test_full_admission_queue_rejects_with_resource_exhausted():
+    core, flusher, events = _engine(slots=1, batch=1, waiting=1)
+    try:
+        ids = [core.submit(_req(session=f"s{i}", max_tokens=700)) for i in range(6)]
+        events.wait_for(lambda ev: len(events.of(Rejected)) >= 4)
+        rej = events.of(Rejected)
+        assert all(r.code == "RESOURCE_EXHAUSTED" and "capacity" in r.reason for r in rej)
+        for gid in ids:
+            core.cancel(gid)
+        events.wait_for(lambda ev: events.ended(ids))
+        time.sleep(0.05)
+        assert core.stats().free_slots == 1
+    finally:
+        core.stop()
+
+
+def test_cancel_frees_the_slot_and_drops_audio():
+    core, flusher, events = _engine(slots=2, batch=2, max_seq_len=4096)
+    try:
+        gid = core.submit(_req(max_tokens=4000))
+        events.wait_for(lambda ev: len(flusher.frames[gid]) >= 2)
+        core.cancel(gid)
+        events.wait_for(lambda ev: events.ended([gid]))
+        fin = events.of(Finished, gid)[0]
+        assert fin.reason == "cancelled" and gid in flusher.dropped and gid not in flusher.final
+        events.wait_for(lambda ev: core.stats().free_slots == 2, timeout=5)
+    finally:
+        core.stop()
+
+
+def test_prompt_longer_than_a_slot_is_rejected_as_invalid_argument():
+    core, flusher, events = _engine(max_seq_len=32)
+    try:
+        gid = core.submit(_req(prompt=tuple(range(40))))
+        events.wait_for(lambda ev: events.ended([gid]))
+        rej = events.of(Rejected, gid)[0]
+        assert rej.code == "INVALID_ARGUMENT" and "max_seq_len" in rej.reason
+        assert not events.of(Admitted, gid)
+    finally:
+        core.stop()
+
+
+def test_max_tokens_is_clipped_to_the_slot_length():
+    core, flusher, events = _engine(max_seq_len=64)
+    try:
+        gid = core.submit(_req(max_tokens=7000))
+        events.wait_for(lambda ev: events.ended([gid]))
+        fin = events.of(Finished, gid)[0]
+        assert fin.reason == "length" and len(PROMPT) + fin.num_generated <= 64
+    finally:
+        core.stop()
+
+
+class _FailingBackend:
+    name, num_slots, max_seq_len = "failing", 2, 64
+
+    def step(self, plan):
+        raise RuntimeError("boom")
+
+    def release(self, gens):
+        pass
+
+
+def test_a_failing_step_fails_its_generations_and_frees_their_slots():
+    flusher, events = RecordingFlusher(), Collector()
+    core = EngineCore(_FailingBackend(), flusher, events)
+    core.start()
+    try:
+        gid = core.submit(_req())
+        events.wait_for(lambda ev: events.ended([gid]))
+        fin = events.of(Finished, gid)[0]
+        assert fin.reason == "error" and "boom" in fin.error
+        events.wait_for(lambda ev: core.stats().free_slots == 2, timeout=5)
+    finally:
+        core.stop()
