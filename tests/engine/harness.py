@@ -11,7 +11,8 @@ from orpheus_svc.core.events import Finished, Rejected
 class RecordingFlusher:
     """Stands in for audio.Flusher: records frames per generation, no audio."""
 
-    def __init__(self):
+    def __init__(self, collector=None):
+        self.collector = collector  # woken on every push, as audio events would wake it
         self.frames = defaultdict(list)
         self.final = {}
         self.dropped = set()
@@ -23,6 +24,8 @@ class RecordingFlusher:
             self.frames[gen_id].extend(np.asarray(frames).tolist())
             if final:
                 self.final[gen_id] = True
+        if self.collector is not None:
+            self.collector([])
 
     def drop(self, gen_id):
         with self.lock:

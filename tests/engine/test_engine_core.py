@@ -13,7 +13,8 @@ PROMPT = (128259, 128000, 40, 41, 42, 128009, 128260, 128261, 128257)
 
 
 def _engine(slots=8, batch=8, waiting=64, max_seq_len=256, seed=1):
-    flusher, events = RecordingFlusher(), Collector()
+    events = Collector()
+    flusher = RecordingFlusher(events)
     core = EngineCore(TorchBackend(tiny_model(num_slots=slots, max_seq_len=max_seq_len)), flusher,
                       events, settings=SchedulerSettings(max_batch_size=batch, max_waiting=waiting),
                       seed=seed)
