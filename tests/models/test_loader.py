@@ -227,3 +227,14 @@ def test_hub_id_offline_with_empty_cache_explains_what_to_do(tmp_path, monkeypat
     message = str(info.value)
     assert "offline mode" in message and "HF_HUB_OFFLINE" in message
     assert "huggingface-cli download no-such-org/orpheus-test-model" in message
+
+
+def test_default_dtype_is_float32_on_cpu_and_the_checkpoints_on_cuda(spec):
+    import dataclasses
+
+    from orpheus_svc.models.loader import default_dtype
+
+    bf16 = dataclasses.replace(spec, torch_dtype="bfloat16")
+    assert default_dtype(bf16, torch.device("cpu")) == torch.float32
+    assert default_dtype(bf16, torch.device("cuda")) == torch.bfloat16
+    assert default_dtype(dataclasses.replace(spec, torch_dtype=None), torch.device("cuda")) is None
