@@ -1,0 +1,271 @@
+"""One frozen Config tree, loaded from (lowest to highest precedence):
+
+    defaults  <  profile (conversational | longform)  <  YAML file  <  ORPHEUS_* env  <  flags
+
+Environment variables name a setting as ORPHEUS_<SECTION>__<FIELD>, e.g.
+ORPHEUS_ENGINE__MAX_BATCH_SIZE=16 or ORPHEUS_SERVER__PORT=50052. Flags pass the same dotted
+names (`--set engine.max_batch_size=16`) or the few shortcuts the CLI defines. Every
+setting is validated at start-up; errors name the setting and the source it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from orpheus_svc.audio.settings import FlusherSettings
+from orpheus_svc.core.scheduler import SchedulerSettings
+
+ENV_PREFIX = "ORPHEUS_"
+
+
+class ConfigError(ValueError):
+    """A setting is unknown or invalid; the message names it and where it came from."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Checkpoints: a local directory in the HF layout or a hub id; None = the demo model."""
+
+    path: str | None = None
+    snac: str | None = None
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"   # auto (float32 on CPU, bfloat16 on CUDA) | float32 | float16 | bfloat16
+    # Intra-op threads torch may use on CPU (0 = torch's default).
+    cpu_threads: int = 0
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    backend: str = "torch"  # torch | trtllm | sim
+    max_sessions: int = 32  # KV slots, allocated at start-up
+    max_seq_len: int = 4096
+    max_batch_size: int = 32
+    max_waiting: int = 64
+    aging_steps: int = 64
+    max_prefill_tokens: int = 4096
+    seed: int | None = None  # engine seed for requests without one (None: random per start)
+    # trtllm
+    trtllm_engine_dir: str | None = None
+    trtllm_kv_free_gpu_fraction: float = 0.9
+    # sim
+    sim_profile: str = "h100-fp8"
+    sim_codec: bool = True
+
+    def scheduler_settings(self) -> SchedulerSettings:
+        return SchedulerSettings(max_batch_size=self.max_batch_size, max_waiting=self.max_waiting,
+                                 aging_steps=self.aging_steps,
+                                 max_prefill_tokens=self.max_prefill_tokens)
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Defaults for requests that do not set their own."""
+
+    temperature: float = 0.6
+    top_p: float = 0.8
+    repetition_penalty: float = 1.1
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    max_text_chars: int = 5000       # one request's whole text (Synthesize) / one session's input
+    max_segment_chars: int = 300     # a segment is cut at this length if no sentence end comes
+    min_segment_chars: int = 1
+    max_segments_in_flight: int = 2  # segments of one session generating at once
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "0.0.0.0"
+    port: int = 50051
+    reflection: bool = True
+    grace_seconds: float = 20.0
+    metrics_port: int = 0  # 0 = off
+    log_format: str = "json"  # json | console
+    log_level: str = "info"
+
+
+@dataclass(frozen=True)
+class Config:
+    profile: str = "conversational"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    flusher: FlusherSettings = field(default_factory=FlusherSettings)
+    text: TextConfig = field(default_factory=TextConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+
+
+# The seed's two tuning profiles: conversational favours time to first audio (short texts,
+# small segments), longform favours throughput on long texts.
+PROFILES: dict[str, dict[str, dict[str, Any]]] = {
+    "conversational": {
+        "text": {"max_text_chars": 2000, "max_segment_chars": 250},
+        "engine": {"max_sessions": 32, "max_batch_size": 32},
+    },
+    "longform": {
+        "text": {"max_text_chars": 5000, "max_segment_chars": 400, "max_segments_in_flight": 3},
+        "engine": {"max_sessions": 32, "max_batch_size": 32, "max_seq_len": 4096},
+    },
+}
+
+
+def _convert(value: Any, annotation: Any, where: str) -> Any:
+    """Convert a YAML/env/flag value to the field's type."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
+            return None
+        return _convert(value, args[0], where)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if annotation in (int, float):
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            num = annotation(value)
+            if annotation is int and isinstance(value, float) and value != num:
+                raise ValueError
+            return num
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected {annotation.__name__}, got {value!r}") from None
+    if annotation is str:
+        return str(value)
+    return value
+
+
+def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigError(f"{where}.{key}: unknown setting (known: {', '.join(sorted(known))})"
+                              .lstrip("."))
+        ann = hints[key]
+        name = f"{where}.{key}".lstrip(".")
+        if dataclasses.is_dataclass(ann):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{name}: expected a mapping of settings, got {value!r}")
+            kwargs[key] = _build(ann, value, name)
+        else:
+            kwargs[key] = _convert(value, ann, name)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where or 'config'}: {exc}") from exc
+
+
+def _merge(base: dict, extra: Mapping) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any, source: str) -> None:
+    parts = [p for p in dotted.split(".") if p]
+    if len(parts) < 2:
+        if parts == ["profile"]:
+            tree["profile"] = value
+            return
+        raise ConfigError(f"{source}: {dotted!r} must name a section and a setting, e.g. engine.max_batch_size")
+    node = tree
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict:
+    tree: dict = {}
+    for key, value in environ.items():
+        if key.startswith(ENV_PREFIX) and "__" in key:
+            dotted = key[len(ENV_PREFIX):].lower().replace("__", ".")
+            _set_dotted(tree, dotted, value, f"environment {key}")
+        elif key == ENV_PREFIX + "PROFILE":
+            tree["profile"] = value
+    return tree
+
+
+def load_config(path: str | os.PathLike[str] | None = None, *, overrides: Mapping[str, Any] = (),
+                environ: Mapping[str, str] | None = None) -> Config:
+    """Build the Config. `overrides` are dotted names from flags (highest precedence)."""
+    environ = os.environ if environ is None else environ
+    file_tree: dict = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            file_tree = yaml.safe_load(p.read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"config file {p}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {p}: not valid YAML: {exc}") from exc
+        if not isinstance(file_tree, dict):
+            raise ConfigError(f"config file {p}: the top level must be a mapping of sections")
+    env_tree = env_overrides(environ)
+    flag_tree: dict = {}
+    for dotted, value in dict(overrides).items():
+        _set_dotted(flag_tree, dotted, value, f"flag {dotted}")
+    profile = flag_tree.get("profile") or env_tree.get("profile") or file_tree.get("profile") \
+        or Config.profile
+    if profile not in PROFILES:
+        raise ConfigError(f"profile: unknown profile {profile!r} (known: {', '.join(PROFILES)})")
+    tree: dict = {"profile": profile}
+    for layer in (PROFILES[profile], file_tree, env_tree, flag_tree):
+        tree = _merge(tree, layer)
+    tree["profile"] = profile
+    config = _build(Config, tree, "")
+    validate(config)
+    return config
+
+
+def validate(config: Config) -> None:
+    e, t, s = config.engine, config.text, config.server
+    checks = [
+        (e.backend in ("torch", "trtllm", "sim"), "engine.backend", "must be torch, trtllm or sim"),
+        (e.max_sessions >= 1, "engine.max_sessions", "must be >= 1"),
+        (e.max_batch_size >= 1, "engine.max_batch_size", "must be >= 1"),
+        (e.max_seq_len >= 64, "engine.max_seq_len", "must be >= 64"),
+        (e.max_waiting >= 0, "engine.max_waiting", "must be >= 0"),
+        (e.aging_steps >= 1, "engine.aging_steps", "must be >= 1"),
+        (0 < e.trtllm_kv_free_gpu_fraction <= 1, "engine.trtllm_kv_free_gpu_fraction", "must be in (0, 1]"),
+        (config.model.dtype in ("auto", "float32", "float16", "bfloat16"), "model.dtype",
+         "must be auto, float32, float16 or bfloat16"),
+        (config.model.device == "auto" or config.model.device.split(":")[0] in ("cpu", "cuda"),
+         "model.device", "must be auto, cpu, cuda or cuda:N"),
+        (t.max_text_chars >= 1, "text.max_text_chars", "must be >= 1"),
+        (20 <= t.max_segment_chars <= t.max_text_chars, "text.max_segment_chars",
+         "must be between 20 and text.max_text_chars"),
+        (t.max_segments_in_flight >= 1, "text.max_segments_in_flight", "must be >= 1"),
+        (0 <= s.port <= 65535, "server.port", "must be 0..65535"),
+        (0 <= s.metrics_port <= 65535, "server.metrics_port", "must be 0..65535"),
+        (s.grace_seconds >= 0, "server.grace_seconds", "must be >= 0"),
+        (s.log_format in ("json", "console"), "server.log_format", "must be json or console"),
+    ]
+    for ok, name, why in checks:
+        if not ok:
+            value = _lookup(config, name)
+            raise ConfigError(f"{name} {why}, got {value!r}")
+
+
+def _lookup(config: Config, dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
