@@ -152,7 +152,45 @@ class SnacCodec:
     def modules(self) -> list[nn.Module]:
         return [self.quantizer, self.decoder]
 
+    def _check_codes(self, frames: np.ndarray) -> np.ndarray:
+        frames = np.asarray(frames, dtype=np.int64)
+        if frames.ndim != 2 or frames.shape[1] != FRAME_TOKENS:
+            raise ValueError(f"frames must have shape [F, 7], got {frames.shape}")
+        size = int(self.config["codebook_size"])
+        if frames.size and (frames.min() < 0 or frames.max() >= size):
+            raise ValueError(f"codes must be 0..{size - 1}")
+        return frames
+
     @torch.inference_mode()
+    def latents(self, batch: Sequence[np.ndarray]) -> torch.Tensor:
+        """Codes -> decoder input: B windows of F frames -> [B, latent_dim, 4F] on the device.
+
+        Pointwise in time (codebook lookup, 1x1 projection, repeat), so a crop of the
+        result equals the latent of the cropped codes; the flusher crops at latent steps.
+        """
+        lengths = {int(np.shape(w)[0]) for w in batch}
+        if len(lengths) != 1:
+            raise ValueError(f"all windows of one decode must have the same frame count, got {sorted(lengths)}")
+        stacked = np.stack([self._check_codes(w) for w in batch])  # [B, F, 7]
+        b = stacked.shape[0]
+        c0, c1, c2 = frames_to_codebooks(stacked.reshape(-1, FRAME_TOKENS))
+        codes = [torch.from_numpy(c.reshape(b, -1)).to(self.device) for c in (c0, c1, c2)]
+        return self.quantizer.from_codes(codes).to(self.dtype)
+
+    @torch.inference_mode()
+    def decode_latents(self, z: torch.Tensor, noise: bool | None = None) -> np.ndarray:
+        """[B, latent_dim, T] -> [B, T*512] float32 PCM. `noise` overrides for this call."""
+        if z.shape[-1] == 0:
+            return np.zeros((z.shape[0], 0), dtype=np.float32)
+        previous = self.noise
+        if noise is not None:
+            self.noise = noise
+        try:
+            audio = self.decoder(z)  # [B, 1, T*512]
+        finally:
+            self.noise = previous
+        return audio[:, 0, :].float().cpu().numpy()
+
     def decode_frames(self, batch: Sequence[np.ndarray], noise: bool | None = None) -> np.ndarray:
         """Decode B windows of F frames each ([F, 7] codes, position order) to [B, F*2048] float32.
 
@@ -162,27 +200,7 @@ class SnacCodec:
         """
         if len(batch) == 0:
             return np.zeros((0, 0), dtype=np.float32)
-        lengths = {int(np.shape(w)[0]) for w in batch}
-        if len(lengths) != 1:
-            raise ValueError(f"all windows of one decode must have the same frame count, got {sorted(lengths)}")
-        (num_frames,) = lengths
-        if num_frames == 0:
-            return np.zeros((len(batch), 0), dtype=np.float32)
-        stacked = np.stack([np.asarray(w, dtype=np.int64) for w in batch])  # [B, F, 7]
-        if stacked.min() < 0 or stacked.max() >= int(self.config["codebook_size"]):
-            raise ValueError(f"codes must be 0..{int(self.config['codebook_size']) - 1}")
-        c0, c1, c2 = frames_to_codebooks(stacked.reshape(-1, FRAME_TOKENS))
-        b = len(batch)
-        codes = [torch.from_numpy(c.reshape(b, -1)).to(self.device) for c in (c0, c1, c2)]
-        previous = self.noise
-        if noise is not None:
-            self.noise = noise
-        try:
-            z = self.quantizer.from_codes(codes)
-            audio = self.decoder(z.to(self.dtype))  # [B, 1, F*2048]
-        finally:
-            self.noise = previous
-        return audio[:, 0, :].float().cpu().numpy()
+        return self.decode_latents(self.latents(batch), noise=noise)
 
 
 def _read_config(path: Path) -> dict:

@@ -1,0 +1,245 @@
+"""Streaming SNAC decode: our flusher vs the reference Orpheus decoder, same weights, same run.
+
+    python bench/snac_stream.py --quick [--output out.json]   # < 3 min on 2 CPU cores
+    python bench/snac_stream.py                              # more utterances
+    python bench/snac_stream.py --sweep                      # the grid behind FlusherSettings
+
+Prints one JSON object on stdout. Weights: a seeded random-init SNAC of the real 24 kHz
+architecture (no hub here), so "weights": "random-init"; see docs/snac-streaming.md for why
+that matters. Token streams (seeded): "random" = iid uniform codes; "runs" = every frame
+position holds its code for a geometric run of frames (mean 3), a crude stand-in for the
+stationary stretches of speech.
+
+Schemes, both on the same folded codec with NoiseBlock off:
+  ours       the Flusher, fed one frame per iteration (it never falls behind: the most
+             chunks, so the highest cost it can have per audio second)
+  reference  every 7 tokens once >= 28 exist, decode the last 4 frames, emit samples
+             [2048:4096] (frame k-3 when k frames exist): frames 1..F-3 only
+Error: SNR (dB) against one offline decode of the whole utterance, pooled over utterances
+(energy-weighted); the reference is scored over the samples it emits, where they belong.
+Cost: CPU seconds (time.process_time, --threads torch threads) per emitted audio second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+import torch
+
+from orpheus_svc.audio.codec import load_snac, write_random_snac
+from orpheus_svc.audio.flusher import Flusher
+from orpheus_svc.audio.settings import HOP, FlusherSettings
+from orpheus_svc.core.tokens import SAMPLE_RATE, SAMPLES_PER_FRAME as FRAME
+
+warnings.filterwarnings("ignore", category=FutureWarning)  # snac's torch.jit.script
+
+
+def make_streams(kind: str, count: int, seed: int, lo: int, hi: int) -> list[np.ndarray]:
+    rng = np.random.default_rng([seed, {"random": 0, "runs": 1}[kind]])
+    out = []
+    for _ in range(count):
+        n = int(rng.integers(lo, hi + 1))
+        codes = rng.integers(0, 4096, (n, 7))
+        if kind == "runs":
+            hold = rng.random((n, 7)) > 1 / 3  # keep the previous frame's code w.p. 2/3
+            for f in range(1, n):
+                codes[f, hold[f]] = codes[f - 1, hold[f]]
+        out.append(codes)
+    return out
+
+
+class Energy:
+    """Pooled SNR: sum of reference energy over sum of error energy."""
+
+    def __init__(self):
+        self.signal = 0.0
+        self.error = 0.0
+
+    def add(self, got: np.ndarray, want: np.ndarray) -> None:
+        self.signal += float(np.sum(want.astype(np.float64) ** 2))
+        self.error += float(np.sum((got.astype(np.float64) - want) ** 2))
+
+    def db(self) -> float:
+        if self.error == 0:
+            return float("inf")
+        return round(10 * np.log10(self.signal / self.error), 2)
+
+
+def run_ours(codec, settings, frames, offline, snr, first):
+    events = []
+    flusher = Flusher(codec, settings, events.extend)
+    t0 = time.process_time()
+    for f in range(len(frames)):
+        flusher.push(0, frames[f:f + 1], final=f == len(frames) - 1)
+        flusher.run_once()
+    cpu = time.process_time() - t0
+    pcm = np.concatenate([e.pcm for e in events])
+    assert len(pcm) == len(frames) * FRAME, "flusher lost or added samples"
+    snr.add(pcm, offline)
+    first.add(events[0].pcm, offline[:events[0].num_samples])
+    return cpu, len(pcm), flusher.num_decode_calls
+
+
+def run_reference(codec, frames, offline, snr):
+    t0 = time.process_time()
+    emitted = 0
+    for k in range(4, len(frames) + 1):  # 7k tokens exist; decode frames k-4..k-1
+        audio = codec.decode_frames([frames[k - 4:k]])[0, FRAME:2 * FRAME]
+        want = offline[(k - 3) * FRAME:(k - 2) * FRAME]
+        snr.add(audio, want)
+        emitted += len(audio)
+    return time.process_time() - t0, emitted
+
+
+def run_batched(codec, settings, streams):
+    """All streams at once through one flusher, one frame of each per iteration."""
+    events = []
+    flusher = Flusher(codec, settings, events.extend)
+    t0 = time.process_time()
+    for f in range(max(len(s) for s in streams)):
+        for gid, s in enumerate(streams):
+            if f < len(s):
+                flusher.push(gid, s[f:f + 1], final=f == len(s) - 1)
+        flusher.run_once()
+    cpu = time.process_time() - t0
+    samples = sum(e.num_samples for e in events)
+    return cpu, samples, flusher.num_decode_calls
+
+
+class Tally:
+    """Error and cost accumulators of one set of utterances (merge to pool them)."""
+
+    def __init__(self):
+        self.ours, self.ref, self.first = Energy(), Energy(), Energy()
+        self.cpu_o = self.cpu_r = 0.0
+        self.n_o = self.n_r = self.calls = self.utterances = 0
+
+    def merge(self, other: "Tally") -> "Tally":
+        out = Tally()
+        for name in ("ours", "ref", "first"):
+            e = getattr(out, name)
+            for t in (self, other):
+                e.signal += getattr(t, name).signal
+                e.error += getattr(t, name).error
+        for name in ("cpu_o", "cpu_r", "n_o", "n_r", "calls", "utterances"):
+            setattr(out, name, getattr(self, name) + getattr(other, name))
+        return out
+
+    def result(self) -> dict:
+        r = {
+            "ours_snr_db": self.ours.db(),
+            "first_chunk_snr_db": self.first.db(),
+            "ours_audio_s_per_cpu_s": round(self.n_o / SAMPLE_RATE / self.cpu_o, 3),
+            "ours_decode_calls_per_utterance": round(self.calls / self.utterances, 2),
+        }
+        if self.cpu_r:
+            r["reference_snr_db"] = self.ref.db()
+            r["reference_audio_s_per_cpu_s"] = round(self.n_r / SAMPLE_RATE / self.cpu_r, 3)
+        return r
+
+
+def compare(codec, settings, streams, reference=True) -> Tally:
+    t = Tally()
+    for frames in streams:
+        offline = codec.decode_frames([frames])[0]
+        c, n, k = run_ours(codec, settings, frames, offline, t.ours, t.first)
+        t.cpu_o, t.n_o, t.calls, t.utterances = t.cpu_o + c, t.n_o + n, t.calls + k, t.utterances + 1
+        if reference:  # interleaved with ours, so background load hits both alike
+            c, n = run_reference(codec, frames, offline, t.ref)
+            t.cpu_r, t.n_r = t.cpu_r + c, t.n_r + n
+    return t
+
+
+def sweep(codec, streams):
+    """SNR and cost over a grid; cost is timed with the flusher only (no reference)."""
+    rows = []
+    base = FlusherSettings()
+    grid = []
+    for ctx in (2, 3, 4, 5, 6, 8):
+        for look in (3, 4, 5, 6, 8):
+            grid.append(dict(left_context_samples=ctx * HOP, lookahead_samples=look * HOP))
+    for first in (512, 1024, 1536, 2048):
+        grid.append(dict(first_chunk_samples=first))
+    for lo, hi, growth in ((FRAME, 8 * FRAME, 1.0), (FRAME, 16 * FRAME, 1.0), (FRAME, 24 * FRAME, 1.0),
+                           (FRAME, 16 * FRAME, 0.5), (FRAME, 16 * FRAME, 2.0),
+                           (2 * FRAME, 16 * FRAME, 1.0), (4 * FRAME, 16 * FRAME, 1.0)):
+        grid.append(dict(min_chunk_samples=lo, max_chunk_samples=hi, chunk_growth=growth))
+    for change in grid:
+        s = dataclasses.replace(base, **change)
+        r = compare(codec, s, streams, reference=False).result()
+        rows.append({**change, **r})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer utterances (< 3 min on 2 cores)")
+    ap.add_argument("--sweep", action="store_true", help="settings grid (slow); table in the JSON")
+    ap.add_argument("--output", help="also write the JSON here")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steadier timing)")
+    ap.add_argument("--concurrency", type=int, default=4, help="utterances in the batched run")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)  # a benchmark process: ours to set
+
+    per_kind = 3 if args.quick else 8
+    lengths = (24, 96)  # frames: 2 to 8 s, one sentence-sized segment each
+    streams = {k: make_streams(k, per_kind, args.seed, *lengths) for k in ("random", "runs")}
+    settings = FlusherSettings()
+    with tempfile.TemporaryDirectory() as tmp:
+        codec = load_snac(write_random_snac(os.path.join(tmp, "snac"), seed=args.seed), noise=False)
+    codec.decode_frames([streams["random"][0][:8]])  # warm-up (allocator, jit)
+
+    out: dict = {
+        "weights": "random-init",
+        "snac_config": "24 kHz (hubertsiuzdak/snac_24khz architecture)",
+        "noise": "off (NoiseBlock disabled) for ours, reference and the offline decode",
+        "token_streams": {k: f"{per_kind} utterances, seeded" for k in streams},
+        "utterance_frames": [int(len(s)) for k in streams for s in streams[k]],
+        "torch_threads": args.threads,
+        "cpu_time": "time.process_time per emitted audio second; ours fed 1 frame per iteration",
+        "settings": dataclasses.asdict(settings),
+    }
+    if args.sweep:
+        out["sweep"] = sweep(codec, streams["random"] + streams["runs"])
+    t0 = time.perf_counter()
+    tallies = {k: compare(codec, settings, v) for k, v in streams.items()}
+    everything = tallies["random"].merge(tallies["runs"]).result()
+    out.update(everything)
+    out["speedup"] = round(everything["ours_audio_s_per_cpu_s"]
+                           / everything["reference_audio_s_per_cpu_s"], 2)
+    out["speedup_is"] = "ours vs reference audio s per CPU s, one utterance at a time (like with like)"
+    out["by_stream"] = {k: t.result() for k, t in tallies.items()}
+    out["first_audio_after_tokens"] = 7 if settings.first_chunk_samples else None
+    out["reference_first_audio_after_tokens"] = 28
+    out["reference_samples_missing_per_utterance"] = "frame 0 and the last two frames (3 x 2048)"
+
+    batch = streams["random"][: args.concurrency]
+    cpu_b, n_b, calls_b = run_batched(codec, settings, batch)
+    out["batched"] = {
+        "concurrency": len(batch),
+        "ours_audio_s_per_cpu_s": round(n_b / SAMPLE_RATE / cpu_b, 3),
+        "decode_calls": calls_b,
+        "note": "same flusher, utterances interleaved frame by frame; on CPU large batches "
+                "gain little (see docs/snac-streaming.md)",
+    }
+    out["wall_s"] = round(time.perf_counter() - t0, 1)
+    text = json.dumps(out)
+    print(text)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

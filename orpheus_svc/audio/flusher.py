@@ -1,0 +1,224 @@
+"""Streaming SNAC flusher: frames in (from the engine thread), PCM events out, on its own thread.
+
+Each iteration: drain the commands pushed since the last one, plan every generation's due
+windows (audio/windows.py), decode windows of equal length together in as few SNAC calls as
+max_decode_frames allows, cut each window's exact samples and hand all events of the
+iteration to the sink in one call. push() and drop() only append to a queue under a lock,
+so the producer never waits for a decode.
+
+Guarantees per generation: offsets are contiguous from 0; F frames give exactly F*2048
+samples; the last event has final=True (a generation with no frames gets one empty final
+event); after drop() returns, no sink call that starts later carries that generation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from orpheus_svc.audio.settings import FlusherSettings
+from orpheus_svc.audio.windows import Window, plan_windows
+from orpheus_svc.core.events import AudioEvent
+from orpheus_svc.core.tokens import FRAME_TOKENS, SAMPLES_PER_FRAME
+
+log = logging.getLogger(__name__)
+
+AudioSink = Callable[[Sequence[AudioEvent]], None]
+ErrorHandler = Callable[[Sequence[int], BaseException], None]
+
+_CLOSED_MEMORY = 65536  # ids of ended generations remembered, to ignore stray late pushes
+
+
+@dataclass
+class _Stream:
+    """One generation's codes and how much of its audio went out."""
+
+    frames: list[np.ndarray] = field(default_factory=list)
+    num_frames: int = 0
+    final: bool = False
+    emitted: int = 0
+
+    def codes(self) -> np.ndarray:
+        if len(self.frames) > 1:
+            self.frames = [np.concatenate(self.frames)]
+        return self.frames[0] if self.frames else np.zeros((0, FRAME_TOKENS), np.int64)
+
+
+class Flusher:
+    """Turns pushed frames into AudioEvents. See the module docstring for the guarantees.
+
+    `sink` is called from the flusher thread with a non-empty list of AudioEvents, once per
+    iteration. `on_error(gen_ids, exc)` is called if a decode fails; those generations are
+    then dropped (default: log the error).
+    """
+
+    def __init__(self, codec, settings: FlusherSettings, sink: AudioSink,
+                 on_error: ErrorHandler | None = None, name: str = "snac-flusher"):
+        self.codec = codec
+        self.settings = settings
+        self.sink = sink
+        self.on_error = on_error
+        self._name = name
+        self._lock = threading.Condition(threading.Lock())
+        self._commands: list[tuple[int, np.ndarray | None, bool]] = []  # frames None = drop
+        self._dropped: set[int] = set()  # dropped since the last drain: filter in-flight output
+        self._streams: dict[int, _Stream] = {}
+        self._closed: OrderedDict[int, None] = OrderedDict()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.num_decode_calls = 0
+        self.num_iterations = 0
+
+    # -- producer side (any thread) -------------------------------------------------------
+    def push(self, gen_id: int, frames: np.ndarray, final: bool = False) -> None:
+        """Append frames ([n, 7] codes, n may be 0) to a generation; final: no more will come."""
+        frames = np.array(frames, dtype=np.int64).reshape(-1, FRAME_TOKENS)  # own copy
+        with self._lock:
+            self._commands.append((gen_id, frames, final))
+            self._lock.notify()
+
+    def drop(self, gen_id: int) -> None:
+        """Forget a cancelled generation: no audio of it is emitted by later sink calls."""
+        with self._lock:
+            self._commands.append((gen_id, None, True))
+            self._dropped.add(gen_id)
+            self._lock.notify()
+
+    # -- thread control -------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("flusher already started")
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Finish the current iteration and end the thread; audio not yet due is discarded."""
+        with self._lock:
+            self._stopping = True
+            self._lock.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        stream = torch.cuda.Stream(self.codec.device) if self.codec.device.type == "cuda" else None
+        while True:
+            with self._lock:
+                while not self._commands and not self._stopping:
+                    self._lock.wait()
+                if self._stopping:
+                    return
+            try:
+                if stream is not None:
+                    with torch.cuda.stream(stream):  # off the engine's default stream
+                        self.run_once()
+                else:
+                    self.run_once()
+            except Exception:  # never let the thread die silently; the iteration is lost
+                log.exception("flusher iteration failed")
+
+    # -- one iteration (flusher thread; also callable directly, e.g. by benchmarks) --------
+    def run_once(self) -> int:
+        """Drain, plan, decode, emit. Returns the number of events handed to the sink."""
+        self.num_iterations += 1
+        self._drain()
+        planned = [(gid, st, plan_windows(st.num_frames, st.final, st.emitted, self.settings))
+                   for gid, st in self._streams.items()]
+        events: list[AudioEvent] = []
+        jobs: list[tuple[int, _Stream, Window]] = []
+        for gid, st, windows in planned:
+            if st.final and not windows and st.emitted == st.num_frames * SAMPLES_PER_FRAME:
+                # Nothing left to decode (no frames at all, or all sent before `final` came).
+                events.append(AudioEvent(gid, np.zeros(0, np.float32), st.emitted, final=True))
+                continue
+            jobs.extend((gid, st, w) for w in windows)
+        pcm = self._decode(jobs)
+        for (gid, st, w), audio in zip(jobs, pcm):
+            if gid not in self._streams:  # its decode failed
+                continue
+            is_last = st.final and w.end == st.num_frames * SAMPLES_PER_FRAME
+            events.append(AudioEvent(gid, audio, w.start, final=is_last))
+            st.emitted = w.end
+        for event in events:
+            if event.final:
+                self._close(event.gen_id)
+        with self._lock:
+            events = [e for e in events if e.gen_id not in self._dropped]
+        if events:
+            self.sink(events)
+        return len(events)
+
+    def _drain(self) -> None:
+        with self._lock:
+            commands, self._commands = self._commands, []
+            self._dropped.clear()  # their drop commands are in `commands`
+        for gid, frames, final in commands:
+            if frames is None:
+                self._streams.pop(gid, None)
+                self._remember_closed(gid)
+                continue
+            st = self._streams.get(gid)
+            if st is None:
+                if gid in self._closed:
+                    log.warning("frames for ended or dropped generation %d ignored", gid)
+                    continue
+                st = self._streams[gid] = _Stream()
+            if st.final:
+                log.warning("frames after final for generation %d ignored", gid)
+                continue
+            if len(frames):
+                st.frames.append(frames)
+                st.num_frames += len(frames)
+            st.final = final
+
+    def _close(self, gid: int) -> None:
+        self._streams.pop(gid, None)
+        self._remember_closed(gid)
+
+    def _remember_closed(self, gid: int) -> None:
+        self._closed[gid] = None
+        if len(self._closed) > _CLOSED_MEMORY:
+            self._closed.popitem(last=False)
+
+    def _decode(self, jobs: list[tuple[int, _Stream, Window]]) -> list[np.ndarray]:
+        """PCM of each job's kept samples, decoding equal-length windows together."""
+        out: list[np.ndarray | None] = [None] * len(jobs)
+        groups: dict[int, list[int]] = {}
+        for i, (_, _, w) in enumerate(jobs):
+            groups.setdefault(w.num_steps, []).append(i)
+        for num_steps, members in groups.items():
+            per_call = max(1, (self.settings.max_decode_frames * 4) // num_steps)
+            for k in range(0, len(members), per_call):
+                part = members[k:k + per_call]
+                try:
+                    z = torch.cat([self._latent(jobs[i][1], jobs[i][2]) for i in part])
+                    pcm = self.codec.decode_latents(z)
+                    self.num_decode_calls += 1
+                except Exception as exc:
+                    self._fail([jobs[i][0] for i in part], exc)
+                    continue
+                for row, i in enumerate(part):
+                    out[i] = pcm[row, jobs[i][2].keep].copy()
+        return out
+
+    def _latent(self, st: _Stream, w: Window) -> torch.Tensor:
+        codes = st.codes()[w.frame_lo:w.frame_hi]
+        z = self.codec.latents([codes])
+        first = w.step_lo - w.frame_lo * 4
+        return z[..., first:first + w.num_steps]
+
+    def _fail(self, gen_ids: list[int], exc: BaseException) -> None:
+        for gid in gen_ids:
+            self._streams.pop(gid, None)
+            self._remember_closed(gid)
+        if self.on_error is not None:
+            self.on_error(sorted(set(gen_ids)), exc)
+        else:
+            log.error("SNAC decode failed for generations %s: %s", sorted(set(gen_ids)), exc)

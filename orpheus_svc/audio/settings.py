@@ -1,0 +1,78 @@
+"""Streaming flusher settings (pure data, no torch): part of the service's Config tree."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: Samples per SNAC latent step at 24 kHz (prod of decoder_rates); 4 steps = 1 frame.
+HOP = 512
+FRAME = 2048
+
+
+@dataclass(frozen=True)
+class FlusherSettings:
+    """How the flusher cuts a generation's frames into SNAC decode windows.
+
+    All sizes are in 24 kHz samples; contexts and chunk caps are whole latent steps
+    (512 samples = 1/4 frame), the finest grain at which the decoder's input can be cut.
+
+    The defaults were chosen by `bench/snac_stream.py --sweep` (random-init 24 kHz SNAC,
+    1 CPU thread, noise off; table and reasoning in docs/snac-streaming.md):
+
+    * error: SNR of the streamed PCM against one offline decode of the whole utterance.
+      It is set by the context on each side of a window: about +5 dB per latent step,
+      exact (float rounding) from 10 steps = the decoder's receptive field.
+    * cost: CPU seconds per audio second. A SNAC call costs a fixed overhead plus a
+      per-step price, so chunks must be long compared to left context + lookahead, and
+      the ramp of early small chunks (needed for time to first audio) must be short.
+
+    first_chunk_samples: emitted from frame 0 alone, as soon as it exists (7 tokens); the
+        head of frame 0 is the part that later frames change least. 0 turns the early
+        chunk off (first audio then waits for the lookahead).
+    left_context_samples: decoded before each chunk and thrown away.
+    lookahead_samples: the newest audio is withheld this long until later frames arrive
+        (the decoder looks ahead too). At the end of a generation nothing is withheld.
+    min_chunk_samples / max_chunk_samples / chunk_growth: a chunk (other than the first
+        and the last) is emitted once at least clamp(emitted * chunk_growth, min, max)
+        new samples are ready: small chunks while the listener has little audio, long
+        (cheap) ones once it has plenty. Ready audio beyond max is split into windows of
+        max, which then have equal lengths and batch together.
+    max_decode_frames: cap on windows x window frames in one SNAC call (per-frame CPU cost
+        rises beyond ~24 frames per call as activations leave the cache; raise on GPU).
+    """
+
+    first_chunk_samples: int = 1024
+    left_context_samples: int = 3 * HOP
+    lookahead_samples: int = 6 * HOP
+    min_chunk_samples: int = FRAME
+    max_chunk_samples: int = 16 * FRAME
+    chunk_growth: float = 1.0
+    max_decode_frames: int = 24
+
+    def __post_init__(self) -> None:
+        def fail(field: str, why: str) -> None:
+            raise ValueError(f"FlusherSettings.{field} {why}, got {getattr(self, field)!r}")
+
+        for name in ("first_chunk_samples", "left_context_samples", "lookahead_samples",
+                     "min_chunk_samples", "max_chunk_samples", "max_decode_frames"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                fail(name, "must be an int")
+        if not 0 <= self.first_chunk_samples <= FRAME:
+            fail("first_chunk_samples", f"must be 0..{FRAME} (a part of frame 0)")
+        for name in ("left_context_samples", "lookahead_samples"):
+            if getattr(self, name) < 0 or getattr(self, name) % HOP:
+                fail(name, f"must be a non-negative multiple of {HOP} (one latent step)")
+        if self.min_chunk_samples < 1:
+            fail("min_chunk_samples", "must be >= 1")
+        if self.max_chunk_samples < HOP or self.max_chunk_samples % HOP:
+            fail("max_chunk_samples", f"must be a positive multiple of {HOP}")
+        if self.max_chunk_samples < self.min_chunk_samples:
+            fail("max_chunk_samples", f"must be >= min_chunk_samples ({self.min_chunk_samples})")
+        growth = self.chunk_growth
+        if isinstance(growth, bool) or not isinstance(growth, (int, float)) \
+                or not math.isfinite(growth) or growth < 0:
+            fail("chunk_growth", "must be a finite number >= 0")
+        if self.max_decode_frames < 1:
+            fail("max_decode_frames", "must be >= 1")

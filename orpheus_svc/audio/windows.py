@@ -1,0 +1,102 @@
+"""Sample-window arithmetic of the streaming flusher: pure integers, no torch.
+
+A generation has received `n` frames; `emitted` samples of it went out already. SNAC's
+decoder runs at one latent step per 512 samples (4 steps per frame) and is not causal:
+an output sample depends on about 10 steps (2.5 frames) on either side. So each chunk is
+decoded together with some left context and some lookahead, and only its own samples
+are kept:
+
+    frames    |  f0   |  f1   |  f2   |  f3   |  f4   |  f5   |  f6   |   n = 7
+    steps     |. . . .|. . . .|. . . .|. . . .|. . . .|. . . .|. . . .|   1 step = 512 samples
+    emitted   |=================|                                       (sent already)
+    ready end                                       v  = n*2048 - lookahead
+    chunk                       [start ------------ end)
+    decode               [ left ctx |     chunk      | lookahead ]       step_lo .. step_hi
+    keep                 <- skip -> [ kept samples  )                   start-step_lo*512 ..
+
+  * The decoder input is cut at latent steps, so contexts are whole steps; the window's
+    frames are frame_lo .. frame_hi (rounded out) and their latent is cropped to steps.
+  * At the start (step 0) and at the end of a final generation (step 4n) the offline
+    decode of the whole utterance sees the same zero padding, so no context is missing.
+  * The first chunk: with only f0 there is no lookahead to wait for, so the head of f0
+    (`first_chunk_samples`) goes out at once; the next chunk starts where it stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orpheus_svc.audio.settings import FRAME, HOP, FlusherSettings
+
+STEPS_PER_FRAME = FRAME // HOP
+
+
+@dataclass(frozen=True)
+class Window:
+    """Decode latent steps [step_lo, step_hi), keep absolute samples [start, end)."""
+
+    start: int
+    end: int
+    step_lo: int
+    step_hi: int
+
+    @property
+    def num_steps(self) -> int:
+        return self.step_hi - self.step_lo
+
+    @property
+    def frame_lo(self) -> int:
+        return self.step_lo // STEPS_PER_FRAME
+
+    @property
+    def frame_hi(self) -> int:
+        return -(-self.step_hi // STEPS_PER_FRAME)
+
+    @property
+    def keep(self) -> slice:
+        """The kept samples inside the decoded window's output."""
+        base = self.step_lo * HOP
+        return slice(self.start - base, self.end - base)
+
+
+def ready_end(num_frames: int, final: bool, s: FlusherSettings) -> int:
+    """Absolute sample up to which audio may be emitted now."""
+    total = num_frames * FRAME
+    if final:
+        return total
+    if num_frames == 0:
+        return 0
+    return max(total - s.lookahead_samples, min(s.first_chunk_samples, total))
+
+
+def chunk_target(emitted: int, s: FlusherSettings) -> int:
+    """New samples a (non-first, non-last) chunk waits for: grows with the audio sent."""
+    return int(min(s.max_chunk_samples, max(s.min_chunk_samples, emitted * s.chunk_growth)))
+
+
+def window_for(start: int, end: int, num_frames: int, s: FlusherSettings) -> Window:
+    lo = max(0, start // HOP - s.left_context_samples // HOP)
+    hi = min(num_frames * STEPS_PER_FRAME, -(-end // HOP) + s.lookahead_samples // HOP)
+    return Window(start, end, lo, hi)
+
+
+def plan_windows(num_frames: int, final: bool, emitted: int, s: FlusherSettings) -> list[Window]:
+    """The windows to decode now for one generation (empty: nothing is due yet).
+
+    Ready audio longer than max_chunk_samples is cut into pieces of that size, so a
+    flusher that fell behind catches up in equal, batchable windows.
+    """
+    end = ready_end(num_frames, final, s)
+    if end <= emitted:
+        return []
+    # The first chunk goes as soon as anything is ready (time to first audio); the last
+    # one whatever its size; the ones between wait until they are worth a decode.
+    if not final and emitted > 0 and end - emitted < chunk_target(emitted, s):
+        return []
+    windows = []
+    start = emitted
+    while start < end:
+        stop = min(end, start + s.max_chunk_samples)
+        windows.append(window_for(start, stop, num_frames, s))
+        start = stop
+    return windows
