@@ -99,9 +99,13 @@ class EngineCore:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def submit(self, request: GenerationRequest) -> int:
+    def new_id(self) -> int:
+        """A fresh generation id, so a consumer can route events before submitting."""
+        return next(self._ids)
+
+    def submit(self, request: GenerationRequest, gen_id: int | None = None) -> int:
         """Queue a generation; returns its id. Admission, rejection and progress arrive as events."""
-        gen_id = next(self._ids)
+        gen_id = self.new_id() if gen_id is None else gen_id
         self._commands.put(_Submit(gen_id, request, self._clock()))
         return gen_id
 
