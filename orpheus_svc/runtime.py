@@ -1,0 +1,185 @@
+"""Builds the running engine from a Config: checkpoints, backend, flusher, EngineCore.
+
+Used by both `orpheus-svc serve` and `orpheus-svc synth`, so the offline path and the
+server run exactly the same pipeline. With no model configured it loads the seeded demo
+checkpoint (random weights of the real architecture: it streams audio, not speech) and
+says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from orpheus_svc.audio.codec import load_snac
+from orpheus_svc.audio.flusher import Flusher
+from orpheus_svc.config import Config, ConfigError
+from orpheus_svc.core.events import AudioEvent, EngineEvent, EventSink, Finished, Rejected
+from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.prompt import build_prompt, max_tokens_for_text
+from orpheus_svc.engine.core import EngineCore
+
+log = logging.getLogger(__name__)
+
+DEMO_WARNING = ("no model configured: using the embedded DEMO checkpoint (seeded random weights "
+                "of the Orpheus architecture). It streams audio through the full pipeline, but "
+                "the audio is NOT speech. Set model.path (and model.snac) for real voices.")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"model.device is {name!r} but CUDA is not available on this machine "
+                          f"(torch {torch.__version__}); use cpu or auto")
+    return device
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
+
+
+class EventRouter:
+    """Routes engine events to per-generation handlers; the sink for EngineCore and Flusher.
+
+    Handlers are called on whatever thread delivers the batch; a consumer on an asyncio loop
+    wraps its handler with call_soon_threadsafe (see server/events.py)."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[int, Callable[[EngineEvent], None]] = {}
+        self._lock = threading.Lock()
+        self.on_audio_error: Callable[[Sequence[int], BaseException], None] = self._audio_error
+
+    def register(self, gen_id: int, handler: Callable[[EngineEvent], None]) -> None:
+        with self._lock:
+            self._handlers[gen_id] = handler
+
+    def unregister(self, gen_id: int) -> None:
+        with self._lock:
+            self._handlers.pop(gen_id, None)
+
+    def __call__(self, batch: Sequence[EngineEvent]) -> None:
+        with self._lock:
+            routed = [(self._handlers.get(e.gen_id), e) for e in batch]
+        for handler, event in routed:
+            if handler is not None:
+                handler(event)
+
+    def _audio_error(self, gen_ids: Sequence[int], exc: BaseException) -> None:
+        log.error("audio decode failed for generations %s: %s", list(gen_ids), exc)
+        self([Finished(g, "error", 0, 0, 0, f"audio decode failed: {exc}") for g in gen_ids])
+
+
+@dataclass
+class Runtime:
+    config: Config
+    core: EngineCore
+    flusher: Flusher
+    router: EventRouter
+    encode: Callable[[str], list[int]]
+    model_name: str
+    is_demo: bool
+    device: torch.device
+    _started: bool = field(default=False, repr=False)
+
+    def start(self) -> None:
+        self.flusher.start()
+        self.core.start()
+        self._started = True
+
+    def stop(self) -> None:
+        if self._started:
+            self.core.stop()
+            self.flusher.stop(timeout=10)
+            self._started = False
+
+    def request(self, session_id: str, segment_index: int, voice: str, text: str,
+                sampling: SamplingParams | None = None) -> GenerationRequest:
+        """A GenerationRequest for one segment (prompt ids and token budget from the text)."""
+        prompt = tuple(build_prompt(self.encode, voice, text))
+        s = self.config.sampling
+        sampling = sampling or SamplingParams(s.temperature, s.top_p, s.repetition_penalty)
+        expected = max(1, round(len(text) / 15.0 / 0.08533))  # ~15 chars/s of speech
+        return GenerationRequest(session_id=session_id, segment_index=segment_index,
+                                 prompt_ids=prompt, max_tokens=max_tokens_for_text(text),
+                                 sampling=sampling, expected_frames=expected)
+
+    def warm_up(self, timeout: float = 300.0) -> float:
+        """Run one short generation through engine and codec; returns its audio seconds."""
+        done = threading.Event()
+        got: dict[str, object] = {"samples": 0, "error": None}
+
+        def on_event(ev: EngineEvent) -> None:
+            if isinstance(ev, AudioEvent):
+                got["samples"] = int(got["samples"]) + ev.num_samples
+                if ev.final:
+                    done.set()
+            elif isinstance(ev, Rejected) or (isinstance(ev, Finished) and ev.reason == "error"):
+                got["error"] = getattr(ev, "reason", None) if isinstance(ev, Rejected) else ev.error
+                done.set()
+
+        gen_id = self.core.new_id()
+        self.router.register(gen_id, on_event)
+        try:
+            req = self.request("warm-up", 0, "tara", "Hello.")
+            req = dataclasses.replace(req, max_tokens=14)
+            self.core.submit(req, gen_id)
+            if not done.wait(timeout):
+                raise RuntimeError(f"warm-up generation did not finish within {timeout:.0f} s")
+            if got["error"]:
+                raise RuntimeError(f"warm-up generation failed: {got['error']}")
+        finally:
+            self.router.unregister(gen_id)
+        return int(got["samples"]) / 24000
+
+
+def build_runtime(config: Config, router: EventRouter | None = None) -> Runtime:
+    """Load checkpoints and build (not start) the engine described by `config`."""
+    router = router or EventRouter()
+    m, e = config.model, config.engine
+    device = resolve_device(m.device)
+    dtype = resolve_dtype(m.dtype, device)
+    if m.cpu_threads > 0:
+        torch.set_num_threads(m.cpu_threads)
+    model_ref, snac_ref, is_demo = m.path, m.snac, m.path is None
+    if is_demo or snac_ref is None:
+        from orpheus_svc.models.demo import ensure_demo_checkpoint
+        demo = ensure_demo_checkpoint()
+        if is_demo:
+            log.warning(DEMO_WARNING)
+            model_ref = str(demo.model_dir)
+        if snac_ref is None:
+            if not is_demo:
+                log.warning("model.snac not set: using a random-init SNAC; set model.snac to "
+                            "hubertsiuzdak/snac_24khz or a local copy for real audio")
+            snac_ref = str(demo.snac_dir)
+    if e.backend == "torch":
+        backend, encode = _torch_backend(config, model_ref, device, dtype)
+    else:
+        raise ConfigError(f"engine.backend {e.backend!r} is not available in this build")
+    codec = load_snac(snac_ref, device=device, dtype=torch.float32)
+    flusher = Flusher(codec, config.flusher, router, on_error=router.on_audio_error)
+    core = EngineCore(backend, flusher, router, settings=e.scheduler_settings(), seed=e.seed)
+    return Runtime(config=config, core=core, flusher=flusher, router=router, encode=encode,
+                   model_name="demo" if is_demo else str(model_ref), is_demo=is_demo,
+                   device=device)
+
+
+def _torch_backend(config: Config, model_ref: str, device: torch.device, dtype: torch.dtype):
+    from orpheus_svc.engine.llama import SlotLlama
+    from orpheus_svc.engine.torch_backend import TorchBackend
+    from orpheus_svc.models.loader import load_checkpoint
+
+    ckpt = load_checkpoint(model_ref, device="cpu", dtype=dtype)
+    e = config.engine
+    model = SlotLlama(ckpt.spec, ckpt.state_dict, num_slots=e.max_sessions,
+                      max_seq_len=e.max_seq_len, device=device, dtype=dtype)
+    return TorchBackend(model), ckpt.tokenizer.encode
