@@ -1,0 +1,104 @@
+"""`orpheus-svc` command line: `serve` (the gRPC server) and `synth` (offline, to a WAV file)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+from orpheus_svc.config import ConfigError, load_config
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--profile", choices=["conversational", "longform"], help="tuning profile")
+    p.add_argument("--model", help="model checkpoint: local dir (HF layout) or hub id; "
+                                   "default: the embedded demo model")
+    p.add_argument("--snac", help="SNAC checkpoint: local dir or hub id (hubertsiuzdak/snac_24khz)")
+    p.add_argument("--backend", choices=["torch", "trtllm", "sim"], help="engine backend")
+    p.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="any config setting, e.g. --set engine.max_batch_size=16 (repeatable)")
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    out = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected SECTION.KEY=VALUE")
+        out[key.strip()] = value
+    shortcuts = {"profile": "profile", "model": "model.path", "snac": "model.snac",
+                 "backend": "engine.backend", "device": "model.device",
+                 "host": "server.host", "port": "server.port",
+                 "sim_profile": "engine.sim_profile"}
+    for attr, dotted in shortcuts.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            out[dotted] = value
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="orpheus-svc", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the gRPC server")
+    _common(serve)
+    serve.add_argument("--host", help="bind address (default 0.0.0.0)")
+    serve.add_argument("--port", type=int, help="port (default 50051; 0 picks a free one)")
+    serve.add_argument("--sim-profile", dest="sim_profile", help="GPU timing profile for --backend sim")
+    synth = sub.add_parser("synth", help="synthesize text to a WAV file without a server")
+    _common(synth)
+    synth.add_argument("--text", required=True, help="text to speak")
+    synth.add_argument("--voice", default="tara")
+    synth.add_argument("--out", required=True, type=Path, help="output WAV (24 kHz mono 16-bit)")
+    synth.add_argument("--seed", type=int, help="sampling seed (reproducible audio)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = load_config(args.config, overrides=_overrides(args))
+    except ConfigError as exc:
+        print(f"orpheus-svc: configuration error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "serve":
+        from orpheus_svc.server.app import serve_main
+        return serve_main(config)
+    return _synth(config, args)
+
+
+def _synth(config, args) -> int:
+    from orpheus_svc.runtime import build_runtime
+    from orpheus_svc.synth import SynthesisError, synthesize, write_wav
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    try:
+        runtime = build_runtime(config)
+    except (ConfigError, FileNotFoundError, ValueError) as exc:
+        print(f"orpheus-svc: cannot load the model: {exc}", file=sys.stderr)
+        return 2
+    runtime.start()
+    try:
+        t0 = time.monotonic()
+        result = synthesize(runtime, args.text, voice=args.voice, seed=args.seed,
+                            progress=True)
+        wall = time.monotonic() - t0
+    except SynthesisError as exc:
+        print(f"orpheus-svc: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        runtime.stop()
+    write_wav(args.out, result.pcm)
+    demo = " (demo model: not speech)" if runtime.is_demo else ""
+    print(f"wrote {args.out}: {result.seconds:.2f} s of audio, {len(result.segments)} segment(s), "
+          f"{result.num_tokens} tokens in {wall:.2f} s{demo}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
