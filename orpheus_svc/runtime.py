@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -48,34 +48,47 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 class EventRouter:
-    """Routes engine events to per-generation handlers; the sink for EngineCore and Flusher.
+    """Routes engine events to per-generation handlers; the sink of EngineCore and Flusher.
 
-    Handlers are called on whatever thread delivers the batch; a consumer on an asyncio loop
-    wraps its handler with call_soon_threadsafe (see server/events.py)."""
+    A handler registered with an asyncio `loop` runs on that loop: all of a batch's events
+    for one loop travel in a single call_soon_threadsafe, so the loop is woken once per
+    engine step or decode batch, not once per event. Other handlers run on the thread that
+    delivers the batch."""
 
     def __init__(self) -> None:
-        self._handlers: dict[int, Callable[[EngineEvent], None]] = {}
+        self._handlers: dict[int, tuple[Callable[[EngineEvent], None], Any]] = {}
         self._lock = threading.Lock()
         self.on_audio_error: Callable[[Sequence[int], BaseException], None] = self._audio_error
 
-    def register(self, gen_id: int, handler: Callable[[EngineEvent], None]) -> None:
+    def register(self, gen_id: int, handler: Callable[[EngineEvent], None], loop: Any = None) -> None:
         with self._lock:
-            self._handlers[gen_id] = handler
+            self._handlers[gen_id] = (handler, loop)
 
     def unregister(self, gen_id: int) -> None:
         with self._lock:
             self._handlers.pop(gen_id, None)
 
     def __call__(self, batch: Sequence[EngineEvent]) -> None:
+        by_loop: dict[Any, list] = {}
         with self._lock:
-            routed = [(self._handlers.get(e.gen_id), e) for e in batch]
-        for handler, event in routed:
-            if handler is not None:
-                handler(event)
+            for ev in batch:
+                entry = self._handlers.get(ev.gen_id)
+                if entry is not None:
+                    by_loop.setdefault(entry[1], []).append((entry[0], ev))
+        for loop, items in by_loop.items():
+            if loop is None:
+                _deliver(items)
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(_deliver, items)
 
     def _audio_error(self, gen_ids: Sequence[int], exc: BaseException) -> None:
         log.error("audio decode failed for generations %s: %s", list(gen_ids), exc)
         self([Finished(g, "error", 0, 0, 0, f"audio decode failed: {exc}") for g in gen_ids])
+
+
+def _deliver(items: list) -> None:
+    for handler, event in items:
+        handler(event)
 
 
 @dataclass
