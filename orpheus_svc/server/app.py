@@ -1,0 +1,115 @@
+"""`orpheus-svc serve`: the grpc.aio server, health, reflection and graceful shutdown.
+
+Start-up: the port opens at once with health NOT_SERVING (so Kubernetes' startup probe and
+reflection work while weights load); the model loads and runs one warm-up generation in a
+worker thread; then health turns SERVING.
+
+Shutdown (SIGTERM or SIGINT): health NOT_SERVING, no new calls accepted, calls in flight get
+`server.grace_seconds` to finish, then are cancelled (their slots freed); then the engine
+and flusher threads stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from orpheus.tts.v1 import tts_pb2, tts_pb2_grpc
+
+from orpheus_svc.config import Config
+from orpheus_svc.runtime import build_runtime
+
+from .logs import configure_logging
+from .servicer import TTSServicer
+from .state import ServerState
+
+log = structlog.get_logger("orpheus_svc.server")
+
+SERVICE_NAME = tts_pb2.DESCRIPTOR.services_by_name["TTSService"].full_name
+
+
+class Server:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.state = ServerState(config)
+        self.health = health.aio.HealthServicer()
+        self.grpc = grpc.aio.server()
+        tts_pb2_grpc.add_TTSServiceServicer_to_server(TTSServicer(self.state), self.grpc)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
+        if config.server.reflection:
+            reflection.enable_server_reflection(
+                (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.grpc)
+        self.port = 0
+
+    async def _set_health(self, status) -> None:
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+    async def start(self) -> None:
+        s = self.config.server
+        self.port = self.grpc.add_insecure_port(f"{s.host}:{s.port}")
+        if self.port == 0:
+            raise OSError(f"cannot bind {s.host}:{s.port}")
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.grpc.start()
+        log.info("listening", host=s.host, port=self.port, reflection=s.reflection)
+
+    async def load(self) -> None:
+        t0 = time.monotonic()
+        loop = asyncio.get_running_loop()
+        runtime = await loop.run_in_executor(None, build_runtime, self.config)
+        runtime.start()
+        self.state.runtime = runtime
+        audio_s = await loop.run_in_executor(None, runtime.warm_up)
+        self.state.serving = True
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        log.info("serving", model=runtime.model_name, demo=runtime.is_demo,
+                 backend=self.config.engine.backend, device=str(runtime.device),
+                 slots=self.config.engine.max_sessions, warmup_audio_s=round(audio_s, 2),
+                 load_s=round(time.monotonic() - t0, 2))
+
+    async def shutdown(self) -> None:
+        grace = self.config.server.grace_seconds
+        log.info("shutting down", grace_s=grace, active_sessions=self.state.active_sessions)
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.grpc.stop(grace)
+        self.state.serving = False
+        if self.state.runtime is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.state.runtime.stop)
+        log.info("stopped", sessions_total=self.state.sessions_total)
+
+
+async def serve(config: Config, stop: asyncio.Event | None = None) -> int:
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread / platform
+            pass
+    server = Server(config)
+    await server.start()
+    loader = asyncio.create_task(server.load())
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({loader, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    if loader.done() and loader.exception() is not None:
+        exc = loader.exception()
+        log.error("model failed to load", error=f"{exc.__class__.__name__}: {exc}")
+        code = 3
+    elif loader.done():
+        await stopper
+    else:
+        loader.cancel()
+    await server.shutdown()
+    return code
+
+
+def serve_main(config: Config) -> int:
+    configure_logging(config.server.log_format, config.server.log_level)
+    return asyncio.run(serve(config))

@@ -1,0 +1,270 @@
+"""One synthesis session (a StreamingSynthesize or Synthesize call), in domain terms.
+
+    client text --> reader task --> SentenceBuffer --> segments [0, 1, 2, ...]
+                                                         |  submitted while fewer than
+                                                         v  max_segments_in_flight are undelivered
+    EngineCore / Flusher events --> inbox --> writer: delivers segment d's audio, in order
+
+Everything arrives in one asyncio queue (the inbox): engine events for any of the session's
+generations (the router delivers them on the loop, one wake-up per batch) and the reader's
+notices. The writer keeps events of later segments until their turn, so audio is strictly
+in segment order while several segments generate at once.
+
+No grpc here: inputs and outputs are plain dataclasses; errors are SessionError with a
+grpc status code name, mapped at the servicer edge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Union
+
+from orpheus_svc.audio.pcm import Encoder
+from orpheus_svc.config import TextConfig
+from orpheus_svc.core.events import AudioEvent, EngineEvent, Finished, Rejected
+from orpheus_svc.core.generation import SamplingParams
+from orpheus_svc.runtime import Runtime
+
+from .segmenter import SentenceBuffer
+
+
+class SessionError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    voice: str
+    encoding: str  # pcm16 | mulaw | wav
+    sample_rate: int
+    sampling: SamplingParams
+
+
+@dataclass(frozen=True)
+class TextIn:
+    text: str
+
+
+@dataclass(frozen=True)
+class FlushIn:
+    pass
+
+
+Input = Union[TextIn, FlushIn]
+
+
+@dataclass(frozen=True)
+class SegmentStarted:
+    segment_index: int
+    text: str
+    sample_offset: int
+
+
+@dataclass(frozen=True)
+class AudioOut:
+    audio: bytes
+    segment_index: int
+    sequence_number: int
+    sample_offset: int
+    num_samples: int
+
+
+@dataclass(frozen=True)
+class SegmentEnded:
+    segment_index: int
+    text: str
+    num_samples: int
+    num_tokens: int
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class Summary:
+    session_id: str
+    time_to_first_audio_ms: float
+    audio_ms: float
+    num_tokens: int
+    num_segments: int
+    num_samples: int
+    wall_ms: float
+
+
+Output = Union[SegmentStarted, AudioOut, SegmentEnded, Summary]
+
+
+@dataclass
+class _Segment:
+    index: int
+    text: str
+    gen_id: int | None = None
+    events: deque = field(default_factory=deque)
+    encoder: Encoder | None = None
+    num_samples: int = 0
+    num_tokens: int = 0
+    finish_reason: str = ""
+    started: bool = False
+
+
+_WAKE = object()
+
+
+class StreamSession:
+    def __init__(self, runtime: Runtime, options: SessionOptions, text: TextConfig,
+                 session_id: str | None = None) -> None:
+        self.runtime = runtime
+        self.options = options
+        self.text_config = text
+        self.session_id = session_id or uuid.uuid4().hex[:12]
+        self._buffer = SentenceBuffer(max_chars=text.max_segment_chars)
+        self._segments: list[_Segment] = []
+        self._by_gen: dict[int, _Segment] = {}
+        self._inbox: asyncio.Queue = asyncio.Queue()
+        self._input_done = False
+        self._error: SessionError | None = None
+        self._chars = 0
+        self._delivered = 0
+        self._seq = 0
+        self._offset = 0
+        self.t_first_text: float | None = None
+        self.t_first_audio: float | None = None
+        self.num_tokens = 0
+
+    async def run(self, inputs: AsyncIterator[Input]) -> AsyncIterator[Output]:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.create_task(self._read(inputs))
+        try:
+            while True:
+                self._submit_ready(loop)
+                for out in self._deliverable():
+                    yield out
+                if self._input_done and self._delivered == len(self._segments):
+                    break
+                item = await self._inbox.get()
+                if self._error is not None:
+                    raise self._error
+                if item is not _WAKE:
+                    self._on_engine_event(item)
+            yield self._summary()
+        finally:
+            reader.cancel()
+            for seg in self._segments:
+                if seg.gen_id is not None:
+                    self.runtime.router.unregister(seg.gen_id)
+                    if seg.index >= self._delivered:
+                        self.runtime.core.cancel(seg.gen_id)
+
+    # -- reader -----------------------------------------------------------------------------
+
+    async def _read(self, inputs: AsyncIterator[Input]) -> None:
+        try:
+            async for item in inputs:
+                if isinstance(item, TextIn):
+                    if not item.text:
+                        continue
+                    if self.t_first_text is None:
+                        self.t_first_text = time.monotonic()
+                    self._chars += len(item.text)
+                    limit = self.text_config.max_text_chars
+                    if self._chars > limit:
+                        raise SessionError("INVALID_ARGUMENT", (
+                            f"text exceeds this server's limit of {limit} characters per session "
+                            f"(text.max_text_chars); split it over several calls"))
+                    self._add(self._buffer.push(item.text))
+                else:
+                    self._add(self._buffer.flush())
+            self._add(self._buffer.close())
+            if not self._segments:
+                raise SessionError("INVALID_ARGUMENT",
+                                   "no text to speak: the text was empty or only whitespace")
+            self._input_done = True
+        except SessionError as exc:
+            self._error = exc
+        self._inbox.put_nowait(_WAKE)
+
+    def _add(self, texts: list[str]) -> None:
+        for text in texts:
+            self._segments.append(_Segment(len(self._segments), text))
+        if texts:
+            self._inbox.put_nowait(_WAKE)
+
+    # -- writer -----------------------------------------------------------------------------
+
+    def _submit_ready(self, loop: asyncio.AbstractEventLoop) -> None:
+        limit = self._delivered + self.text_config.max_segments_in_flight
+        for seg in self._segments[self._delivered:limit]:
+            if seg.gen_id is not None:
+                continue
+            sampling = self.options.sampling
+            if sampling.seed is not None:
+                sampling = SamplingParams(sampling.temperature, sampling.top_p,
+                                          sampling.repetition_penalty, sampling.seed + seg.index)
+            try:
+                req = self.runtime.request(self.session_id, seg.index, self.options.voice,
+                                           seg.text, sampling)
+            except ValueError as exc:  # e.g. control tokens spelled in the text
+                raise SessionError("INVALID_ARGUMENT", f"segment {seg.index}: {exc}") from exc
+            seg.gen_id = self.runtime.core.new_id()
+            self._by_gen[seg.gen_id] = seg
+            self.runtime.router.register(seg.gen_id, self._inbox.put_nowait, loop)
+            self.runtime.core.submit(req, seg.gen_id)
+
+    def _on_engine_event(self, ev: EngineEvent) -> None:
+        seg = self._by_gen.get(ev.gen_id)
+        if seg is None:
+            return
+        if isinstance(ev, Rejected):
+            raise SessionError(ev.code, ev.reason)
+        if isinstance(ev, Finished):
+            if ev.reason == "error":
+                raise SessionError("INTERNAL", f"segment {seg.index} failed: {ev.error}")
+            if ev.reason != "cancelled":
+                seg.num_tokens, seg.finish_reason = ev.num_generated, ev.reason
+                self.num_tokens += ev.num_generated
+            return
+        if isinstance(ev, AudioEvent):
+            seg.events.append(ev)
+
+    def _deliverable(self) -> list[Output]:
+        outs: list[Output] = []
+        while self._delivered < len(self._segments):
+            seg = self._segments[self._delivered]
+            if not seg.events:
+                break
+            if seg.events[0].final and not seg.finish_reason:
+                break  # the engine's Finished (token count, reason) is still on its way
+            ev: AudioEvent = seg.events.popleft()
+            if not seg.started:
+                seg.started = True
+                encoding = self.options.encoding
+                if encoding == "wav" and seg.index > 0:
+                    encoding = "pcm16"  # the header goes out once, before the first audio
+                seg.encoder = Encoder(encoding, self.options.sample_rate)
+                outs.append(SegmentStarted(seg.index, seg.text, self._offset))
+            data, n = seg.encoder.encode(ev.pcm, last=ev.final)
+            if data:
+                if self.t_first_audio is None:
+                    self.t_first_audio = time.monotonic()
+                outs.append(AudioOut(data, seg.index, self._seq, self._offset, n))
+                self._seq += 1
+                self._offset += n
+                seg.num_samples += n
+            if ev.final:
+                outs.append(SegmentEnded(seg.index, seg.text, seg.num_samples, seg.num_tokens,
+                                         seg.finish_reason))
+                self.runtime.router.unregister(seg.gen_id)
+                self._delivered += 1
+        return outs
+
+    def _summary(self) -> Summary:
+        now = time.monotonic()
+        start = self.t_first_text or now
+        ttfa = (self.t_first_audio - start) * 1000 if self.t_first_audio else 0.0
+        return Summary(self.session_id, ttfa, self._offset / self.options.sample_rate * 1000,
+                       self.num_tokens, len(self._segments), self._offset, (now - start) * 1000)
