@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -82,8 +83,18 @@ def _fold_weight_norm(model: nn.Module) -> int:
     return folded
 
 
+def _import_snac():
+    # snac decorates `snake` with torch.jit.script at import, which newer torch deprecates
+    # with a FutureWarning on every process start; it is not ours to act on.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, message=".*torch.jit.script.*")
+        import snac
+        import snac.layers
+    return snac
+
+
 def _build_snac(config: dict) -> nn.Module:
-    from snac import SNAC
+    SNAC = _import_snac().SNAC
 
     try:
         return SNAC(**config)
@@ -123,7 +134,7 @@ class SnacCodec:
 
     @staticmethod
     def _replace_noise_blocks(decoder: nn.Module) -> list[_Noise]:
-        from snac.layers import NoiseBlock
+        NoiseBlock = _import_snac().layers.NoiseBlock
 
         replaced = []
         for module in decoder.modules():

@@ -1,0 +1,243 @@
+"""The streaming flusher: sample accounting, accuracy vs offline decode, batching, drop, thread."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
+import pytest
+
+from orpheus_svc.audio.flusher import Flusher
+from orpheus_svc.audio.settings import HOP, FlusherSettings
+from orpheus_svc.core.events import AudioEvent
+
+from .conftest import random_frames, snr_db
+
+# Pooled over the bench's utterances the default settings measure about 45 dB on the
+# random-init 24 kHz codec (docs/snac-streaming.md); single utterances vary by a few dB.
+# 35 dB leaves room for that spread yet fails on any window or offset mistake (those cost
+# a whole chunk: around 0 dB).
+STREAM_SNR_FLOOR_DB = 35.0
+
+# Contexts beyond the decoder's receptive field (10 latent steps) and no early first chunk:
+# every window then sees exactly what the offline decode sees.
+EXACT = FlusherSettings(first_chunk_samples=0, left_context_samples=12 * HOP,
+                        lookahead_samples=12 * HOP)
+
+
+class Collect:
+    def __init__(self):
+        self.calls: list[list[AudioEvent]] = []
+
+    def __call__(self, events):
+        self.calls.append(list(events))
+
+    def events(self, gen_id=None):
+        return [e for call in self.calls for e in call if gen_id is None or e.gen_id == gen_id]
+
+    def pcm(self, gen_id):
+        parts = [e.pcm for e in self.events(gen_id)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+
+def stream(flusher: Flusher, gen_id: int, frames: np.ndarray, bursts: list[int]) -> None:
+    """Push `frames` in bursts of the given sizes (cycled), one flusher iteration after each."""
+    i = k = 0
+    while i < len(frames):
+        n = bursts[k % len(bursts)]
+        k += 1
+        flusher.push(gen_id, frames[i:i + n], final=i + n >= len(frames))
+        i += n
+        flusher.run_once()
+    if len(frames) == 0:
+        flusher.push(gen_id, frames, final=True)
+        flusher.run_once()
+
+
+def check_accounting(events: list[AudioEvent], num_frames: int) -> None:
+    assert events, "no events"
+    offset = 0
+    for e in events:
+        assert e.sample_offset == offset, "offsets must be contiguous"
+        assert e.pcm.dtype == np.float32
+        offset += e.num_samples
+    assert offset == num_frames * 2048
+    assert [e.final for e in events] == [False] * (len(events) - 1) + [True]
+
+
+@pytest.mark.parametrize("num_frames", [0, 1, 2, 3, 4, 7, 13, 40])
+@pytest.mark.parametrize("bursts", [[1], [3], [1, 5, 2], [1000]], ids=["1", "3", "mixed", "all"])
+def test_every_frame_becomes_exactly_2048_samples(tiny_codec, num_frames, bursts):
+    sink = Collect()
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink)
+    stream(flusher, 5, random_frames(num_frames, seed=num_frames), bursts)
+    check_accounting(sink.events(5), num_frames)
+    assert all(call for call in sink.calls)
+
+
+def test_final_may_come_alone_after_the_frames(tiny_codec):
+    sink = Collect()
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink)
+    frames = random_frames(9, seed=4)
+    for f in range(9):
+        flusher.push(1, frames[f:f + 1])
+        flusher.run_once()
+    flusher.push(1, np.zeros((0, 7), np.int64), final=True)
+    flusher.run_once()
+    check_accounting(sink.events(1), 9)
+
+
+def test_zero_frames_give_one_empty_final_event(tiny_codec):
+    sink = Collect()
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink)
+    flusher.push(3, np.zeros((0, 7)), final=True)
+    flusher.run_once()
+    (e,) = sink.events()
+    assert (e.gen_id, e.sample_offset, e.num_samples, e.final) == (3, 0, 0, True)
+
+
+def test_first_audio_comes_with_the_first_frame(tiny_codec):
+    sink = Collect()
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink)
+    flusher.push(1, random_frames(1))
+    flusher.run_once()
+    (e,) = sink.events()
+    assert e.sample_offset == 0 and e.num_samples == FlusherSettings().first_chunk_samples
+
+
+@pytest.mark.parametrize("bursts", [[1], [2, 7], [1000]])
+def test_contexts_beyond_the_receptive_field_reproduce_the_offline_decode(tiny_codec, bursts):
+    frames = random_frames(30, seed=9)
+    sink = Collect()
+    stream(Flusher(tiny_codec, EXACT, sink), 1, frames, bursts)
+    offline = tiny_codec.decode_frames([frames])[0]
+    np.testing.assert_allclose(sink.pcm(1), offline, rtol=0, atol=1e-5)
+
+
+def test_default_streaming_is_close_to_offline_on_the_24khz_codec(real_codec):
+    frames = random_frames(28, seed=21)
+    sink = Collect()
+    stream(Flusher(real_codec, FlusherSettings(), sink), 1, frames, [1])
+    offline = real_codec.decode_frames([frames])[0]
+    check_accounting(sink.events(1), 28)
+    assert snr_db(sink.pcm(1), offline) >= STREAM_SNR_FLOOR_DB
+
+
+def test_batching_across_generations_matches_decoding_each_alone(tiny_codec):
+    utterances = {g: random_frames(n, seed=g) for g, n in ((1, 17), (2, 17), (3, 9), (4, 30))}
+    alone = {}
+    for g, frames in utterances.items():
+        sink = Collect()
+        stream(Flusher(tiny_codec, FlusherSettings(), sink), g, frames, [1])
+        alone[g] = sink.pcm(g)
+    sink = Collect()
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink)
+    for f in range(30):
+        for g, frames in utterances.items():
+            if f < len(frames):
+                flusher.push(g, frames[f:f + 1], final=f == len(frames) - 1)
+        flusher.run_once()
+    for g, frames in utterances.items():
+        check_accounting(sink.events(g), len(frames))
+        np.testing.assert_allclose(sink.pcm(g), alone[g], rtol=0, atol=1e-5)
+    # equal windows of different generations shared SNAC calls
+    assert flusher.num_decode_calls < sum(len(sink.events(g)) for g in utterances)
+
+
+def test_drop_stops_output_and_spares_the_others(tiny_codec):
+    sink = Collect()
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink)
+    a, b = random_frames(12, seed=1), random_frames(12, seed=2)
+    for f in range(4):
+        flusher.push(1, a[f:f + 1])
+        flusher.push(2, b[f:f + 1])
+        flusher.run_once()
+    before = len(sink.events(1))
+    assert before > 0
+    flusher.drop(1)
+    flusher.push(1, a[4:], final=True)  # a stray late push must not revive it
+    flusher.push(2, b[4:], final=True)
+    flusher.run_once()
+    flusher.run_once()
+    assert len(sink.events(1)) == before
+    check_accounting(sink.events(2), 12)
+
+
+def test_drop_during_a_decode_filters_that_iterations_output(tiny_codec):
+    sink = Collect()
+
+    class DropMidDecode:
+        device = tiny_codec.device
+
+        def latents(self, batch):
+            return tiny_codec.latents(batch)
+
+        def decode_latents(self, z):
+            flusher.drop(1)  # as if the engine cancelled while SNAC runs
+            return tiny_codec.decode_latents(z)
+
+    flusher = Flusher(DropMidDecode(), FlusherSettings(), sink)
+    flusher.push(1, random_frames(3), final=True)
+    flusher.run_once()
+    assert sink.events(1) == []
+
+
+def test_a_failed_decode_is_reported_and_the_generation_forgotten(tiny_codec):
+    errors = []
+
+    class Broken:
+        device = tiny_codec.device
+        latents = staticmethod(tiny_codec.latents)
+
+        def decode_latents(self, z):
+            raise RuntimeError("out of memory")
+
+    sink = Collect()
+    flusher = Flusher(Broken(), FlusherSettings(), sink, on_error=lambda ids, exc: errors.append((ids, str(exc))))
+    flusher.push(7, random_frames(2), final=True)
+    flusher.run_once()
+    assert errors == [([7], "out of memory")]
+    assert sink.events() == []
+    flusher.run_once()  # nothing left for it
+    assert sink.events() == []
+
+
+def test_thread_streams_pushes_from_another_thread(tiny_codec):
+    done = threading.Event()
+    sink = Collect()
+
+    def on_events(events):
+        sink(events)
+        if any(e.final for e in events if e.gen_id == 2):
+            done.set()
+
+    flusher = Flusher(tiny_codec, FlusherSettings(), on_events)
+    flusher.start()
+    try:
+        utterances = {1: random_frames(10, seed=1), 2: random_frames(15, seed=2)}
+
+        def producer():
+            for f in range(15):
+                for g, frames in utterances.items():
+                    if f < len(frames):
+                        flusher.push(g, frames[f:f + 1], final=f == len(frames) - 1)
+
+        t = threading.Thread(target=producer)
+        t.start()
+        t.join()
+        assert done.wait(30), "final audio never arrived"
+    finally:
+        flusher.stop()
+    for g, frames in utterances.items():
+        check_accounting(sink.events(g), len(frames))
+    assert all(call for call in sink.calls)
+
+
+def test_settings_are_used_as_given(tiny_codec):
+    s = dataclasses.replace(FlusherSettings(), first_chunk_samples=512)
+    sink = Collect()
+    flusher = Flusher(tiny_codec, s, sink)
+    flusher.push(1, random_frames(1))
+    flusher.run_once()
+    assert sink.events()[0].num_samples == 512
