@@ -1,0 +1,21 @@
+import pytest
+from orpheus.tts.v1 import tts_pb2_grpc
+
+from .server_proc import ServerProcess
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """One demo-model server shared by the e2e tests that don't stop or fill it."""
+    srv = ServerProcess(tmp_path_factory.mktemp("logs"), "engine.max_sessions=32",
+                        "engine.max_batch_size=32", "text.max_text_chars=2000", name="shared")
+    try:
+        srv.wait_serving()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def stub(server):
+    return tts_pb2_grpc.TTSServiceStub(server.channel)
