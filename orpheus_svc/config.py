@@ -88,6 +88,9 @@ class ServerConfig:
     port: int = 50051
     reflection: bool = True
     grace_seconds: float = 20.0
+    # After SIGTERM: report NOT_SERVING and refuse new sessions this long before the listener
+    # closes, so load balancers and readiness probes see it while calls still connect.
+    drain_delay_seconds: float = 1.0
     metrics_port: int = 0  # 0 = off
     log_format: str = "json"  # json | console
     log_level: str = "info"
@@ -256,6 +259,7 @@ def validate(config: Config) -> None:
         (0 <= s.port <= 65535, "server.port", "must be 0..65535"),
         (0 <= s.metrics_port <= 65535, "server.metrics_port", "must be 0..65535"),
         (s.grace_seconds >= 0, "server.grace_seconds", "must be >= 0"),
+        (s.drain_delay_seconds >= 0, "server.drain_delay_seconds", "must be >= 0"),
         (s.log_format in ("json", "console"), "server.log_format", "must be json or console"),
     ]
     for ok, name, why in checks:

@@ -99,13 +99,19 @@ class Scheduler:
     # -- commands -------------------------------------------------------------------------
 
     def add(self, gen: Generation) -> None:
-        """Queue `gen` for admission; AdmissionError when the waiting queue is full."""
+        """Queue `gen` for admission; AdmissionError when the waiting queue is full.
+
+        Only a session's first segment can be refused: a later segment belongs to a session
+        the server already accepted (callers bound how many of those are in flight), and
+        refusing it would break a conversation midway."""
         # Generations queued since the last step may still find a free slot at the next one.
-        if len(self._waiting) >= self.settings.max_waiting + self.pool.num_free:
+        full = len(self._waiting) >= self.settings.max_waiting + self.pool.num_free
+        if full and gen.request.segment_index == 0:
             self._counts["rejected"] += 1
             raise AdmissionError(
-                f"server is at capacity: {self.pool.num_slots} sessions active and "
-                f"{len(self._waiting)} waiting (max_waiting={self.settings.max_waiting})")
+                f"server is at capacity: all {self.pool.num_slots} KV slots are busy and "
+                f"{len(self._waiting)} generations are queued (max_waiting="
+                f"{self.settings.max_waiting}); retry later or on another replica")
         self._counts["submitted"] += 1
         self._waiting.append(gen)
         self._session(gen).add(gen)

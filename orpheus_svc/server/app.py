@@ -4,9 +4,10 @@ Start-up: the port opens at once with health NOT_SERVING (so Kubernetes' startup
 reflection work while weights load); the model loads and runs one warm-up generation in a
 worker thread; then health turns SERVING.
 
-Shutdown (SIGTERM or SIGINT): health NOT_SERVING, no new calls accepted, calls in flight get
-`server.grace_seconds` to finish, then are cancelled (their slots freed); then the engine
-and flusher threads stop.
+Shutdown (SIGTERM or SIGINT): health NOT_SERVING and new sessions refused with UNAVAILABLE
+for `server.drain_delay_seconds` (load balancers notice), then the listener closes and calls
+in flight get `server.grace_seconds` to finish before they are cancelled (their slots
+freed); then the engine and flusher threads stop.
 """
 
 from __future__ import annotations
@@ -76,9 +77,10 @@ class Server:
     async def shutdown(self) -> None:
         grace = self.config.server.grace_seconds
         log.info("shutting down", grace_s=grace, active_sessions=self.state.active_sessions)
+        self.state.serving = False  # new sessions: UNAVAILABLE; sessions in flight go on
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        await asyncio.sleep(self.config.server.drain_delay_seconds)
         await self.grpc.stop(grace)
-        self.state.serving = False
         if self.state.runtime is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.state.runtime.stop)
         log.info("stopped", sessions_total=self.state.sessions_total)

@@ -222,3 +222,13 @@ def test_no_slot_leaks_after_random_submit_cancel_finish():
     st = s.stats()
     assert st.free_slots == 6 and st.active == 0 and st.waiting == 0
     assert st.submitted == st.finished + st.cancelled
+
+
+def test_later_segments_of_an_accepted_session_are_queued_not_refused():
+    s = make_scheduler(slots=1, waiting=0)
+    s.add(make_gen(session="a", segment=0))
+    s.schedule(0.0)
+    s.add(make_gen(session="a", segment=1))  # no room, but the session was accepted
+    with pytest.raises(AdmissionError):
+        s.add(make_gen(session="b", segment=0))
+    assert s.stats().waiting == 1 and s.stats().rejected == 1
