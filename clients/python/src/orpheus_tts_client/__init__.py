@@ -1,0 +1,1 @@
+"""orpheus-tts-client (work in progress)."""

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Install the pinned code-generation and debugging tools into a project-local GOBIN
+# (.tools/bin, gitignored). Idempotent: a tool whose binary already reports the pinned
+# version is skipped, so re-running is cheap and CI can cache .tools/.
+#
+#   scripts/install-tools.sh          # install what is missing or at the wrong version
+#   FORCE=1 scripts/install-tools.sh  # reinstall everything
+#
+# Needs Go (>= 1.24) and access to the Go module proxy. Nothing comes from buf.build:
+# buf runs the locally installed protoc-gen-go / protoc-gen-go-grpc (see buf.gen.yaml).
+set -euo pipefail
+
+# Pinned versions. Bump them here only; regenerate (scripts/gen-proto.sh) after bumping a
+# protoc plugin, because its version is written into the generated file headers.
+BUF_VERSION="v1.75.0"
+PROTOC_GEN_GO_VERSION="v1.36.12"       # google.golang.org/protobuf
+PROTOC_GEN_GO_GRPC_VERSION="v1.6.2"    # google.golang.org/grpc/cmd/protoc-gen-go-grpc
+GRPCURL_VERSION="v1.9.4"
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export GOBIN="${ROOT}/.tools/bin"
+# Build with whatever Go is installed, never fetch a toolchain, never stamp VCS info.
+export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
+mkdir -p "${GOBIN}"
+
+command -v go >/dev/null 2>&1 || { echo "install-tools: 'go' not found on PATH" >&2; exit 1; }
+
+# installed_version BIN: the module version `go version -m` records in the binary ("" if none).
+installed_version() {
+  local bin="${GOBIN}/$1"
+  [[ -x "${bin}" ]] || { echo ""; return; }
+  go version -m "${bin}" 2>/dev/null | awk '$1 == "mod" { print $3; exit }'
+}
+
+# install NAME PACKAGE VERSION
+install() {
+  local name="$1" pkg="$2" version="$3"
+  local have
+  have="$(installed_version "${name}")"
+  if [[ -z "${FORCE:-}" && "${have}" == "${version}" ]]; then
+    echo "install-tools: ${name} ${version} already installed"
+    return
+  fi
+  echo "install-tools: installing ${name} ${version} (${pkg}) into ${GOBIN}"
+  go install "${pkg}@${version}"
+  have="$(installed_version "${name}")"
+  if [[ "${have}" != "${version}" ]]; then
+    echo "install-tools: ${name} reports version '${have}', expected ${version}" >&2
+    exit 1
+  fi
+}
+
+install buf                github.com/bufbuild/buf/cmd/buf                     "${BUF_VERSION}"
+install protoc-gen-go      google.golang.org/protobuf/cmd/protoc-gen-go        "${PROTOC_GEN_GO_VERSION}"
+install protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc       "${PROTOC_GEN_GO_GRPC_VERSION}"
+install grpcurl            github.com/fullstorydev/grpcurl/cmd/grpcurl         "${GRPCURL_VERSION}"
+
+echo "install-tools: done; tools are in ${GOBIN} (add it to PATH or use the scripts)"
