@@ -55,7 +55,9 @@ class StepPlan:
 
 @dataclass
 class StepResult:
-    tokens: dict[int, int] = field(default_factory=dict)  # gen_id -> sampled token id
+    # gen_id -> tokens sampled this step, in order: one per step for the torch backend; zero
+    # or several for backends that batch internally (TensorRT-LLM streams deltas).
+    tokens: dict[int, list[int]] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)  # gen_id -> why it failed
 
 
@@ -166,26 +168,29 @@ class Scheduler:
                 self._finish(gen, "error", now)
                 out.finished.append(gen)
                 continue
-            token = result.tokens[gen.gen_id]
-            gen.num_generated += 1
-            gen.last_token = token
-            self._counts["tokens"] += 1
-            try:
-                frames = gen.parser.feed([token])
-            except AudioGrammarError:
-                self._counts["grammar_violations"] += 1
-                self._finish(gen, "error", now)
-                out.finished.append(gen)
-                continue
-            if frames:
+            frames: list[tuple[int, ...]] = []
+            for token in result.tokens.get(gen.gen_id, ()):
+                gen.num_generated += 1
+                gen.last_token = token
+                self._counts["tokens"] += 1
+                try:
+                    frames += gen.parser.feed([token])
+                except AudioGrammarError:
+                    self._counts["grammar_violations"] += 1
+                    gen.finish_reason = "error"  # finished below, after its good frames
+                    break
+                if token == END_OF_SPEECH_ID:
+                    gen.finish_reason = "stop"
+                elif gen.num_generated >= gen.request.max_tokens:
+                    gen.finish_reason = "length"
+                if gen.finished:
+                    break
+            if frames and gen.finish_reason != "error":
                 gen.num_frames += len(frames)
                 self._sessions[gen.request.session_id].on_frames(gen, len(frames), now)
                 out.frames.append((gen, frames))
-            if token == END_OF_SPEECH_ID:
-                self._finish(gen, "stop", now)
-            elif gen.num_generated >= gen.request.max_tokens:
-                self._finish(gen, "length", now)
             if gen.finished:
+                self._finish(gen, gen.finish_reason, now)
                 out.finished.append(gen)
         return out
 

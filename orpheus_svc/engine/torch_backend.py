@@ -45,7 +45,7 @@ class TorchBackend:
             return StepResult()
         hidden = parts[0] if len(parts) == 1 else torch.cat(parts)
         tokens = self.sample(gens, hidden)
-        return StepResult(tokens={g.gen_id: t for g, t in zip(gens, tokens)})
+        return StepResult(tokens={g.gen_id: [t] for g, t in zip(gens, tokens)})
 
     @torch.inference_mode()
     def sample(self, gens: list[Generation], hidden: torch.Tensor) -> list[int]:

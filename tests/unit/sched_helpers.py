@@ -33,7 +33,7 @@ def legal_token(gen, stop=False):
 
 def run_step(sched, now, stop_ids=()):
     plan = sched.schedule(now)
-    result = StepResult(tokens={g.gen_id: legal_token(g, g.gen_id in stop_ids) for g in plan.batch})
+    result = StepResult(tokens={g.gen_id: [legal_token(g, g.gen_id in stop_ids)] for g in plan.batch})
     return plan, sched.update(plan, result, now)
 
 

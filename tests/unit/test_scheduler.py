@@ -27,7 +27,7 @@ def test_everything_runs_when_it_fits_in_the_batch():
     plan = s.schedule(0.0)
     assert {g.gen_id for g in plan.prefill} == {g.gen_id for g in gens}
     assert [g.gen_id for g in plan.admitted] == [g.gen_id for g in gens]
-    s.update(plan, StepResult({g.gen_id: legal_token(g) for g in plan.batch}), 0.0)
+    s.update(plan, StepResult({g.gen_id: [legal_token(g)] for g in plan.batch}), 0.0)
     plan = s.schedule(0.01)
     assert len(plan.decode) == 3 and not plan.prefill
 
@@ -66,7 +66,7 @@ def test_deadline_order_least_buffered_session_first():
     while ahead.num_frames < 30:
         plan = s.schedule(now)
         plan.decode = [ahead]  # force: only "ahead" advances
-        s.update(plan, StepResult({ahead.gen_id: legal_token(ahead)}), now)
+        s.update(plan, StepResult({ahead.gen_id: [legal_token(ahead)]}), now)
     assert s.buffered_seconds("ahead", now) > s.buffered_seconds("behind", now)
     plan = s.schedule(now)
     assert plan.batch == [behind]
@@ -176,7 +176,7 @@ def test_illegal_token_ends_generation_as_error_and_counts_violation():
     g = make_gen()
     s.add(g)
     plan = s.schedule(0.0)
-    out = s.update(plan, StepResult({g.gen_id: 5}), 0.0)
+    out = s.update(plan, StepResult({g.gen_id: [5]}), 0.0)
     assert out.finished == [g] and g.finish_reason == "error"
     assert s.stats().grammar_violations == 1 and s.pool.num_free == 4
 
@@ -232,3 +232,24 @@ def test_later_segments_of_an_accepted_session_are_queued_not_refused():
     with pytest.raises(AdmissionError):
         s.add(make_gen(session="b", segment=0))
     assert s.stats().waiting == 1 and s.stats().rejected == 1
+
+
+def test_several_tokens_per_step_are_applied_in_order_and_stop_at_the_end():
+    s = make_scheduler()
+    g = make_gen(max_tokens=700)
+    s.add(g)
+    plan = s.schedule(0.0)
+    from orpheus_svc.core.tokens import END_OF_SPEECH_ID, audio_token_id
+    toks = [audio_token_id(i % 7, i) for i in range(14)] + [END_OF_SPEECH_ID, audio_token_id(0, 1)]
+    out = s.update(plan, StepResult({g.gen_id: toks}), 0.0)
+    assert out.frames == [(g, [tuple(range(7)), tuple(range(7, 14))])]
+    assert g.finish_reason == "stop" and g.num_generated == 15  # nothing after the stop
+    assert out.finished == [g] and s.pool.num_free == 4
+
+
+def test_no_tokens_this_step_means_no_progress():
+    s = make_scheduler()
+    g = make_gen()
+    s.add(g)
+    out = s.update(s.schedule(0.0), StepResult({}), 0.0)
+    assert not out.frames and not out.finished and g.num_generated == 0
