@@ -1,1 +1,26 @@
-"""orpheus-tts-client (work in progress)."""
+"""Python client for orpheus-svc, the streaming Orpheus text-to-speech gRPC service.
+
+    from orpheus_tts_client import Client, AsyncClient, AudioChunk, FLUSH
+
+    with Client("localhost:50051") as tts:
+        result = tts.synthesize("Hello there.", voice="tara")      # PCM16, 24 kHz
+        for ev in tts.stream(["Hel", "lo. How are", " you?", FLUSH]):
+            ...
+
+Generated stubs are importable as ``orpheus.tts.v1.tts_pb2`` / ``tts_pb2_grpc``.
+"""
+
+from .aio import AsyncClient
+from .client import Client, collect
+from .types import (
+    FLUSH, AudioChunk, Encoding, Event, Sampling, SegmentEnd, SegmentStart, ServerStatus,
+    Summary, SynthesisResult, TTSError, Voice, VoiceList, mulaw_to_pcm16, wav_payload,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncClient", "AudioChunk", "Client", "Encoding", "Event", "FLUSH", "Sampling",
+    "SegmentEnd", "SegmentStart", "ServerStatus", "Summary", "SynthesisResult", "TTSError",
+    "Voice", "VoiceList", "collect", "mulaw_to_pcm16", "wav_payload",
+]

@@ -1,0 +1,50 @@
+"""What the sync and asyncio clients share: construction arguments and per-call options."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import grpc
+
+from . import _health
+from ._target import channel_options, resolve_target
+
+DEFAULT_TARGET = "localhost:50051"
+DEFAULT_VOICE = "tara"
+
+#: "use the client's default" for per-call arguments
+_UNSET: Any = object()
+
+Metadata = Sequence[tuple[str, str]]
+
+
+class _ClientBase:
+    def __init__(self, target: str = DEFAULT_TARGET, *, timeout: float | None = None,
+                 lb_policy: str | None = "round_robin",
+                 credentials: grpc.ChannelCredentials | None = None,
+                 metadata: Metadata | None = None, wait_for_ready: bool | None = None,
+                 options: Sequence[tuple[str, Any]] | None = None) -> None:
+        self.target = target
+        self.grpc_target = resolve_target(target)
+        self.timeout = timeout
+        self.lb_policy = lb_policy
+        self.metadata = tuple(metadata or ())
+        self.wait_for_ready = wait_for_ready
+        self._credentials = credentials
+        self._options = channel_options(lb_policy, list(options or ()))
+
+    def _call_kwargs(self, timeout: Any, metadata: Metadata | None) -> dict[str, Any]:
+        return {
+            "timeout": self.timeout if timeout is _UNSET else timeout,
+            "metadata": self.metadata + tuple(metadata or ()) or None,
+            "wait_for_ready": self.wait_for_ready,
+        }
+
+    @staticmethod
+    def _health_method(channel):
+        return channel.unary_unary(_health.CHECK_METHOD,
+                                   request_serializer=_health.serialize_request,
+                                   response_deserializer=_health.status_name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(target={self.target!r}, lb_policy={self.lb_policy!r})"

@@ -1,0 +1,99 @@
+"""Target strings and channel options: spreading sessions over replicas.
+
+Accepted targets:
+
+    localhost:50051              -> as is (gRPC's default dns resolver: every A/AAAA record)
+    dns:///tts.internal:50051    -> as is; all resolved addresses, re-resolved by gRPC
+    10.0.0.1:50051,10.0.0.2:50051
+                                 -> "ipv4:10.0.0.1:50051,10.0.0.2:50051" (static list)
+    tts-a:50051,tts-b:50051      -> host names are resolved ONCE, here, to a static ipv4:/ipv6:
+                                    list; use dns:/// (or a headless Service) for a changing set
+    ipv4:..., ipv6:..., unix:..., xds:..., any other "scheme:" target -> as is
+
+With several addresses the load-balancing policy decides where each call goes;
+``round_robin`` (the default here) sends successive calls - i.e. sessions - to successive
+replicas, whereas gRPC's own default, ``pick_first``, would pin every call to one of them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import socket
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_HOST_PORT = re.compile(r"^(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]+)):(?P<port>\d+)$")
+
+
+def _split_host_port(addr: str) -> tuple[str, int]:
+    m = _HOST_PORT.match(addr.strip())
+    if not m:
+        raise ValueError(f"bad address {addr!r}: expected host:port or [ipv6]:port")
+    return (m.group("v6") or m.group("host")), int(m.group("port"))
+
+
+def _is_scheme_target(target: str) -> bool:
+    # "localhost:50051" (or "tts-a:50051,tts-b:50051") also looks like "scheme:", so a
+    # host:port first item (port all digits) wins.
+    if _HOST_PORT.match(target.split(",", 1)[0].strip()):
+        return False
+    return bool(_SCHEME.match(target))
+
+
+def _resolve(host: str, port: int) -> tuple[list[str], list[str]]:
+    """IPv4 and IPv6 addresses of host (literals are returned as they are)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return ([str(ip)], []) if ip.version == 4 else ([], [str(ip)])
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise ValueError(f"cannot resolve {host!r} in target list: {e}") from None
+    v4 = sorted({i[4][0] for i in infos if i[0] == socket.AF_INET})
+    v6 = sorted({i[4][0] for i in infos if i[0] == socket.AF_INET6})
+    return v4, v6
+
+
+def resolve_target(target: str) -> str:
+    """The gRPC target string for a user-facing target (see module docstring)."""
+    target = target.strip()
+    if not target:
+        raise ValueError("empty target")
+    if "," not in target or _is_scheme_target(target):
+        return target
+    addrs = [a for a in (s.strip() for s in target.split(",")) if a]
+    v4: list[str] = []
+    v6: list[str] = []
+    all_v4 = all_v6 = True
+    for addr in addrs:
+        host, port = _split_host_port(addr)
+        a4, a6 = _resolve(host, port)
+        all_v4 &= bool(a4)
+        all_v6 &= bool(a6)
+        # One address per listed replica: a name with several records is one replica here.
+        if a4:
+            v4.append(f"{a4[0]}:{port}")
+        if a6:
+            v6.append(f"[{a6[0]}]:{port}")
+    # gRPC's static resolvers take one family per target; prefer IPv4 when all have it.
+    if all_v4:
+        return "ipv4:" + ",".join(v4)
+    if all_v6:
+        return "ipv6:" + ",".join(v6)
+    raise ValueError(f"target list {target!r} mixes IPv4-only and IPv6-only hosts; "
+                     "use one address family")
+
+
+def channel_options(lb_policy: str | None, extra: list[tuple[str, object]] | None = None,
+                    ) -> list[tuple[str, object]]:
+    """Channel options with the load-balancing policy set through the service config."""
+    options: list[tuple[str, object]] = []
+    if lb_policy:
+        config = {"loadBalancingConfig": [{lb_policy: {}}]}
+        options.append(("grpc.service_config", json.dumps(config)))
+    options.extend(extra or [])
+    return options

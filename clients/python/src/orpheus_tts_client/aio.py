@@ -1,0 +1,204 @@
+"""asyncio client, on grpc.aio.
+
+    async with AsyncClient("localhost:50051") as tts:
+        async for ev in tts.stream(llm_text_fragments(), voice="tara"):
+            if isinstance(ev, AudioChunk):
+                await player.write(ev.audio)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterable, AsyncIterator, Iterable
+
+import grpc
+import grpc.aio
+from orpheus.tts.v1 import tts_pb2 as pb
+from orpheus.tts.v1 import tts_pb2_grpc
+
+from . import _convert
+from ._base import _UNSET, DEFAULT_TARGET, DEFAULT_VOICE, Metadata, _ClientBase
+from .types import Encoding, Event, Sampling, ServerStatus, SynthesisResult, TTSError, VoiceList
+
+TextSource = AsyncIterable[Any] | Iterable[Any] | str
+
+
+class AsyncClient(_ClientBase):
+    """asyncio client for ``orpheus.tts.v1.TTSService``; same arguments and methods as
+    ``Client`` (see there), but coroutines and async iterators.
+
+    Create it inside the event loop that uses it (grpc.aio channels belong to one loop).
+    """
+
+    def __init__(self, target: str = DEFAULT_TARGET, **kwargs: Any) -> None:
+        super().__init__(target, **kwargs)
+        if self._credentials is not None:
+            self._channel = grpc.aio.secure_channel(self.grpc_target, self._credentials,
+                                                    options=self._options)
+        else:
+            self._channel = grpc.aio.insecure_channel(self.grpc_target, options=self._options)
+        self._stub = tts_pb2_grpc.TTSServiceStub(self._channel)
+        self._check = self._health_method(self._channel)
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        return self._channel
+
+    async def close(self, grace: float | None = None) -> None:
+        await self._channel.close(grace)
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait until the channel is connected (asyncio.TimeoutError on timeout)."""
+        await asyncio.wait_for(self._channel.channel_ready(), timeout)
+
+    # -- synthesis ---------------------------------------------------------------------------
+
+    def stream(self, text: TextSource, voice: str = DEFAULT_VOICE, *,
+               encoding: Encoding | str = Encoding.PCM16, sample_rate: int | None = None,
+               sampling: Sampling | None = None, timeout: float | None = _UNSET,
+               metadata: Metadata | None = None) -> AsyncIterator[Event]:
+        """One StreamingSynthesize session: ``async for ev in client.stream(...)``.
+
+        ``text`` is a str, or a sync or async iterable of str fragments and ``FLUSH`` items,
+        sent as they come (a task writes while you read). A sync iterable runs on the event
+        loop, so it must not block; wrap a blocking source in an async generator. Its end
+        half-closes the input; leaving the loop early cancels the call.
+        """
+        config = _convert.config_request(voice, encoding, sample_rate, sampling)
+        return self._stream(config, text, self._call_kwargs(timeout, metadata))
+
+    async def _stream(self, config, text: TextSource, kwargs) -> AsyncIterator[Event]:
+        call = self._stub.StreamingSynthesize(**kwargs)
+        writer_error: list[BaseException] = []
+
+        async def write() -> None:
+            try:
+                await call.write(config)
+                async for item in _items(text):
+                    req = _convert.fragment_request(item)
+                    if req is not None:
+                        await call.write(req)
+                await call.done_writing()
+            except (grpc.RpcError, asyncio.InvalidStateError):
+                return  # the call already ended; the reader reports its status
+            except Exception as e:  # noqa: BLE001 - re-raised on the reader's side
+                writer_error.append(e)
+                call.cancel()
+
+        writer = asyncio.ensure_future(write())
+        try:
+            while True:
+                try:
+                    msg = await call.read()
+                except grpc.RpcError as e:
+                    if writer_error:
+                        raise writer_error[0] from None
+                    raise TTSError.from_rpc_error(e) from None
+                except asyncio.CancelledError:
+                    # the writer cancelled the call because the text source failed
+                    if writer_error:
+                        raise writer_error[0] from None
+                    raise
+                if msg is grpc.aio.EOF:
+                    break
+                ev = _convert.event(msg)
+                if ev is not None:
+                    yield ev
+            if writer_error:
+                raise writer_error[0]
+        finally:
+            if not writer.done():
+                writer.cancel()
+            call.cancel()
+
+    def synthesize_events(self, text: str, voice: str = DEFAULT_VOICE, *,
+                          encoding: Encoding | str = Encoding.PCM16,
+                          sample_rate: int | None = None, sampling: Sampling | None = None,
+                          timeout: float | None = _UNSET,
+                          metadata: Metadata | None = None) -> AsyncIterator[Event]:
+        """One Synthesize call (whole text in one request); yields events like ``stream``."""
+        request = _convert.synthesize_request(text, voice, encoding, sample_rate, sampling)
+        return self._synthesize(request, self._call_kwargs(timeout, metadata))
+
+    async def _synthesize(self, request, kwargs) -> AsyncIterator[Event]:
+        call = self._stub.Synthesize(request, **kwargs)
+        try:
+            while True:
+                try:
+                    msg = await call.read()
+                except grpc.RpcError as e:
+                    raise TTSError.from_rpc_error(e) from None
+                if msg is grpc.aio.EOF:
+                    break
+                ev = _convert.event(msg)
+                if ev is not None:
+                    yield ev
+        finally:
+            call.cancel()
+
+    async def synthesize(self, text: str, voice: str = DEFAULT_VOICE, *,
+                         encoding: Encoding | str = Encoding.PCM16,
+                         sample_rate: int | None = None, sampling: Sampling | None = None,
+                         timeout: float | None = _UNSET,
+                         metadata: Metadata | None = None) -> SynthesisResult:
+        """Speak a whole text (Synthesize RPC) and return all its audio at once."""
+        return await collect(
+            self.synthesize_events(text, voice, encoding=encoding, sample_rate=sample_rate,
+                                   sampling=sampling, timeout=timeout, metadata=metadata),
+            encoding=encoding, sample_rate=sample_rate)
+
+    async def synthesize_stream(self, text: TextSource, voice: str = DEFAULT_VOICE,
+                                **kwargs: Any) -> SynthesisResult:
+        """``stream`` collected into one SynthesisResult (same keyword arguments)."""
+        return await collect(self.stream(text, voice, **kwargs),
+                             encoding=kwargs.get("encoding", Encoding.PCM16),
+                             sample_rate=kwargs.get("sample_rate"))
+
+    # -- service info ------------------------------------------------------------------------
+
+    async def list_voices(self, *, timeout: float | None = _UNSET,
+                          metadata: Metadata | None = None) -> VoiceList:
+        return _convert.voice_list(await _unary(self._stub.ListVoices, pb.ListVoicesRequest(),
+                                                self._call_kwargs(timeout, metadata)))
+
+    async def status(self, *, timeout: float | None = _UNSET,
+                     metadata: Metadata | None = None) -> ServerStatus:
+        return _convert.server_status(await _unary(self._stub.GetStatus, pb.GetStatusRequest(),
+                                                   self._call_kwargs(timeout, metadata)))
+
+    async def health(self, service: str = "", *, timeout: float | None = _UNSET,
+                     metadata: Metadata | None = None) -> str:
+        return await _unary(self._check, service, self._call_kwargs(timeout, metadata))
+
+
+async def collect(events: AsyncIterable[Event], *, encoding: Encoding | str = Encoding.PCM16,
+                  sample_rate: int | None = None) -> SynthesisResult:
+    """Gather an async stream of events into a SynthesisResult."""
+    builder = _convert.ResultBuilder(encoding, sample_rate)
+    async for ev in events:
+        builder.add(ev)
+    return builder.result()
+
+
+async def _items(text: TextSource) -> AsyncIterator[Any]:
+    if isinstance(text, str):
+        yield text
+    elif hasattr(text, "__aiter__"):
+        async for item in text:  # type: ignore[union-attr]
+            yield item
+    else:
+        for item in text:  # type: ignore[union-attr]
+            yield item
+
+
+async def _unary(method, request, kwargs):
+    try:
+        return await method(request, **kwargs)
+    except grpc.RpcError as e:
+        raise TTSError.from_rpc_error(e) from None

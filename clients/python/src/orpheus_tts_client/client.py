@@ -1,0 +1,204 @@
+"""Synchronous client, on grpc's sync channel.
+
+    with Client("localhost:50051") as tts:
+        for ev in tts.stream(["Hello the", "re. How are", " you?", FLUSH], voice="tara"):
+            if isinstance(ev, AudioChunk):
+                play(ev.audio)
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterable, Iterator
+
+import grpc
+from orpheus.tts.v1 import tts_pb2 as pb
+from orpheus.tts.v1 import tts_pb2_grpc
+
+from . import _convert
+from ._base import _UNSET, DEFAULT_TARGET, DEFAULT_VOICE, Metadata, _ClientBase
+from .types import Encoding, Event, Sampling, ServerStatus, SynthesisResult, TTSError, VoiceList
+
+
+class _Requests:
+    """The request iterator grpc consumes on its own thread: config, then the text items.
+
+    When the caller's iterable raises, the call is cancelled and the exception is kept so
+    that the response side re-raises it (instead of a bare CANCELLED status), and the input
+    is never half-closed as if it had ended normally.
+    """
+
+    def __init__(self, config: pb.StreamingSynthesizeRequest, text: Iterable) -> None:
+        self._config = config
+        self._text = text
+        self.error: BaseException | None = None
+        self._call = None
+        self._call_set = threading.Event()
+
+    def set_call(self, call) -> None:
+        self._call = call
+        self._call_set.set()
+
+    def __iter__(self) -> Iterator[pb.StreamingSynthesizeRequest]:
+        yield self._config
+        try:
+            for item in self._text:
+                req = _convert.fragment_request(item)
+                if req is not None:
+                    yield req
+        except Exception as e:  # noqa: BLE001 - handed to the caller's thread
+            self.error = e
+            self._call_set.wait()
+            self._call.cancel()
+
+
+class Client(_ClientBase):
+    """Blocking client for ``orpheus.tts.v1.TTSService``.
+
+    Args:
+        target: ``host:port``, ``dns:///host:port``, a comma list ``h1:p1,h2:p2`` or any gRPC
+            target (see ``orpheus_tts_client._target``).
+        timeout: default deadline in seconds for every call (None: none). Per-call
+            ``timeout=`` overrides it; a deadline covers a whole streaming session.
+        lb_policy: gRPC load-balancing policy; ``round_robin`` spreads calls over all the
+            target's addresses, ``pick_first`` (or None: gRPC's default) uses one.
+        credentials: ``grpc.ssl_channel_credentials(...)`` for TLS; None is plaintext.
+        metadata: sent with every call (e.g. ``[("authorization", "Bearer ...")]``).
+        wait_for_ready: queue calls while the server is unreachable instead of failing fast.
+        options: extra gRPC channel options.
+
+    Errors: every call raises ``TTSError(code, details)`` for a non-OK status.
+    """
+
+    def __init__(self, target: str = DEFAULT_TARGET, **kwargs: Any) -> None:
+        super().__init__(target, **kwargs)
+        if self._credentials is not None:
+            self._channel = grpc.secure_channel(self.grpc_target, self._credentials,
+                                                options=self._options)
+        else:
+            self._channel = grpc.insecure_channel(self.grpc_target, options=self._options)
+        self._stub = tts_pb2_grpc.TTSServiceStub(self._channel)
+        self._check = self._health_method(self._channel)
+
+    @property
+    def channel(self) -> grpc.Channel:
+        return self._channel
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Block until the channel is connected (grpc.FutureTimeoutError on timeout)."""
+        grpc.channel_ready_future(self._channel).result(timeout=timeout)
+
+    # -- synthesis ---------------------------------------------------------------------------
+
+    def stream(self, text: Iterable[str | Any] | str, voice: str = DEFAULT_VOICE, *,
+               encoding: Encoding | str = Encoding.PCM16, sample_rate: int | None = None,
+               sampling: Sampling | None = None, timeout: float | None = _UNSET,
+               metadata: Metadata | None = None) -> Iterator[Event]:
+        """One StreamingSynthesize session; yields AudioChunk/SegmentStart/SegmentEnd, then Summary.
+
+        ``text`` is a str or an iterable of str fragments (any size, mid-word is fine) and
+        ``FLUSH`` items; it is consumed on a gRPC thread as the session runs, so it may block
+        (e.g. read a pipe). Its end half-closes the input. Breaking out of the loop cancels.
+        """
+        config = _convert.config_request(voice, encoding, sample_rate, sampling)
+        requests = _Requests(config, [text] if isinstance(text, str) else text)
+        kwargs = self._call_kwargs(timeout, metadata)
+
+        def run() -> Iterator[Event]:
+            call = self._stub.StreamingSynthesize(iter(requests), **kwargs)
+            requests.set_call(call)
+            yield from _events(call, requests)
+
+        return run()
+
+    def synthesize_events(self, text: str, voice: str = DEFAULT_VOICE, *,
+                          encoding: Encoding | str = Encoding.PCM16,
+                          sample_rate: int | None = None, sampling: Sampling | None = None,
+                          timeout: float | None = _UNSET,
+                          metadata: Metadata | None = None) -> Iterator[Event]:
+        """One Synthesize call (whole text in one request); yields events like ``stream``."""
+        request = _convert.synthesize_request(text, voice, encoding, sample_rate, sampling)
+        kwargs = self._call_kwargs(timeout, metadata)
+
+        def run() -> Iterator[Event]:
+            yield from _events(self._stub.Synthesize(request, **kwargs), None)
+
+        return run()
+
+    def synthesize(self, text: str, voice: str = DEFAULT_VOICE, *,
+                   encoding: Encoding | str = Encoding.PCM16, sample_rate: int | None = None,
+                   sampling: Sampling | None = None, timeout: float | None = _UNSET,
+                   metadata: Metadata | None = None) -> SynthesisResult:
+        """Speak a whole text (Synthesize RPC) and return all its audio at once."""
+        return collect(self.synthesize_events(text, voice, encoding=encoding,
+                                              sample_rate=sample_rate, sampling=sampling,
+                                              timeout=timeout, metadata=metadata),
+                       encoding=encoding, sample_rate=sample_rate)
+
+    def synthesize_stream(self, text: Iterable[str | Any] | str, voice: str = DEFAULT_VOICE,
+                          **kwargs: Any) -> SynthesisResult:
+        """``stream`` collected into one SynthesisResult (same keyword arguments)."""
+        return collect(self.stream(text, voice, **kwargs),
+                       encoding=kwargs.get("encoding", Encoding.PCM16),
+                       sample_rate=kwargs.get("sample_rate"))
+
+    # -- service info ------------------------------------------------------------------------
+
+    def list_voices(self, *, timeout: float | None = _UNSET,
+                    metadata: Metadata | None = None) -> VoiceList:
+        """The voices (and emotion tags) the server's model knows."""
+        return _convert.voice_list(_unary(self._stub.ListVoices, pb.ListVoicesRequest(),
+                                          self._call_kwargs(timeout, metadata)))
+
+    def status(self, *, timeout: float | None = _UNSET,
+               metadata: Metadata | None = None) -> ServerStatus:
+        """Scheduler and KV slot figures (GetStatus)."""
+        return _convert.server_status(_unary(self._stub.GetStatus, pb.GetStatusRequest(),
+                                             self._call_kwargs(timeout, metadata)))
+
+    def health(self, service: str = "", *, timeout: float | None = _UNSET,
+               metadata: Metadata | None = None) -> str:
+        """grpc.health.v1 Check: "SERVING", "NOT_SERVING", "UNKNOWN" or "SERVICE_UNKNOWN".
+
+        ``service`` "" is the whole server; "orpheus.tts.v1.TTSService" the TTS service.
+        """
+        return _unary(self._check, service, self._call_kwargs(timeout, metadata))
+
+
+def collect(events: Iterable[Event], *, encoding: Encoding | str = Encoding.PCM16,
+            sample_rate: int | None = None) -> SynthesisResult:
+    """Gather a stream of events into a SynthesisResult (client TTFB measured from here)."""
+    builder = _convert.ResultBuilder(encoding, sample_rate)
+    for ev in events:
+        builder.add(ev)
+    return builder.result()
+
+
+def _unary(method, request, kwargs):
+    try:
+        return method(request, **kwargs)
+    except grpc.RpcError as e:
+        raise TTSError.from_rpc_error(e) from None
+
+
+def _events(call, requests: _Requests | None) -> Iterator[Event]:
+    try:
+        for msg in call:
+            ev = _convert.event(msg)
+            if ev is not None:
+                yield ev
+    except grpc.RpcError as e:
+        if requests is not None and requests.error is not None:
+            raise requests.error from None
+        raise TTSError.from_rpc_error(e) from None
+    finally:
+        call.cancel()  # no-op once finished; frees the server's slot if the caller stopped early

@@ -1,0 +1,241 @@
+"""Plain data types of the client API: events, results, options, errors.
+
+The client converts proto messages to these at its edge, so callers never touch generated
+code (it is still available as ``orpheus.tts.v1.tts_pb2`` for those who want it).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass, field
+from typing import Union
+
+import grpc
+
+
+class _Flush:
+    """Type of the FLUSH sentinel."""
+
+    _instance: "_Flush | None" = None
+
+    def __new__(cls) -> "_Flush":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "FLUSH"
+
+    def __reduce__(self) -> str:
+        return "FLUSH"
+
+
+#: Put FLUSH in a text iterable to end the current segment now (a ``Flush`` message).
+FLUSH = _Flush()
+
+
+class Encoding(enum.IntEnum):
+    """Audio encoding (values are ``orpheus.tts.v1.AudioEncoding``)."""
+
+    PCM16 = 1  #: signed 16-bit little-endian mono PCM
+    MULAW = 2  #: G.711 mu-law, 8000 Hz only
+    WAV = 3  #: PCM16 with a streaming RIFF header in the first chunk (Synthesize only)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Per-session sampling overrides; None leaves the server default."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """Encoded audio of one segment. Offsets and counts are at the output sample rate."""
+
+    audio: bytes
+    segment_index: int
+    sequence_number: int
+    sample_offset: int
+    num_samples: int
+
+
+@dataclass(frozen=True)
+class SegmentStart:
+    """Sent before a segment's first audio chunk; ``text`` is the segment as the server cut it."""
+
+    segment_index: int
+    text: str
+    sample_offset: int
+
+
+@dataclass(frozen=True)
+class SegmentEnd:
+    """Sent after a segment's last audio chunk."""
+
+    segment_index: int
+    text: str
+    num_samples: int
+    num_tokens: int
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The last event of a call (server-side figures)."""
+
+    session_id: str
+    time_to_first_audio_ms: float
+    audio_ms: float
+    num_tokens: int
+    num_segments: int
+    num_samples: int
+    wall_ms: float
+
+
+#: One event of a synthesis stream.
+Event = Union[AudioChunk, SegmentStart, SegmentEnd, Summary]
+
+
+@dataclass
+class SynthesisResult:
+    """Everything one call returned, collected.
+
+    ``audio`` holds the bytes as sent in the requested encoding (for WAV including the
+    header); ``pcm`` gives PCM16 for every encoding. ``client_ttfb_s`` is measured on this
+    side: from the start of the call to the first audio chunk.
+    """
+
+    audio: bytes
+    sample_rate: int
+    encoding: Encoding
+    summary: Summary | None
+    segments: list[SegmentEnd] = field(default_factory=list)
+    num_chunks: int = 0
+    client_ttfb_s: float | None = None
+    wall_s: float = 0.0
+
+    @property
+    def pcm(self) -> bytes:
+        """The audio as signed 16-bit little-endian mono PCM."""
+        if self.encoding == Encoding.MULAW:
+            return mulaw_to_pcm16(self.audio)
+        if self.encoding == Encoding.WAV:
+            return wav_payload(self.audio)
+        return self.audio
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.pcm) // 2
+
+    @property
+    def duration_s(self) -> float:
+        return self.num_samples / self.sample_rate if self.sample_rate else 0.0
+
+
+@dataclass(frozen=True)
+class Voice:
+    name: str
+    language: str
+    is_default: bool
+
+
+@dataclass(frozen=True)
+class VoiceList:
+    """Result of ``list_voices()``."""
+
+    voices: list[Voice]
+    emotion_tags: list[str]
+
+    @property
+    def names(self) -> list[str]:
+        return [v.name for v in self.voices]
+
+    @property
+    def default(self) -> str | None:
+        return next((v.name for v in self.voices if v.is_default), None)
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """Result of ``status()``: scheduler and KV slot figures (see GetStatusResponse)."""
+
+    serving: bool
+    backend: str
+    model: str
+    active_sessions: int
+    active_generations: int
+    waiting_generations: int
+    free_slots: int
+    total_slots: int
+    max_batch_size: int
+    sessions_total: int
+    generations_total: int
+    rejected_total: int
+    tokens_total: int
+    steps_total: int
+    grammar_violations: int
+    audio_seconds_total: float
+    uptime_seconds: float
+
+
+class TTSError(Exception):
+    """A call ended with a non-OK gRPC status.
+
+    ``code`` is the ``grpc.StatusCode``, ``details`` the server's message (for example
+    "unknown voice 'nobody'; known voices: tara, leah, ...").
+    """
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+    @property
+    def code_name(self) -> str:
+        return self.code.name
+
+    @classmethod
+    def from_rpc_error(cls, err: grpc.RpcError) -> "TTSError":
+        code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+        details = err.details() if hasattr(err, "details") else str(err)
+        return cls(code or grpc.StatusCode.UNKNOWN, details or "")
+
+
+def _build_mulaw_table() -> tuple[int, ...]:
+    # G.711 mu-law expansion (the inverse of the server's encoder), one entry per byte.
+    table = []
+    for b in range(256):
+        u = ~b & 0xFF
+        sign, exponent, mantissa = u & 0x80, (u >> 4) & 0x07, u & 0x0F
+        magnitude = (((mantissa << 3) + 0x84) << exponent) - 0x84
+        table.append(-magnitude if sign else magnitude)
+    return tuple(table)
+
+
+_MULAW = _build_mulaw_table()
+
+
+def mulaw_to_pcm16(data: bytes) -> bytes:
+    """Decode G.711 mu-law bytes to PCM16 little-endian."""
+    return struct.pack(f"<{len(data)}h", *(_MULAW[b] for b in data))
+
+
+def wav_payload(data: bytes) -> bytes:
+    """The sample bytes of a RIFF/WAV stream (the 'data' chunk, to the end of ``data``).
+
+    Works on the streaming header the server sends, whose size fields are 0xFFFFFFFF.
+    """
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise ValueError("not a RIFF/WAVE stream")
+    pos = 12
+    while pos + 8 <= len(data):
+        chunk_id, size = data[pos:pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
+        if chunk_id == b"data":
+            return data[pos + 8:]
+        pos += 8 + size + (size & 1)
+    raise ValueError("RIFF/WAVE stream has no 'data' chunk")
