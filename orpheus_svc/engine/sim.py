@@ -1,0 +1,263 @@
+"""The `sim` backend: a GPU timing model with no model compute, for load-testing the real server.
+
+Everything around the model is real: EngineCore, the scheduler, the flusher's bookkeeping,
+the gRPC server. Only two things are simulated:
+
+  * SimBackend.step(plan): the tokens come from a seeded RNG that follows the audio grammar,
+    and the step lasts t(batch, context) from a GpuProfile (engine/sim_profiles.py, derived
+    in docs/capacity.md).
+  * SimCodec: the flusher's codec; a decode call costs the profile's SNAC time and returns
+    low-level noise of exactly the right length.
+
+Step pacing. A GPU runs the next step while the host finishes the previous one's
+bookkeeping (TensorRT-LLM's overlap scheduler does this), so host time up to the step's
+own length is hidden and host time beyond it is what the GPU waits for:
+
+    step k:      |<-------- d_k -------->|                         modelled GPU time
+    host:        |  update, schedule ... |--step()--| sleep  |      Python, then sleep
+                 ^ last_end              ^ now      end = max(last_end + d, now)
+
+    period = max(d, host time): the step period matches the model whenever the host keeps
+    up, and becomes the host's own time when it does not (counted in stats()["host_bound_steps"]).
+
+After an idle spell (no live generation when step() is called) the step starts now:
+end = now + d. All time goes through the injectable `clock` and `sleep`.
+
+Utterance lengths. Each generation gets its whole token stream when it is first seen:
+frames ~ expected_frames x lognormal(0, length_sigma) (expected_frames is ~15 chars/s of the
+segment's text, set by the runtime), at least 1, then the stop id; max_tokens cuts it short
+(the scheduler then ends it with "length"). Codes are uniform; the stream depends only on
+the generation's seed, never on batching.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+import zlib
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from orpheus_svc.core.generation import Generation
+from orpheus_svc.core.scheduler import StepPlan, StepResult
+from orpheus_svc.core.tokens import (
+    AUDIO_BASE,
+    BOS_ID,
+    CODES_PER_POSITION,
+    END_OF_SPEECH_ID,
+    FRAME_SECONDS,
+    FRAME_TOKENS,
+    SAMPLE_RATE,
+    SAMPLES_PER_FRAME,
+)
+
+from .sim_profiles import GpuProfile, get_profile
+
+log = logging.getLogger(__name__)
+
+# sim_encode's granularity; Llama-3's tokenizer averages ~4 characters of English per token.
+SIM_CHARS_PER_TOKEN = 4.0
+SPEECH_CHARS_PER_SECOND = 15.0
+_PROMPT_OVERHEAD_TOKENS = 8  # start of human, BOS, "tara:", end of text/human, start of AI/speech
+_POSITION_OFFSETS = np.arange(FRAME_TOKENS, dtype=np.int64) * CODES_PER_POSITION + AUDIO_BASE
+_PIECE = re.compile(r"\s?[A-Za-z0-9]{1,4}|\s?[^\sA-Za-z0-9]|\s+")
+
+
+def sim_encode(text: str) -> list[int]:
+    """A cheap stand-in tokenizer: BOS + one id per ~4-character piece (Llama-3-like lengths,
+    so prefill costs are realistic). Ids are a hash of the piece, below 128000."""
+    return [BOS_ID] + [zlib.crc32(p.encode()) % 128000 for p in _PIECE.findall(text)]
+
+
+class SimBackend:
+    """Backend protocol (engine/core.py) with modelled step times and grammar-legal tokens."""
+
+    name = "sim"
+
+    def __init__(self, profile: GpuProfile, num_slots: int, max_seq_len: int, *,
+                 length_sigma: float = 0.2,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.profile = profile
+        self.num_slots = num_slots
+        self.max_seq_len = max_seq_len
+        self.length_sigma = length_sigma
+        self._clock = clock
+        self._sleep = sleep
+        self._streams: dict[int, list[int]] = {}  # live generations: their whole token stream
+        self._last_end = 0.0
+        # Engine thread only; read them as a (racy, monotone) snapshot.
+        self.counters = dict(steps=0, rows=0, prefill_rows=0, prefill_tokens=0,
+                             modelled_s=0.0, host_bound_steps=0, host_excess_s=0.0,
+                             idle_starts=0, peak_kv_tokens=0)
+        need = profile.weight_bytes + profile.kv_bytes(num_slots * max_seq_len)
+        if need > profile.memory_bytes:
+            log.warning(
+                "sim %s: %d slots x %d tokens of FP16 KV + weights = %.1f GB, more than the "
+                "%.0f GB of a %s; a paged KV cache (TensorRT-LLM) only needs the live tokens "
+                "(stats()['peak_kv_tokens']), a preallocated slot pool would not fit",
+                profile.name, num_slots, max_seq_len, need / 1e9, profile.memory_bytes / 1e9,
+                profile.gpu)
+
+    # -- Backend protocol ------------------------------------------------------------------
+
+    def release(self, gens: list[Generation]) -> None:
+        for g in gens:
+            self._streams.pop(g.gen_id, None)
+
+    def step(self, plan: StepPlan) -> StepResult:
+        now = self._clock()
+        busy = bool(self._streams)
+        tokens: dict[int, list[int]] = {}
+        streams = self._streams
+        prefill_tokens = prefill_sq = 0
+        for g in plan.prefill:
+            stream = streams[g.gen_id] = self.token_stream(g)
+            n = g.num_prompt_tokens
+            prefill_tokens += n
+            prefill_sq += n * n
+            self._emit(g, stream, 0, tokens)
+        context = 0
+        for g in plan.decode:
+            i = g.num_generated
+            stream = streams.get(g.gen_id)
+            if stream is None:  # not seen before (e.g. a backend swap); same stream anyway
+                stream = streams[g.gen_id] = self.token_stream(g)
+            context += g.num_prompt_tokens + i
+            self._emit(g, stream, i, tokens)
+        d = self.profile.step_seconds(len(plan.decode), context, len(plan.prefill),
+                                      prefill_tokens, prefill_sq)
+        c = self.counters
+        if busy:
+            end = self._last_end + d
+            if now > end:
+                c["host_bound_steps"] += 1
+                c["host_excess_s"] += now - end
+                end = now
+        else:
+            c["idle_starts"] += 1
+            end = now + d
+        c["steps"] += 1
+        c["rows"] += len(plan.prefill) + len(plan.decode)
+        c["prefill_rows"] += len(plan.prefill)
+        c["prefill_tokens"] += prefill_tokens
+        c["modelled_s"] += d
+        c["peak_kv_tokens"] = max(c["peak_kv_tokens"], context + prefill_tokens)
+        self._last_end = end
+        wait = end - self._clock()
+        if wait > 0:
+            self._sleep(wait)
+        return StepResult(tokens=tokens)
+
+    def _emit(self, g: Generation, stream: list[int], i: int, out: dict[int, list[int]]) -> None:
+        token = stream[i] if i < len(stream) else END_OF_SPEECH_ID
+        out[g.gen_id] = [token]
+        if token == END_OF_SPEECH_ID or i + 1 >= g.request.max_tokens:
+            del self._streams[g.gen_id]  # the scheduler finishes it with this token
+
+    # -- tokens ----------------------------------------------------------------------------
+
+    def num_frames(self, g: Generation, rng: np.random.Generator) -> int:
+        """Sampled utterance length in frames (>= 1), before the max_tokens cut."""
+        expected = g.request.expected_frames
+        if expected <= 0:  # no estimate from the caller: infer the text length from the prompt
+            chars = max(1, g.num_prompt_tokens - _PROMPT_OVERHEAD_TOKENS) * SIM_CHARS_PER_TOKEN
+            expected = chars / SPEECH_CHARS_PER_SECOND / FRAME_SECONDS
+        factor = math.exp(rng.normal(0.0, self.length_sigma)) if self.length_sigma > 0 else 1.0
+        return max(1, round(expected * factor))
+
+    def token_stream(self, g: Generation) -> list[int]:
+        """The generation's whole output: frames x 7 legal audio ids, then the stop id,
+        truncated to max_tokens. Depends only on g.seed and the request."""
+        rng = np.random.default_rng(g.seed)
+        frames = self.num_frames(g, rng)
+        codes = rng.integers(0, CODES_PER_POSITION, size=(frames, FRAME_TOKENS), dtype=np.int64)
+        ids = (codes + _POSITION_OFFSETS).reshape(-1).tolist()
+        ids.append(END_OF_SPEECH_ID)
+        return ids[:max(g.request.max_tokens, 0)]
+
+    def stats(self) -> dict:
+        """Counters plus derived figures: mean batch, fraction of steps where the host was slower."""
+        c = dict(self.counters)
+        c["live_generations"] = len(self._streams)
+        c["mean_batch"] = c["rows"] / c["steps"] if c["steps"] else 0.0
+        c["host_bound_fraction"] = c["host_bound_steps"] / c["steps"] if c["steps"] else 0.0
+        c["peak_kv_gb"] = self.profile.kv_bytes(c["peak_kv_tokens"]) / 1e9
+        return c
+
+
+class SimCodec:
+    """Stands in for audio.codec.SnacCodec in the Flusher (same methods it calls).
+
+    latents() makes a [B, 1, 4F] zero tensor (the flusher crops and concatenates it);
+    decode_latents() sleeps the profile's SNAC time for the call,
+        codec_call_s + (B x T / 4 frames, context included) x codec_s_per_frame,
+    and returns [B, T*512] float32 noise at `level_db` (not silence, so encoders see
+    non-trivial samples; not speech either).
+    """
+
+    device = torch.device("cpu")
+    sample_rate = SAMPLE_RATE
+    samples_per_frame = SAMPLES_PER_FRAME
+    has_noise = False
+    noise = False
+
+    def __init__(self, profile: GpuProfile, *, level_db: float = -60.0, seed: int = 0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.profile = profile
+        self._sleep = sleep
+        amp = 10 ** (level_db / 20)
+        self._noise = (np.random.default_rng(seed).uniform(-amp, amp, 4 * SAMPLE_RATE)
+                       .astype(np.float32))
+        self.num_calls = 0
+        self.num_frames = 0.0
+        self.modelled_s = 0.0
+
+    def latents(self, batch: Sequence[np.ndarray]) -> torch.Tensor:
+        lengths = {int(np.shape(w)[0]) for w in batch}
+        if len(lengths) != 1:
+            raise ValueError(f"all windows of one decode must have the same frame count, "
+                             f"got {sorted(lengths)}")
+        return torch.zeros((len(batch), 1, 4 * lengths.pop()), dtype=torch.float32)
+
+    def decode_latents(self, z: torch.Tensor, noise: bool | None = None) -> np.ndarray:
+        b, steps = int(z.shape[0]), int(z.shape[-1])
+        n = steps * (SAMPLES_PER_FRAME // 4)
+        if n == 0:
+            return np.zeros((b, 0), dtype=np.float32)
+        frames = b * steps / 4
+        cost = self.profile.codec_seconds(frames)
+        self.num_calls += 1
+        self.num_frames += frames
+        self.modelled_s += cost
+        self._sleep(cost)
+        out = np.empty((b, n), dtype=np.float32)
+        out[:] = self._noise[:n] if n <= len(self._noise) else np.resize(self._noise, n)
+        return out
+
+    def decode_frames(self, batch: Sequence[np.ndarray], noise: bool | None = None) -> np.ndarray:
+        if len(batch) == 0:
+            return np.zeros((0, 0), dtype=np.float32)
+        return self.decode_latents(self.latents(batch))
+
+
+def build_sim_backend(config) -> tuple[SimBackend, Callable[[str], list[int]], SimCodec | None]:
+    """(backend, encode, codec) for `engine.backend: sim`; codec is None when
+    engine.sim_codec is false (then load the real SNAC as for the torch backend)."""
+    from orpheus_svc.config import ConfigError
+
+    e = config.engine
+    try:
+        profile = get_profile(e.sim_profile)
+    except KeyError as exc:
+        raise ConfigError(f"engine.sim_profile: {exc.args[0]}") from None
+    backend = SimBackend(profile, num_slots=e.max_sessions, max_seq_len=e.max_seq_len)
+    codec = SimCodec(profile, seed=e.seed or 0) if e.sim_codec else None
+    log.warning("engine.backend is sim: no model runs; steps are paced like a %s (%s) by a "
+                "roofline model (docs/capacity.md) and the audio is low-level noise",
+                profile.gpu, profile.name)
+    return backend, sim_encode, codec

@@ -1,0 +1,204 @@
+"""GPU timing profiles for the `sim` backend: a roofline model of Orpheus-3B steps. Pure Python.
+
+The derivation, the sources of every figure and what the model leaves out are in
+docs/capacity.md; this module is the same arithmetic in code. One engine step runs
+`decode` rows (one token each, at their own context length) and `prefill` rows (a whole
+prompt each) in one batched forward. Its time is
+
+    t = overhead
+      + max(linear_bytes / BW,  linear_flops / FLOPS)     weight GEMMs: weights read once
+      + max(attn_bytes   / BW,  attn_flops   / FLOPS)     attention: every row reads its KV
+      + logits_bytes / BW                                 LM-head output + sampling passes
+
+    BW    = paper peak memory bandwidth x bandwidth_efficiency  (both per profile)
+    FLOPS = paper dense peak at the weight precision x flops_efficiency
+
+    linear_bytes = layer params x weight bytes + LM-head params x head bytes
+    linear_flops = 2 x layer params x (decode rows + prefill tokens)
+                 + 2 x LM-head params x (decode rows + prefill rows)   (last prompt token only)
+    attn_bytes   = KV bytes per token x (sum of decode contexts + prefill tokens written)
+    attn_flops   = 4 x layers x q_dim x (sum of decode contexts + sum of prompt^2 / 2)
+    logits_bytes = rows x vocab x 4 B x 3 passes (fp32 logits written, then top-p sampling)
+
+The "figures" below are the real Orpheus-3B shapes (Llama-3.2-3B, tied embeddings: see
+orpheus_svc.models.llama_config.orpheus_3b_spec; a test keeps them equal). The SNAC codec
+cost is a per-call launch cost plus a per-frame price (codec_call_s + frames x
+codec_s_per_frame): per-frame cost falls with batch size, which is the sublinear batching
+the flusher exploits; see docs/capacity.md for where the per-frame FLOPs come from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# -- Orpheus-3B shapes (Llama-3.2-3B with the 156,940-id Orpheus vocabulary) ------------------
+HIDDEN = 3072
+INTERMEDIATE = 8192
+LAYERS = 28
+HEADS = 24
+KV_HEADS = 8
+HEAD_DIM = 128
+VOCAB = 156_940
+
+Q_DIM = HEADS * HEAD_DIM
+KV_DIM = KV_HEADS * HEAD_DIM
+# q, k, v, o projections + gate, up, down + two RMSNorm weights, per layer.
+LAYER_PARAMS = LAYERS * (2 * HIDDEN * Q_DIM + 2 * HIDDEN * KV_DIM + 3 * HIDDEN * INTERMEDIATE
+                         + 2 * HIDDEN) + HIDDEN  # + final norm
+HEAD_PARAMS = VOCAB * HIDDEN  # tied with the embedding; read as the LM head each step
+KV_BYTES_PER_TOKEN = LAYERS * 2 * KV_DIM * 2  # K and V, FP16 KV cache: 114,688 B
+
+LOGIT_BYTES = 4
+LOGIT_PASSES = 3
+
+# SNAC 24 kHz decoder: multiply-adds of one frame (4 latent steps -> 2048 samples), from
+# torch.utils.flop_counter on the real architecture (convolutions; elementwise ops left out).
+SNAC_FLOPS_PER_FRAME = 0.828e9
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """One GPU + precision: paper peaks, assumed efficiencies, fixed costs (docs/capacity.md)."""
+
+    name: str
+    gpu: str
+    mem_bandwidth: float          # bytes/s, paper peak
+    peak_flops: float             # FLOP/s, dense, at the GEMM precision of the weights
+    memory_bytes: float           # device memory
+    weight_bytes_per_param: float  # transformer layers (FP8 = 1, INT4 + group scales ~ 0.52)
+    head_bytes_per_param: float   # LM head (kept in BF16 by the FP8 / INT4 recipes)
+    step_overhead_s: float        # host scheduling + launch per step (assumed)
+    bandwidth_efficiency: float = 0.80
+    flops_efficiency: float = 0.60
+    codec_peak_flops: float = 0.0  # FP16 dense, for SNAC
+    codec_efficiency: float = 0.10
+    codec_call_s: float = 0.6e-3   # per SNAC decode call: ~70 small kernels from eager torch
+    notes: str = ""
+
+    @property
+    def bandwidth(self) -> float:
+        return self.mem_bandwidth * self.bandwidth_efficiency
+
+    @property
+    def flops(self) -> float:
+        return self.peak_flops * self.flops_efficiency
+
+    @property
+    def weight_bytes(self) -> float:
+        return LAYER_PARAMS * self.weight_bytes_per_param + HEAD_PARAMS * self.head_bytes_per_param
+
+    @property
+    def codec_s_per_frame(self) -> float:
+        return SNAC_FLOPS_PER_FRAME / (self.codec_peak_flops * self.codec_efficiency)
+
+    # -- the model --------------------------------------------------------------------------
+
+    def step_seconds(self, decode_rows: int, decode_context: int, prefill_rows: int = 0,
+                     prefill_tokens: int = 0, prefill_sq: int = 0) -> float:
+        """Modelled time of one step.
+
+        decode_context: sum over decode rows of the tokens already in their KV (prompt +
+        generated); prefill_tokens: sum of prompt lengths; prefill_sq: sum of squared
+        prompt lengths (causal attention cost). 0 rows -> 0 s.
+        """
+        rows = decode_rows + prefill_rows
+        if rows == 0:
+            return 0.0
+        bw, fl = self.bandwidth, self.flops
+        linear_tokens = decode_rows + prefill_tokens
+        linear = max(self.weight_bytes / bw,
+                     (2 * LAYER_PARAMS * linear_tokens + 2 * HEAD_PARAMS * rows) / fl)
+        attn_flops = 4 * LAYERS * Q_DIM * (decode_context + prefill_sq / 2)
+        attn_bytes = KV_BYTES_PER_TOKEN * (decode_context + prefill_tokens)
+        attn = max(attn_bytes / bw, attn_flops / fl)
+        logits = rows * VOCAB * LOGIT_BYTES * LOGIT_PASSES / bw
+        return self.step_overhead_s + linear + attn + logits
+
+    def decode_seconds(self, batch: int, mean_context: float) -> float:
+        """A pure-decode step of `batch` rows at `mean_context` tokens each."""
+        return self.step_seconds(batch, int(batch * mean_context))
+
+    def codec_seconds(self, frames: float, calls: int = 1) -> float:
+        """SNAC decode time of `frames` frames (windows x frames, context included) in `calls` calls."""
+        if frames <= 0:
+            return 0.0
+        return calls * self.codec_call_s + frames * self.codec_s_per_frame
+
+    def model_ttfb_seconds(self, batch: int, mean_context: float, prompt_tokens: int,
+                           first_window_frames: float = 1.0) -> float:
+        """GPU time on the critical path to a new session's first audio at a steady batch.
+
+        Half a step of alignment (the step in flight when it arrives), one step with its
+        prefill, six decode steps (7 tokens = frame 0), and one codec call for the first
+        chunk. The rest of a measured TTFB is the server's own (queueing, Python, network).
+        """
+        decode = self.decode_seconds(max(batch, 1), mean_context)
+        with_prefill = self.step_seconds(max(batch - 1, 0), int(max(batch - 1, 0) * mean_context),
+                                         1, prompt_tokens, prompt_tokens * prompt_tokens)
+        return 0.5 * decode + with_prefill + 6 * decode + self.codec_seconds(first_window_frames)
+
+    def realtime_batch(self, mean_context: float, tokens_per_second: float = 7 / (2048 / 24000)
+                       ) -> int:
+        """Largest batch whose pure-decode step keeps every row at real time (82.03 tok/s)."""
+        budget = 1.0 / tokens_per_second
+        lo, hi = 0, 1
+        while self.decode_seconds(hi, mean_context) <= budget:
+            lo, hi = hi, hi * 2
+            if hi > 1 << 20:
+                return lo
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.decode_seconds(mid, mean_context) <= budget:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def kv_bytes(self, tokens: int) -> float:
+        return tokens * KV_BYTES_PER_TOKEN
+
+
+TB = 1e12
+GB = 1e9
+
+PROFILES: dict[str, GpuProfile] = {
+    p.name: p for p in (
+        GpuProfile(
+            name="h100-fp8", gpu="NVIDIA H100 SXM5 80 GB",
+            mem_bandwidth=3.35 * TB,           # HBM3, H100 datasheet
+            peak_flops=1979 * TB,             # FP8 tensor, dense (3958 with sparsity)
+            memory_bytes=80 * GB,
+            weight_bytes_per_param=1.0, head_bytes_per_param=2.0,
+            step_overhead_s=0.8e-3,
+            codec_peak_flops=989 * TB,        # FP16/BF16 tensor, dense
+            notes="TensorRT-LLM FP8 weights (LM head BF16), FP16 KV cache"),
+        GpuProfile(
+            name="rtx4090-fp8", gpu="NVIDIA GeForce RTX 4090 24 GB",
+            mem_bandwidth=1.008 * TB,          # GDDR6X 21 Gbps x 384 bit, Ada whitepaper
+            peak_flops=165.2 * TB,            # FP8 tensor with FP32 accumulate, dense
+            memory_bytes=24 * GB,
+            weight_bytes_per_param=1.0, head_bytes_per_param=2.0,
+            step_overhead_s=0.8e-3,
+            codec_peak_flops=165.2 * TB,      # FP16 tensor with FP16 accumulate, dense
+            notes="TensorRT-LLM FP8 weights (LM head BF16), FP16 KV cache"),
+        GpuProfile(
+            name="a100-int4", gpu="NVIDIA A100 SXM4 80 GB",
+            mem_bandwidth=2.039 * TB,          # HBM2e, A100 80GB datasheet
+            peak_flops=312 * TB,              # BF16/FP16 tensor, dense (W4A16 computes in FP16)
+            memory_bytes=80 * GB,
+            weight_bytes_per_param=0.5 + 2 / 128,  # INT4 + one FP16 scale per group of 128
+            head_bytes_per_param=2.0,
+            step_overhead_s=0.8e-3,
+            codec_peak_flops=312 * TB,
+            notes="INT4 weight-only (AWQ-style W4A16), FP16 KV cache; the seeds warn INT4 "
+                  "flattens prosody: for comparison only"),
+    )
+}
+
+
+def get_profile(name: str) -> GpuProfile:
+    """The named profile; KeyError listing the known names otherwise."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise KeyError(f"unknown sim profile {name!r} (known: {', '.join(PROFILES)})") from None

@@ -1,0 +1,51 @@
+"""SimCodec inside the real Flusher: exact sample counts, modelled cost per call."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from orpheus_svc.audio.flusher import Flusher
+from orpheus_svc.audio.settings import FlusherSettings
+from orpheus_svc.core.tokens import SAMPLES_PER_FRAME
+from orpheus_svc.engine.sim import SimCodec
+from orpheus_svc.engine.sim_profiles import get_profile
+
+P = get_profile("h100-fp8")
+
+
+def test_flusher_emits_exactly_frames_x_2048_samples_with_the_sim_codec():
+    sleeps = []
+    codec = SimCodec(P, sleep=sleeps.append)
+    events = []
+    fl = Flusher(codec, FlusherSettings(), events.extend)
+    rng = np.random.default_rng(0)
+    total = 0
+    for k in range(30):
+        n = int(rng.integers(0, 3))
+        total += n
+        fl.push(1, rng.integers(0, 4096, (n, 7)), final=(k == 29))
+        fl.run_once()
+    got = [e for e in events if e.gen_id == 1]
+    assert got[-1].final
+    assert sum(e.num_samples for e in got) == total * SAMPLES_PER_FRAME
+    offsets = np.cumsum([0] + [e.num_samples for e in got[:-1]])
+    assert [e.sample_offset for e in got] == offsets.tolist()
+    assert len(sleeps) == codec.num_calls > 0
+    assert sum(sleeps) == pytest.approx(codec.modelled_s)
+
+
+def test_decode_cost_is_call_cost_plus_frames():
+    sleeps = []
+    codec = SimCodec(P, sleep=sleeps.append)
+    z = codec.latents([np.zeros((3, 7), np.int64)] * 5)  # 5 windows x 3 frames
+    pcm = codec.decode_latents(z)
+    assert pcm.shape == (5, 3 * SAMPLES_PER_FRAME) and pcm.dtype == np.float32
+    assert sleeps == [pytest.approx(P.codec_call_s + 15 * P.codec_s_per_frame)]
+    assert 0 < np.abs(pcm).max() < 0.01  # low-level noise, not silence, not loud
+
+
+def test_windows_of_different_lengths_are_refused():
+    codec = SimCodec(P, sleep=lambda s: None)
+    with pytest.raises(ValueError):
+        codec.latents([np.zeros((2, 7)), np.zeros((3, 7))])

@@ -1,0 +1,53 @@
+"""The roofline arithmetic behind the sim profiles (docs/capacity.md)."""
+
+import pytest
+
+from orpheus_svc.engine import sim_profiles as sp
+from orpheus_svc.models.llama_config import orpheus_3b_spec
+
+
+def test_shapes_match_the_real_orpheus_3b_spec():
+    spec = orpheus_3b_spec()
+    assert sp.LAYER_PARAMS + sp.HEAD_PARAMS == spec.num_parameters()
+    assert sp.KV_BYTES_PER_TOKEN == spec.kv_bytes_per_token(2)
+    assert sp.VOCAB == spec.vocab_size
+
+
+def test_decode_step_is_weights_plus_kv_over_bandwidth_plus_overhead():
+    p = sp.get_profile("h100-fp8")
+    batch, ctx = 8, 500
+    expected = (p.step_overhead_s + p.weight_bytes / p.bandwidth
+                + sp.KV_BYTES_PER_TOKEN * batch * ctx / p.bandwidth
+                + batch * sp.VOCAB * 12 / p.bandwidth)
+    assert p.step_seconds(batch, batch * ctx) == pytest.approx(expected)
+
+
+def test_large_prefill_is_compute_bound():
+    p = sp.get_profile("h100-fp8")
+    tokens = 8192
+    t = p.step_seconds(0, 0, 1, tokens, tokens * tokens)
+    assert t > p.step_overhead_s + 2 * sp.LAYER_PARAMS * tokens / p.flops
+
+
+def test_step_time_grows_with_batch_and_context():
+    p = sp.get_profile("rtx4090-fp8")
+    assert p.decode_seconds(64, 500) > p.decode_seconds(32, 500) > p.decode_seconds(1, 500)
+    assert p.decode_seconds(32, 2000) > p.decode_seconds(32, 500)
+    assert p.step_seconds(0, 0) == 0.0
+
+
+def test_realtime_batch_is_the_largest_batch_at_82_tokens_per_second():
+    p = sp.get_profile("h100-fp8")
+    b = p.realtime_batch(760)
+    assert p.decode_seconds(b, 760) <= 1 / 82.03 < p.decode_seconds(b + 1, 760)
+
+
+def test_codec_cost_per_frame_falls_with_batch():
+    p = sp.get_profile("h100-fp8")
+    assert p.codec_seconds(64) / 64 < p.codec_seconds(4) / 4
+    assert p.codec_seconds(0) == 0.0
+
+
+def test_unknown_profile_lists_the_known_ones():
+    with pytest.raises(KeyError, match="h100-fp8"):
+        sp.get_profile("tpu")
