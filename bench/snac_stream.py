@@ -70,63 +70,82 @@ class Energy:
         return round(10 * np.log10(self.signal / self.error), 2)
 
 
-def run_ours(codec, settings, frames, offline, snr, first):
+def run_stream(codec, settings, frames, offline, t: "Tally", reference: bool) -> None:
+    """One utterance through ours and (optionally) the reference in lockstep.
+
+    Frame k arrives; ours runs one flusher iteration, then the reference makes its decode
+    for that frame, each timed on its own. Interleaving at this grain (~0.1 s) means a
+    burst of load from elsewhere on the machine lands on both alike.
+    """
     events = []
     flusher = Flusher(codec, settings, events.extend)
-    t0 = time.process_time()
-    for f in range(len(frames)):
-        flusher.push(0, frames[f:f + 1], final=f == len(frames) - 1)
+    for k in range(1, len(frames) + 1):
+        t0 = time.process_time()
+        flusher.push(0, frames[k - 1:k], final=k == len(frames))
         flusher.run_once()
-    cpu = time.process_time() - t0
+        t.cpu_o += time.process_time() - t0
+        if reference and k >= 4:  # 7k tokens exist: decode frames k-4..k-1, keep the 2nd
+            t0 = time.process_time()
+            audio = codec.decode_frames([frames[k - 4:k]])[0, FRAME:2 * FRAME]
+            t.cpu_r += time.process_time() - t0
+            t.ref.add(audio, offline[(k - 3) * FRAME:(k - 2) * FRAME])
+            t.n_r += len(audio)
     pcm = np.concatenate([e.pcm for e in events])
     assert len(pcm) == len(frames) * FRAME, "flusher lost or added samples"
-    snr.add(pcm, offline)
-    first.add(events[0].pcm, offline[:events[0].num_samples])
-    return cpu, len(pcm), flusher.num_decode_calls
+    head = events[0].num_samples
+    t.ours.add(pcm, offline)
+    t.first.add(events[0].pcm, offline[:head])
+    t.rest.add(pcm[head:], offline[head:])
+    t.n_o += len(pcm)
+    t.calls += flusher.num_decode_calls
+    t.decoded += flusher.num_decoded_samples
+    t.utterances += 1
 
 
-def run_reference(codec, frames, offline, snr):
-    t0 = time.process_time()
-    emitted = 0
-    for k in range(4, len(frames) + 1):  # 7k tokens exist; decode frames k-4..k-1
-        audio = codec.decode_frames([frames[k - 4:k]])[0, FRAME:2 * FRAME]
-        want = offline[(k - 3) * FRAME:(k - 2) * FRAME]
-        snr.add(audio, want)
-        emitted += len(audio)
-    return time.process_time() - t0, emitted
-
-
-def run_batched(codec, settings, streams):
-    """All streams at once through one flusher, one frame of each per iteration."""
-    events = []
-    flusher = Flusher(codec, settings, events.extend)
-    t0 = time.process_time()
+def run_batched(codec, settings, streams) -> dict:
+    """All streams at once through one flusher vs one flusher each, in lockstep per frame."""
+    shared_events, alone_events = [], []
+    shared = Flusher(codec, settings, shared_events.extend)
+    alone = [Flusher(codec, settings, alone_events.extend) for _ in streams]
+    cpu_shared = cpu_alone = 0.0
     for f in range(max(len(s) for s in streams)):
-        for gid, s in enumerate(streams):
-            if f < len(s):
-                flusher.push(gid, s[f:f + 1], final=f == len(s) - 1)
-        flusher.run_once()
-    cpu = time.process_time() - t0
-    samples = sum(e.num_samples for e in events)
-    return cpu, samples, flusher.num_decode_calls
+        live = [(g, s) for g, s in enumerate(streams) if f < len(s)]
+        t0 = time.process_time()
+        for g, s in live:
+            shared.push(g, s[f:f + 1], final=f == len(s) - 1)
+        shared.run_once()
+        t1 = time.process_time()
+        for g, s in live:
+            alone[g].push(g, s[f:f + 1], final=f == len(s) - 1)
+            alone[g].run_once()
+        t2 = time.process_time()
+        cpu_shared, cpu_alone = cpu_shared + t1 - t0, cpu_alone + t2 - t1
+    audio_s = sum(e.num_samples for e in shared_events) / SAMPLE_RATE
+    return {
+        "concurrency": len(streams),
+        "ours_batched_audio_s_per_cpu_s": round(audio_s / cpu_shared, 3),
+        "ours_one_at_a_time_audio_s_per_cpu_s": round(audio_s / cpu_alone, 3),
+        "decode_calls_batched": shared.num_decode_calls,
+        "decode_calls_one_at_a_time": sum(fl.num_decode_calls for fl in alone),
+    }
 
 
 class Tally:
     """Error and cost accumulators of one set of utterances (merge to pool them)."""
 
     def __init__(self):
-        self.ours, self.ref, self.first = Energy(), Energy(), Energy()
+        self.ours, self.ref, self.first, self.rest = Energy(), Energy(), Energy(), Energy()
         self.cpu_o = self.cpu_r = 0.0
-        self.n_o = self.n_r = self.calls = self.utterances = 0
+        self.n_o = self.n_r = self.calls = self.decoded = self.utterances = 0
 
     def merge(self, other: "Tally") -> "Tally":
         out = Tally()
-        for name in ("ours", "ref", "first"):
+        for name in ("ours", "ref", "first", "rest"):
             e = getattr(out, name)
             for t in (self, other):
                 e.signal += getattr(t, name).signal
                 e.error += getattr(t, name).error
-        for name in ("cpu_o", "cpu_r", "n_o", "n_r", "calls", "utterances"):
+        for name in ("cpu_o", "cpu_r", "n_o", "n_r", "calls", "decoded", "utterances"):
             setattr(out, name, getattr(self, name) + getattr(other, name))
         return out
 
@@ -134,12 +153,16 @@ class Tally:
         r = {
             "ours_snr_db": self.ours.db(),
             "first_chunk_snr_db": self.first.db(),
+            "ours_snr_db_after_first_chunk": self.rest.db(),
             "ours_audio_s_per_cpu_s": round(self.n_o / SAMPLE_RATE / self.cpu_o, 3),
             "ours_decode_calls_per_utterance": round(self.calls / self.utterances, 2),
+            # deterministic cost proxy: samples pushed through SNAC per sample emitted
+            "ours_decoded_per_emitted": round(self.decoded / self.n_o, 3),
         }
         if self.cpu_r:
             r["reference_snr_db"] = self.ref.db()
             r["reference_audio_s_per_cpu_s"] = round(self.n_r / SAMPLE_RATE / self.cpu_r, 3)
+            r["reference_decoded_per_emitted"] = 4.0
         return r
 
 
@@ -157,35 +180,46 @@ def offline_decode(codec, frames: np.ndarray) -> np.ndarray:
 def compare(codec, settings, streams, reference=True) -> Tally:
     t = Tally()
     for frames in streams:
-        offline = offline_decode(codec, frames)
-        c, n, k = run_ours(codec, settings, frames, offline, t.ours, t.first)
-        t.cpu_o, t.n_o, t.calls, t.utterances = t.cpu_o + c, t.n_o + n, t.calls + k, t.utterances + 1
-        if reference:  # interleaved with ours, so background load hits both alike
-            c, n = run_reference(codec, frames, offline, t.ref)
-            t.cpu_r, t.n_r = t.cpu_r + c, t.n_r + n
+        run_stream(codec, settings, frames, offline_decode(codec, frames), t, reference)
     return t
 
 
-def sweep(codec, streams):
-    """SNR and cost over a grid; cost is timed with the flusher only (no reference)."""
+def decode_cost_table(codec, reps=2):
+    """CPU ms per decoded frame for B windows of F frames: fixed cost per call vs batch size."""
+    rng = np.random.default_rng(0)
     rows = []
-    base = FlusherSettings()
-    grid = []
-    for ctx in (2, 3, 4, 5, 6, 8):
-        for look in (3, 4, 5, 6, 8):
-            grid.append(dict(left_context_samples=ctx * HOP, lookahead_samples=look * HOP))
-    for first in (512, 1024, 1536, 2048):
-        grid.append(dict(first_chunk_samples=first))
-    for lo, hi, growth in ((FRAME, 8 * FRAME, 1.0), (FRAME, 16 * FRAME, 1.0), (FRAME, 24 * FRAME, 1.0),
-                           (FRAME, 16 * FRAME, 0.5), (FRAME, 16 * FRAME, 2.0),
-                           (2 * FRAME, 16 * FRAME, 1.0), (4 * FRAME, 16 * FRAME, 1.0)):
-        grid.append(dict(min_chunk_samples=lo, max_chunk_samples=hi, chunk_growth=growth))
-    for change in grid:
-        s = dataclasses.replace(base, **change)
-        r = compare(codec, s, streams, reference=False).result()
-        rows.append({**change, **r})
+    for frames, batch in ((1, 1), (4, 1), (8, 1), (16, 1), (24, 1), (32, 1), (4, 4), (8, 2), (8, 4), (16, 2)):
+        windows = [rng.integers(0, 4096, (frames, 7)) for _ in range(batch)]
+        codec.decode_frames(windows)
+        best = float("inf")
+        for _ in range(reps):
+            t0 = time.process_time()
+            codec.decode_frames(windows)
+            best = min(best, time.process_time() - t0)
+        rows.append({"windows": batch, "frames": frames, "cpu_ms": round(best * 1e3, 1),
+                     "cpu_ms_per_frame": round(best * 1e3 / (batch * frames), 1)})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
+
+
+def sweep(codec, streams, base: FlusherSettings):
+    """Error and cost over a grid of one- or two-field changes to `base` (no reference runs).
+
+    CPU times here are single passes on a shared machine: read them as rough; the
+    decoded-per-emitted ratio and the call count are the exact cost drivers.
+    """
+    grid = [dict(left_context_samples=ctx * HOP, lookahead_samples=look * HOP)
+            for ctx in (2, 3, 4, 5, 6, 8) for look in (3, 4, 5, 6, 8)]
+    grid += [dict(first_chunk_samples=first) for first in (512, 1024, 1536, 2048)]
+    grid += [dict(min_chunk_samples=lo * FRAME, max_chunk_samples=hi * FRAME, chunk_growth=g)
+             for lo, hi, g in ((1, 16, 1.0), (2, 16, 1.0), (4, 16, 1.0), (2, 8, 1.0), (2, 24, 1.0),
+                               (2, 16, 0.5), (2, 16, 2.0))]
+    rows = []
+    for change in grid:
+        r = compare(codec, dataclasses.replace(base, **change), streams, reference=False).result()
+        rows.append({**change, **r})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return {"grid": rows, "decode_cost": decode_cost_table(codec)}
 
 
 def main(argv=None) -> int:
@@ -214,11 +248,11 @@ def main(argv=None) -> int:
         "token_streams": {k: f"{per_kind} utterances, seeded" for k in streams},
         "utterance_frames": [int(len(s)) for k in streams for s in streams[k]],
         "torch_threads": args.threads,
-        "cpu_time": "time.process_time per emitted audio second; ours fed 1 frame per iteration",
+        "cpu_time": "time.process_time per emitted audio second, ours and reference timed in lockstep per frame; ours fed 1 frame per iteration",
         "settings": dataclasses.asdict(settings),
     }
     if args.sweep:
-        out["sweep"] = sweep(codec, streams["random"] + streams["runs"])
+        out["sweep"] = sweep(codec, streams["random"] + streams["runs"], settings)
     t0 = time.perf_counter()
     tallies = {k: compare(codec, settings, v) for k, v in streams.items()}
     everything = tallies["random"].merge(tallies["runs"]).result()
@@ -231,15 +265,9 @@ def main(argv=None) -> int:
     out["reference_first_audio_after_tokens"] = 28
     out["reference_samples_missing_per_utterance"] = "frame 0 and the last two frames (3 x 2048)"
 
-    batch = streams["random"][: args.concurrency]
-    cpu_b, n_b, calls_b = run_batched(codec, settings, batch)
-    out["batched"] = {
-        "concurrency": len(batch),
-        "ours_audio_s_per_cpu_s": round(n_b / SAMPLE_RATE / cpu_b, 3),
-        "decode_calls": calls_b,
-        "note": "same flusher, utterances interleaved frame by frame; on CPU large batches "
-                "gain little (see docs/snac-streaming.md)",
-    }
+    out["batched"] = run_batched(codec, settings, streams["random"][: args.concurrency])
+    out["batched"]["note"] = ("the same utterances, one flusher for all vs one each, timed in "
+                              "lockstep; CPU gains little from batching (docs/snac-streaming.md)")
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     text = json.dumps(out)
     print(text)

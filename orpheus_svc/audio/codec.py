@@ -70,6 +70,42 @@ class _Noise(nn.Module):
         return x + noise * self.linear(x)
 
 
+class _Snake(nn.Module):
+    """snac's Snake1d, x + sin(alpha x)^2 / alpha, same arithmetic (bitwise), cheaper.
+
+    Why replace it: (1) snac's `snake` is torch.jit.script'ed and the profiling executor
+    re-specialises on every new input length; the flusher's windows come in many lengths,
+    and each new one cost ~20% extra. (2) The activations at the last decoder stages are
+    large (64 channels x 512 samples per latent step: 10 MB for a 19-frame window), and
+    out-of-place elementwise ops allocate a fresh buffer per op; in place they reuse one.
+    Measured on CPU: 15-20% less decode time, more the longer the window.
+    """
+
+    def __init__(self, alpha: torch.Tensor):
+        super().__init__()
+        self.alpha = alpha
+        self.register_buffer("inv_alpha", (alpha.detach().float() + 1e-9).reciprocal().to(alpha.dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.mul(x, self.alpha)
+        return y.sin_().square_().mul_(self.inv_alpha).add_(x)
+
+
+class _Residual(nn.Module):
+    """snac's ResidualUnit with the skip added in place into the block's fresh output."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.block(x)
+        pad = (x.shape[-1] - y.shape[-1]) // 2
+        if pad > 0:
+            x = x[..., pad:-pad]
+        return y.add_(x)
+
+
 def _fold_weight_norm(model: nn.Module) -> int:
     """Replace every parametrized weight by its current value; returns how many were folded."""
     from torch.nn.utils import parametrize
@@ -126,6 +162,7 @@ class SnacCodec:
         self.quantizer = model.quantizer
         self.decoder = model.decoder
         self._noise_blocks = self._replace_noise_blocks(self.decoder)
+        self._replace_hot_modules(self.decoder)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         for block in self._noise_blocks:
@@ -144,6 +181,16 @@ class SnacCodec:
                     setattr(module, name, new)
                     replaced.append(new)
         return replaced
+
+    @staticmethod
+    def _replace_hot_modules(decoder: nn.Module) -> None:
+        layers = _import_snac().layers
+        for module in list(decoder.modules()):
+            for name, child in list(module.named_children()):
+                if isinstance(child, layers.Snake1d):
+                    setattr(module, name, _Snake(child.alpha))
+                elif isinstance(child, layers.ResidualUnit):
+                    setattr(module, name, _Residual(child.block))
 
     @property
     def has_noise(self) -> bool:

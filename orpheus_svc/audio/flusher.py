@@ -72,7 +72,9 @@ class Flusher:
         self._closed: OrderedDict[int, None] = OrderedDict()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        # Counters (flusher thread only; read them for metrics, never reset them).
         self.num_decode_calls = 0
+        self.num_decoded_samples = 0  # window lengths decoded, context included
         self.num_iterations = 0
 
     # -- producer side (any thread) -------------------------------------------------------
@@ -201,6 +203,7 @@ class Flusher:
                     z = torch.cat([self._latent(jobs[i][1], jobs[i][2]) for i in part])
                     pcm = self.codec.decode_latents(z)
                     self.num_decode_calls += 1
+                    self.num_decoded_samples += pcm.shape[0] * pcm.shape[1]
                 except Exception as exc:
                     self._fail([jobs[i][0] for i in part], exc)
                     continue

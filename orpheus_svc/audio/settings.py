@@ -43,8 +43,8 @@ class FlusherSettings:
     """
 
     first_chunk_samples: int = 1024
-    left_context_samples: int = 3 * HOP
-    lookahead_samples: int = 6 * HOP
+    left_context_samples: int = 6 * HOP
+    lookahead_samples: int = 5 * HOP
     min_chunk_samples: int = FRAME
     max_chunk_samples: int = 16 * FRAME
     chunk_growth: float = 1.0
