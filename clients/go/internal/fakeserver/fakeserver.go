@@ -1,0 +1,288 @@
+// Package fakeserver is an in-process stand-in for orpheus-svc used by this module's unit
+// tests (no model): text is cut at line breaks, sentence ends followed by whitespace, Flush
+// and half-close; each segment becomes SegmentStart, ChunksPerSegment deterministic PCM16
+// chunks and SegmentEnd; a summary ends the call. Voice "nobody" (any unknown voice) is
+// INVALID_ARGUMENT, an empty text too. It also serves grpc.health.v1.
+package fakeserver
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	ttsv1 "github.com/orpheus-svc/orpheus-svc/clients/go/gen/orpheus/tts/v1"
+)
+
+// Voices the fake knows; tara is the default.
+var Voices = []string{"tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe"}
+
+const (
+	// ChunksPerSegment audio chunks are sent per segment.
+	ChunksPerSegment = 2
+	// TokensPerSegment is reported per segment.
+	TokensPerSegment = 14
+)
+
+var cut = regexp.MustCompile(`\n|[.!?]+\s`)
+
+// ChunkSamples is the samples per chunk at rate (one 2048-sample frame at 24 kHz).
+func ChunkSamples(rate int) int { return 2048 * rate / 24000 }
+
+// ChunkPCM is the deterministic audio of chunk seq (n PCM16 samples).
+func ChunkPCM(seq uint64, n int) []byte {
+	b := make([]byte, 2*n)
+	for j := range n {
+		v := int16(((int(seq)*7+j)%200 - 100) * 100)
+		binary.LittleEndian.PutUint16(b[2*j:], uint16(v))
+	}
+	return b
+}
+
+// Server is a running fake on a localhost port.
+type Server struct {
+	ttsv1.UnimplementedTTSServiceServer
+	Name string
+	Addr string
+	grpc *grpc.Server
+
+	mu    sync.Mutex
+	calls []Call
+	// SegmentSent receives a value each time a segment's SegmentEnd has been sent.
+	SegmentSent chan struct{}
+}
+
+// Call is what the fake saw of one RPC.
+type Call struct {
+	Method string
+	Kinds  []string // StreamingSynthesize: "config", "text", "flush" in arrival order
+	Texts  []string
+}
+
+// Start serves a new fake on 127.0.0.1 with a free port.
+func Start(name string) (*Server, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Name: name, Addr: lis.Addr().String(), grpc: grpc.NewServer(),
+		SegmentSent: make(chan struct{}, 1024)}
+	ttsv1.RegisterTTSServiceServer(s.grpc, s)
+	healthpb.RegisterHealthServer(s.grpc, health.NewServer()) // "" is SERVING
+	go func() { _ = s.grpc.Serve(lis) }()
+	return s, nil
+}
+
+// Stop stops the server now.
+func (s *Server) Stop() { s.grpc.Stop() }
+
+// Calls returns a copy of the calls seen so far.
+func (s *Server) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.calls)
+}
+
+func (s *Server) record(c Call) {
+	s.mu.Lock()
+	s.calls = append(s.calls, c)
+	s.mu.Unlock()
+}
+
+type session struct {
+	srv         *Server
+	rate        int
+	seq, offset uint64
+	index       uint32
+	send        func(*ttsv1.StreamingSynthesizeResponse) error
+}
+
+func newSession(srv *Server, voice string, f *ttsv1.AudioFormat, send func(*ttsv1.StreamingSynthesizeResponse) error) (*session, error) {
+	if voice == "" {
+		voice = "tara"
+	}
+	if !slices.Contains(Voices, voice) {
+		return nil, status.Errorf(codes.InvalidArgument, "unknown voice %q; known voices: %s",
+			voice, strings.Join(Voices, ", "))
+	}
+	rate := int(f.GetSampleRateHz())
+	if rate == 0 {
+		rate = 24000
+	}
+	enc := f.GetEncoding()
+	if (enc != ttsv1.AudioEncoding_AUDIO_ENCODING_UNSPECIFIED && enc != ttsv1.AudioEncoding_AUDIO_ENCODING_PCM16) ||
+		!slices.Contains([]int{24000, 48000, 16000, 8000}, rate) {
+		return nil, status.Errorf(codes.InvalidArgument, "the fake serves PCM16 at 24000/48000/16000/8000 Hz only")
+	}
+	return &session{srv: srv, rate: rate, send: send}, nil
+}
+
+func (ss *session) segment(text string) error {
+	text = strings.TrimSpace(text)
+	if text == "" {
+		return nil
+	}
+	n := ChunkSamples(ss.rate)
+	msgs := []*ttsv1.StreamingSynthesizeResponse{{Response: &ttsv1.StreamingSynthesizeResponse_SegmentStart{
+		SegmentStart: &ttsv1.SegmentStart{SegmentIndex: ss.index, Text: text, SampleOffset: ss.offset}}}}
+	for range ChunksPerSegment {
+		msgs = append(msgs, &ttsv1.StreamingSynthesizeResponse{Response: &ttsv1.StreamingSynthesizeResponse_Audio{
+			Audio: &ttsv1.AudioChunk{Audio: ChunkPCM(ss.seq, n), SegmentIndex: ss.index,
+				SequenceNumber: ss.seq, SampleOffset: ss.offset, NumSamples: uint32(n)}}})
+		ss.seq++
+		ss.offset += uint64(n)
+	}
+	msgs = append(msgs, &ttsv1.StreamingSynthesizeResponse{Response: &ttsv1.StreamingSynthesizeResponse_SegmentEnd{
+		SegmentEnd: &ttsv1.SegmentEnd{SegmentIndex: ss.index, Text: text,
+			NumSamples: uint64(ChunksPerSegment * n), NumTokens: TokensPerSegment, FinishReason: "stop"}}})
+	ss.index++
+	for _, m := range msgs {
+		if err := ss.send(m); err != nil {
+			return err
+		}
+	}
+	select {
+	case ss.srv.SegmentSent <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// cutAll sends every complete segment in buf and returns the rest.
+func (ss *session) cutAll(buf string) (string, error) {
+	for {
+		loc := cut.FindStringIndex(buf)
+		if loc == nil {
+			return buf, nil
+		}
+		if err := ss.segment(buf[:loc[1]]); err != nil {
+			return "", err
+		}
+		buf = buf[loc[1]:]
+	}
+}
+
+func (ss *session) summary() error {
+	return ss.send(&ttsv1.StreamingSynthesizeResponse{Response: &ttsv1.StreamingSynthesizeResponse_Summary{
+		Summary: &ttsv1.SynthesisSummary{SessionId: "fake-session", TimeToFirstAudioMs: 1,
+			AudioMs: float64(ss.offset) * 1000 / float64(ss.rate), NumTokens: uint64(TokensPerSegment * ss.index),
+			NumSegments: ss.index, NumSamples: ss.offset, WallMs: 2}}})
+}
+
+// StreamingSynthesize implements the bidi RPC.
+func (s *Server) StreamingSynthesize(stream grpc.BidiStreamingServer[ttsv1.StreamingSynthesizeRequest, ttsv1.StreamingSynthesizeResponse]) error {
+	var call Call
+	call.Method = "StreamingSynthesize"
+	defer func() { s.record(call) }()
+	var ss *session
+	buf := ""
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		switch r := req.GetRequest().(type) {
+		case *ttsv1.StreamingSynthesizeRequest_Config:
+			call.Kinds = append(call.Kinds, "config")
+			if ss != nil {
+				return status.Error(codes.FailedPrecondition, "config may only be the first message")
+			}
+			if ss, err = newSession(s, r.Config.GetVoice(), r.Config.GetAudioFormat(), stream.Send); err != nil {
+				return err
+			}
+		case *ttsv1.StreamingSynthesizeRequest_Text:
+			call.Kinds = append(call.Kinds, "text")
+			call.Texts = append(call.Texts, r.Text)
+			if ss == nil {
+				return status.Error(codes.FailedPrecondition, "the first message must be a config")
+			}
+			if buf, err = ss.cutAll(buf + r.Text); err != nil {
+				return err
+			}
+		case *ttsv1.StreamingSynthesizeRequest_Flush:
+			call.Kinds = append(call.Kinds, "flush")
+			if ss == nil {
+				return status.Error(codes.FailedPrecondition, "the first message must be a config")
+			}
+			if err := ss.segment(buf); err != nil {
+				return err
+			}
+			buf = ""
+		}
+	}
+	if ss == nil {
+		return status.Error(codes.FailedPrecondition, "no config received")
+	}
+	if err := ss.segment(buf); err != nil {
+		return err
+	}
+	return ss.summary()
+}
+
+// Synthesize implements the server-streaming RPC.
+func (s *Server) Synthesize(req *ttsv1.SynthesizeRequest, stream grpc.ServerStreamingServer[ttsv1.SynthesizeResponse]) error {
+	s.record(Call{Method: "Synthesize", Texts: []string{req.GetText()}})
+	if strings.TrimSpace(req.GetText()) == "" {
+		return status.Error(codes.InvalidArgument, "text is empty")
+	}
+	send := func(m *ttsv1.StreamingSynthesizeResponse) error {
+		out := &ttsv1.SynthesizeResponse{}
+		switch r := m.GetResponse().(type) {
+		case *ttsv1.StreamingSynthesizeResponse_Audio:
+			out.Response = &ttsv1.SynthesizeResponse_Audio{Audio: r.Audio}
+		case *ttsv1.StreamingSynthesizeResponse_SegmentStart:
+			out.Response = &ttsv1.SynthesizeResponse_SegmentStart{SegmentStart: r.SegmentStart}
+		case *ttsv1.StreamingSynthesizeResponse_SegmentEnd:
+			out.Response = &ttsv1.SynthesizeResponse_SegmentEnd{SegmentEnd: r.SegmentEnd}
+		case *ttsv1.StreamingSynthesizeResponse_Summary:
+			out.Response = &ttsv1.SynthesizeResponse_Summary{Summary: r.Summary}
+		}
+		return stream.Send(out)
+	}
+	ss, err := newSession(s, req.GetVoice(), req.GetAudioFormat(), send)
+	if err != nil {
+		return err
+	}
+	rest, err := ss.cutAll(req.GetText())
+	if err != nil {
+		return err
+	}
+	if err := ss.segment(rest); err != nil {
+		return err
+	}
+	return ss.summary()
+}
+
+// ListVoices implements the RPC.
+func (s *Server) ListVoices(context.Context, *ttsv1.ListVoicesRequest) (*ttsv1.ListVoicesResponse, error) {
+	s.record(Call{Method: "ListVoices"})
+	resp := &ttsv1.ListVoicesResponse{EmotionTags: []string{"<laugh>", "<sigh>"}}
+	for _, v := range Voices {
+		resp.Voices = append(resp.Voices, &ttsv1.Voice{Name: v, Language: "en", IsDefault: v == "tara"})
+	}
+	return resp, nil
+}
+
+// GetStatus implements the RPC; Model is the fake's name.
+func (s *Server) GetStatus(context.Context, *ttsv1.GetStatusRequest) (*ttsv1.GetStatusResponse, error) {
+	s.record(Call{Method: "GetStatus"})
+	return &ttsv1.GetStatusResponse{Serving: true, Backend: "fake", Model: s.Name, TotalSlots: 4, FreeSlots: 4}, nil
+}
+
+// String names the fake.
+func (s *Server) String() string { return fmt.Sprintf("fake %s at %s", s.Name, s.Addr) }

@@ -1,0 +1,174 @@
+// Package orpheus is a small Go client for orpheus-svc, the streaming Orpheus TTS gRPC
+// service (orpheus.tts.v1.TTSService).
+//
+//	c, err := orpheus.Dial("localhost:50051")               // or "dns:///tts:50051", "h1:p,h2:p"
+//	defer c.Close()
+//	res, err := c.Synthesize(ctx, "Hello there.", "tara")   // PCM16, 24 kHz
+//
+//	text := make(chan string)
+//	s, err := c.Stream(ctx, "tara", text)
+//	go func() { text <- "Hello the"; text <- "re. How are"; text <- orpheus.Flush; close(text) }()
+//	for ev, err := range s.Events() { ... }                 // *AudioChunk, *SegmentStart, ...
+//
+// Errors are gRPC status errors as the server sent them: use status.Code(err) and
+// status.Convert(err).Message() (e.g. codes.InvalidArgument, "unknown voice ...").
+package orpheus
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"regexp"
+	"strings"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+
+	ttsv1 "github.com/orpheus-svc/orpheus-svc/clients/go/gen/orpheus/tts/v1"
+)
+
+// DefaultTarget is where Dial connects when given "".
+const DefaultTarget = "localhost:50051"
+
+// DefaultLBPolicy spreads calls (sessions) over every address of the target.
+const DefaultLBPolicy = "round_robin"
+
+// Client is a connection to one orpheus-svc deployment; safe for concurrent use.
+type Client struct {
+	conn   *grpc.ClientConn
+	tts    ttsv1.TTSServiceClient
+	health healthpb.HealthClient
+	target string
+}
+
+type dialOptions struct {
+	lbPolicy string
+	creds    credentials.TransportCredentials
+	extra    []grpc.DialOption
+}
+
+// DialOption configures Dial.
+type DialOption func(*dialOptions)
+
+// WithLBPolicy sets the gRPC load-balancing policy (default "round_robin"); "" leaves
+// gRPC's default, pick_first, which sends every call to one address.
+func WithLBPolicy(policy string) DialOption { return func(o *dialOptions) { o.lbPolicy = policy } }
+
+// WithTransportCredentials enables TLS (default: plaintext).
+func WithTransportCredentials(c credentials.TransportCredentials) DialOption {
+	return func(o *dialOptions) { o.creds = c }
+}
+
+// WithGRPCDialOptions passes extra options to grpc.NewClient.
+func WithGRPCDialOptions(opts ...grpc.DialOption) DialOption {
+	return func(o *dialOptions) { o.extra = append(o.extra, opts...) }
+}
+
+// hostPort is "host:port" or "[v6]:port" with a numeric port.
+var hostPort = regexp.MustCompile(`^(\[[^\]]+\]|[^:\[\]/]+):[0-9]+$`)
+
+var staticSchemeSeq atomic.Uint64
+
+// SplitTargetList returns the addresses of a comma-separated "h1:p1,h2:p2" target, or nil
+// when target is a single address or a gRPC target with a scheme ("dns:///h:p", ...).
+func SplitTargetList(target string) ([]string, error) {
+	if !strings.Contains(target, ",") {
+		return nil, nil
+	}
+	parts := strings.Split(target, ",")
+	if !hostPort.MatchString(strings.TrimSpace(parts[0])) {
+		return nil, nil // e.g. "ipv4:1.2.3.4:5,1.2.3.5:6" - gRPC's own syntax
+	}
+	var addrs []string
+	for _, p := range parts {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if !hostPort.MatchString(p) {
+			return nil, fmt.Errorf("orpheus: bad address %q in target list: want host:port", p)
+		}
+		if _, _, err := net.SplitHostPort(p); err != nil {
+			return nil, fmt.Errorf("orpheus: bad address %q in target list: %v", p, err)
+		}
+		addrs = append(addrs, p)
+	}
+	return addrs, nil
+}
+
+// Dial creates a client (connections are made lazily, on the first call).
+//
+// target is "host:port" (resolved by DNS, every address used), "dns:///host:port", any
+// other gRPC target, or a comma list "h1:p1,h2:p2" of replicas (a static list; each name
+// is resolved when connecting). With the default round_robin policy successive calls go
+// to successive replicas.
+func Dial(target string, opts ...DialOption) (*Client, error) {
+	o := dialOptions{lbPolicy: DefaultLBPolicy, creds: insecure.NewCredentials()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if target == "" {
+		target = DefaultTarget
+	}
+	dopts := []grpc.DialOption{grpc.WithTransportCredentials(o.creds)}
+	if o.lbPolicy != "" {
+		dopts = append(dopts, grpc.WithDefaultServiceConfig(
+			fmt.Sprintf(`{"loadBalancingConfig":[{%q:{}}]}`, o.lbPolicy)))
+	}
+	grpcTarget := target
+	addrs, err := SplitTargetList(target)
+	if err != nil {
+		return nil, err
+	}
+	if addrs != nil {
+		// A private manual resolver holds the static list; its scheme is unique per client.
+		r := manual.NewBuilderWithScheme(fmt.Sprintf("orpheus-static-%d", staticSchemeSeq.Add(1)))
+		state := resolver.State{}
+		for _, a := range addrs {
+			state.Endpoints = append(state.Endpoints,
+				resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
+		}
+		r.InitialState(state)
+		dopts = append(dopts, grpc.WithResolvers(r))
+		grpcTarget = r.Scheme() + ":///replicas"
+	}
+	conn, err := grpc.NewClient(grpcTarget, append(dopts, o.extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("orpheus: dial %q: %w", target, err)
+	}
+	return &Client{conn: conn, tts: ttsv1.NewTTSServiceClient(conn),
+		health: healthpb.NewHealthClient(conn), target: target}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Conn is the underlying connection (for other services on the same server).
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// Raw is the generated TTSService client.
+func (c *Client) Raw() ttsv1.TTSServiceClient { return c.tts }
+
+// ListVoices returns the voices and emotion tags the server's model knows.
+func (c *Client) ListVoices(ctx context.Context) (*ttsv1.ListVoicesResponse, error) {
+	return c.tts.ListVoices(ctx, &ttsv1.ListVoicesRequest{})
+}
+
+// Status returns the server's scheduler and KV slot figures (GetStatus).
+func (c *Client) Status(ctx context.Context) (*ttsv1.GetStatusResponse, error) {
+	return c.tts.GetStatus(ctx, &ttsv1.GetStatusRequest{})
+}
+
+// Health runs grpc.health.v1.Health/Check; service "" is the whole server.
+func (c *Client) Health(ctx context.Context, service string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	resp, err := c.health.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		return healthpb.HealthCheckResponse_UNKNOWN, err
+	}
+	return resp.GetStatus(), nil
+}

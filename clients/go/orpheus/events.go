@@ -1,0 +1,82 @@
+package orpheus
+
+import (
+	ttsv1 "github.com/orpheus-svc/orpheus-svc/clients/go/gen/orpheus/tts/v1"
+)
+
+// Event is one message of a synthesis stream: *AudioChunk, *SegmentStart, *SegmentEnd or
+// *Summary (always last). Use a type switch.
+type Event interface{ isEvent() }
+
+// AudioChunk carries encoded audio of one segment. Offsets and counts are at the output rate.
+type AudioChunk struct {
+	Audio          []byte
+	SegmentIndex   uint32
+	SequenceNumber uint64 // counts chunks in the call from 0, without gaps
+	SampleOffset   uint64 // first sample of this chunk within the call's audio
+	NumSamples     uint32
+}
+
+// SegmentStart precedes a segment's audio; Text is the segment as the server cut it.
+type SegmentStart struct {
+	SegmentIndex uint32
+	Text         string
+	SampleOffset uint64
+}
+
+// SegmentEnd follows a segment's audio.
+type SegmentEnd struct {
+	SegmentIndex uint32
+	Text         string
+	NumSamples   uint64
+	NumTokens    uint32
+	FinishReason string // "stop" or "length"
+}
+
+// Summary is the last event of a call (server-side figures).
+type Summary struct {
+	SessionID          string
+	TimeToFirstAudioMs float64
+	AudioMs            float64
+	NumTokens          uint64
+	NumSegments        uint32
+	NumSamples         uint64
+	WallMs             float64
+}
+
+func (*AudioChunk) isEvent()   {}
+func (*SegmentStart) isEvent() {}
+func (*SegmentEnd) isEvent()   {}
+func (*Summary) isEvent()      {}
+
+// response is what StreamingSynthesizeResponse and SynthesizeResponse have in common.
+type response interface {
+	GetAudio() *ttsv1.AudioChunk
+	GetSegmentStart() *ttsv1.SegmentStart
+	GetSegmentEnd() *ttsv1.SegmentEnd
+	GetSummary() *ttsv1.SynthesisSummary
+}
+
+// toEvent converts a response message; nil for a kind this client does not know.
+func toEvent(m response) Event {
+	if a := m.GetAudio(); a != nil {
+		return &AudioChunk{Audio: a.GetAudio(), SegmentIndex: a.GetSegmentIndex(),
+			SequenceNumber: a.GetSequenceNumber(), SampleOffset: a.GetSampleOffset(),
+			NumSamples: a.GetNumSamples()}
+	}
+	if s := m.GetSegmentStart(); s != nil {
+		return &SegmentStart{SegmentIndex: s.GetSegmentIndex(), Text: s.GetText(),
+			SampleOffset: s.GetSampleOffset()}
+	}
+	if e := m.GetSegmentEnd(); e != nil {
+		return &SegmentEnd{SegmentIndex: e.GetSegmentIndex(), Text: e.GetText(),
+			NumSamples: e.GetNumSamples(), NumTokens: e.GetNumTokens(),
+			FinishReason: e.GetFinishReason()}
+	}
+	if s := m.GetSummary(); s != nil {
+		return &Summary{SessionID: s.GetSessionId(), TimeToFirstAudioMs: s.GetTimeToFirstAudioMs(),
+			AudioMs: s.GetAudioMs(), NumTokens: s.GetNumTokens(), NumSegments: s.GetNumSegments(),
+			NumSamples: s.GetNumSamples(), WallMs: s.GetWallMs()}
+	}
+	return nil
+}

@@ -1,0 +1,129 @@
+package orpheus
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+// Live tests run against a real orpheus-svc (CI starts it with the demo model):
+//
+//	ORPHEUS_SERVER_ADDR=localhost:50051 go test ./...
+//
+// Without ORPHEUS_SERVER_ADDR they skip. ORPHEUS_LIVE_TIMEOUT (a Go duration, default 5m)
+// bounds each test; the demo model on a CPU is slow.
+
+const frameSamples = 2048 // one Orpheus/SNAC frame at 24 kHz
+
+func liveClient(t *testing.T) (*Client, context.Context) {
+	t.Helper()
+	addr := os.Getenv("ORPHEUS_SERVER_ADDR")
+	if addr == "" {
+		t.Skip("ORPHEUS_SERVER_ADDR is not set: skipping live test against a running orpheus-svc " +
+			"(e.g. ORPHEUS_SERVER_ADDR=localhost:50051 go test ./...)")
+	}
+	timeout := 5 * time.Minute
+	if s := os.Getenv("ORPHEUS_LIVE_TIMEOUT"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("ORPHEUS_LIVE_TIMEOUT=%q: %v", s, err)
+		}
+		timeout = d
+	}
+	c, err := Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return c, ctx
+}
+
+func TestLiveSynthesizeHelloThere(t *testing.T) {
+	c, ctx := liveClient(t)
+	res, err := c.Synthesize(ctx, "Hello there.", "tara")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := checkEvents(t, res.Events) // summary last, sequence numbers contiguous, ...
+	if res.SampleRate != 24000 || len(res.Audio)%2 != 0 {
+		t.Fatalf("want PCM16 at 24 kHz, got %d bytes at %d Hz", len(res.Audio), res.SampleRate)
+	}
+	n := len(res.Audio) / 2
+	if n == 0 || n%frameSamples != 0 {
+		t.Fatalf("%d samples: want > 0 and a multiple of %d", n, frameSamples)
+	}
+	if len(ends) == 0 || res.Summary.NumSamples != uint64(n) {
+		t.Fatalf("%d segments, summary %+v, %d samples", len(ends), res.Summary, n)
+	}
+	t.Logf("%d samples (%.2f s) in %d chunks, client TTFB %v, summary %+v",
+		n, float64(n)/24000, len(res.Events)-2*len(ends)-1, res.TTFB, res.Summary)
+}
+
+func TestLiveStreamingFragmentsAndFlush(t *testing.T) {
+	c, ctx := liveClient(t)
+	res, err := c.SynthesizeStream(ctx, "tara", []string{"Hel", "lo the", "re. How are", " you?", Flush, "Bye now."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := checkEvents(t, res.Events)
+	if got := strings.Join(segmentTexts(ends), " "); got != "Hello there. How are you? Bye now." {
+		t.Fatalf("segments %q", segmentTexts(ends))
+	}
+	for _, e := range ends {
+		if e.NumSamples == 0 || e.NumSamples%frameSamples != 0 {
+			t.Fatalf("segment %d has %d samples, want a positive multiple of %d", e.SegmentIndex, e.NumSamples, frameSamples)
+		}
+	}
+}
+
+func TestLiveUnknownVoiceIsInvalidArgument(t *testing.T) {
+	c, ctx := liveClient(t)
+	_, err := c.Synthesize(ctx, "Hello there.", "nobody")
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Synthesize with voice nobody: %v, want InvalidArgument", err)
+	}
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "tara") {
+		t.Errorf("message %q should list the known voices", msg)
+	}
+	_, err = c.SynthesizeStream(ctx, "nobody", []string{"Hello there."})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Stream with voice nobody: %v, want InvalidArgument", err)
+	}
+}
+
+func TestLiveListVoicesHasTara(t *testing.T) {
+	c, ctx := liveClient(t)
+	resp, err := c.ListVoices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range resp.GetVoices() {
+		if v.GetName() == "tara" {
+			return
+		}
+	}
+	t.Fatalf("tara not in %v", resp.GetVoices())
+}
+
+func TestLiveHealthServingAndStatus(t *testing.T) {
+	c, ctx := liveClient(t)
+	h, err := c.Health(ctx, "")
+	if err != nil || h != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("Health: %v %v, want SERVING", h, err)
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetTotalSlots() == 0 || st.GetFreeSlots() > st.GetTotalSlots() {
+		t.Fatalf("status slots: free %d of %d", st.GetFreeSlots(), st.GetTotalSlots())
+	}
+}

@@ -1,0 +1,250 @@
+package orpheus
+
+import (
+	"context"
+	"errors"
+	"io"
+	"iter"
+	"sync"
+	"time"
+
+	ttsv1 "github.com/orpheus-svc/orpheus-svc/clients/go/gen/orpheus/tts/v1"
+)
+
+// Flush, sent on a Stream's text channel, ends the current segment now (a Flush message).
+const Flush = "\x00orpheus:flush\x00"
+
+type synthOptions struct {
+	encoding   ttsv1.AudioEncoding
+	sampleRate int32
+	sampling   *ttsv1.SamplingOptions
+}
+
+// SynthOption sets the audio format or sampling of one call.
+type SynthOption func(*synthOptions)
+
+// WithEncoding selects the audio encoding (default PCM16).
+func WithEncoding(e ttsv1.AudioEncoding) SynthOption {
+	return func(o *synthOptions) { o.encoding = e }
+}
+
+// WithSampleRate selects the output rate in Hz (default 24000; 8000 for mu-law).
+func WithSampleRate(hz int) SynthOption {
+	return func(o *synthOptions) { o.sampleRate = int32(hz) }
+}
+
+// WithSampling overrides sampling parameters for the call.
+func WithSampling(s *ttsv1.SamplingOptions) SynthOption {
+	return func(o *synthOptions) { o.sampling = s }
+}
+
+// WithSeed makes the audio reproducible (segment i uses seed+i); keeps other overrides.
+func WithSeed(seed uint64) SynthOption {
+	return func(o *synthOptions) {
+		if o.sampling == nil {
+			o.sampling = &ttsv1.SamplingOptions{}
+		}
+		o.sampling.Seed = &seed
+	}
+}
+
+func newSynthOptions(opts []SynthOption) synthOptions {
+	o := synthOptions{encoding: ttsv1.AudioEncoding_AUDIO_ENCODING_PCM16}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+func (o synthOptions) format() *ttsv1.AudioFormat {
+	return &ttsv1.AudioFormat{Encoding: o.encoding, SampleRateHz: o.sampleRate}
+}
+
+// outputRate is the rate the server will send at.
+func (o synthOptions) outputRate() int {
+	switch {
+	case o.sampleRate != 0:
+		return int(o.sampleRate)
+	case o.encoding == ttsv1.AudioEncoding_AUDIO_ENCODING_MULAW:
+		return 8000
+	default:
+		return 24000
+	}
+}
+
+// Session is one running synthesis call. Read it with Recv or Events until io.EOF (or an
+// error); Close cancels it early and frees the server's slot.
+type Session struct {
+	recv       func() (response, error)
+	cancel     context.CancelFunc
+	started    time.Time
+	encoding   ttsv1.AudioEncoding
+	sampleRate int
+	done       bool
+	closeOnce  sync.Once
+}
+
+// SampleRate is the output sample rate of this session's audio.
+func (s *Session) SampleRate() int { return s.sampleRate }
+
+// Encoding is the audio encoding of this session's chunks.
+func (s *Session) Encoding() ttsv1.AudioEncoding { return s.encoding }
+
+// Recv returns the next event; io.EOF after the summary, or the call's gRPC status error.
+func (s *Session) Recv() (Event, error) {
+	if s.done {
+		return nil, io.EOF
+	}
+	for {
+		m, err := s.recv()
+		if err != nil {
+			s.done = true
+			s.Close()
+			return nil, err
+		}
+		if ev := toEvent(m); ev != nil {
+			return ev, nil
+		}
+	}
+}
+
+// Events ranges over the session: for ev, err := range s.Events(). It stops after the
+// last event (no io.EOF is yielded) or after yielding an error; breaking out cancels.
+func (s *Session) Events() iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		defer s.Close()
+		for {
+			ev, err := s.Recv()
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			if !yield(ev, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// Close cancels the call if it is still running; safe to call more than once.
+func (s *Session) Close() { s.closeOnce.Do(s.cancel) }
+
+// Stream starts a StreamingSynthesize session: the config first, then every string read
+// from text as one text message (fragments of any size; send Flush to end a segment);
+// closing text half-closes the input. Cancelling ctx cancels the call.
+func (c *Client) Stream(ctx context.Context, voice string, text <-chan string, opts ...SynthOption) (*Session, error) {
+	o := newSynthOptions(opts)
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := c.tts.StreamingSynthesize(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	config := &ttsv1.StreamingSynthesizeRequest{Request: &ttsv1.StreamingSynthesizeRequest_Config{
+		Config: &ttsv1.SynthesisConfig{Voice: voice, AudioFormat: o.format(), Sampling: o.sampling}}}
+	go func() {
+		// Send errors mean the call has ended; Recv reports its status.
+		if stream.Send(config) != nil {
+			return
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case frag, ok := <-text:
+				if !ok {
+					_ = stream.CloseSend()
+					return
+				}
+				var req *ttsv1.StreamingSynthesizeRequest
+				switch frag {
+				case Flush:
+					req = &ttsv1.StreamingSynthesizeRequest{
+						Request: &ttsv1.StreamingSynthesizeRequest_Flush{Flush: &ttsv1.Flush{}}}
+				case "":
+					continue
+				default:
+					req = &ttsv1.StreamingSynthesizeRequest{
+						Request: &ttsv1.StreamingSynthesizeRequest_Text{Text: frag}}
+				}
+				if stream.Send(req) != nil {
+					return
+				}
+			}
+		}
+	}()
+	return &Session{recv: func() (response, error) { return stream.Recv() }, cancel: cancel,
+		started: time.Now(), encoding: o.encoding, sampleRate: o.outputRate()}, nil
+}
+
+// SynthesizeEvents starts a Synthesize call (the whole text in one request).
+func (c *Client) SynthesizeEvents(ctx context.Context, text, voice string, opts ...SynthOption) (*Session, error) {
+	o := newSynthOptions(opts)
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := c.tts.Synthesize(ctx, &ttsv1.SynthesizeRequest{
+		Text: text, Voice: voice, AudioFormat: o.format(), Sampling: o.sampling})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &Session{recv: func() (response, error) { return stream.Recv() }, cancel: cancel,
+		started: time.Now(), encoding: o.encoding, sampleRate: o.outputRate()}, nil
+}
+
+// Result is a whole call collected.
+type Result struct {
+	Audio      []byte // as sent, in Encoding (for WAV including the header)
+	Encoding   ttsv1.AudioEncoding
+	SampleRate int
+	Summary    *Summary // nil only if the call ended without one
+	Segments   []*SegmentEnd
+	Events     []Event       // every event in arrival order
+	TTFB       time.Duration // client-side: call start to first audio chunk
+	Wall       time.Duration
+}
+
+// Collect reads a session to its end.
+func Collect(s *Session) (*Result, error) {
+	r := &Result{Encoding: s.encoding, SampleRate: s.sampleRate}
+	for ev, err := range s.Events() {
+		if err != nil {
+			return r, err
+		}
+		r.Events = append(r.Events, ev)
+		switch e := ev.(type) {
+		case *AudioChunk:
+			if r.TTFB == 0 {
+				r.TTFB = time.Since(s.started)
+			}
+			r.Audio = append(r.Audio, e.Audio...)
+		case *SegmentEnd:
+			r.Segments = append(r.Segments, e)
+		case *Summary:
+			r.Summary = e
+		}
+	}
+	r.Wall = time.Since(s.started)
+	return r, nil
+}
+
+// Synthesize speaks a whole text (Synthesize RPC) and returns all its audio.
+func (c *Client) Synthesize(ctx context.Context, text, voice string, opts ...SynthOption) (*Result, error) {
+	s, err := c.SynthesizeEvents(ctx, text, voice, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return Collect(s)
+}
+
+// SynthesizeStream runs Stream over the given fragments and collects the result.
+func (c *Client) SynthesizeStream(ctx context.Context, voice string, fragments []string, opts ...SynthOption) (*Result, error) {
+	text := make(chan string, len(fragments))
+	for _, f := range fragments {
+		text <- f
+	}
+	close(text)
+	s, err := c.Stream(ctx, voice, text, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return Collect(s)
+}
