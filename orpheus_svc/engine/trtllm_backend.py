@@ -1,0 +1,227 @@
+"""The trtllm backend's step logic: our scheduler decides who runs, TensorRT-LLM batches.
+
+TensorRT-LLM runs its own in-flight batching, so one EngineCore step here is not one
+forward pass. step(plan) does three things, in this order:
+
+    1. retire   generations our scheduler has finished (stop, length, grammar error) whose
+                TensorRT-LLM stream is still running: abort it; report streams that TensorRT-LLM
+                ended but our scheduler did not (early length limit, timeout, foreign cancel)
+                as errors, so no generation is left waiting for tokens that will never come
+    2. submit   newly admitted generations (plan.prefill, in the scheduler's priority order:
+                TTFB first), while fewer than num_slots TensorRT-LLM requests are live. An
+                aborted request counts as live until TensorRT-LLM confirms its end, so
+                in-flight requests never exceed the slots our scheduler accounts for
+    3. collect  the token deltas that arrived since the last step, in arrival order, for
+                the generations in the plan; when none are ready, wait up to wait_s for
+                the next one (no busy spin; returns as soon as a delta arrives)
+
+A generation left out of a plan keeps its deltas buffered until it is in one, so nothing is
+lost if max_batch_size < slots; but priority then only delays delivery, not generation, so
+run this backend with max_batch_size >= slots (see trtllm.trtllm_scheduler_settings).
+
+Frames are cut by the scheduler's FrameParser from the delivered tokens, which also
+validates the audio grammar and counts violations (status RPC: grammar_violations).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from orpheus_svc.core.generation import Generation
+from orpheus_svc.core.scheduler import StepPlan, StepResult
+from orpheus_svc.core.tokens import END_OF_SPEECH_ID
+
+from .trtllm_stream import StreamEvent
+
+log = logging.getLogger(__name__)
+
+
+class Streams(Protocol):
+    """What the backend needs from the bridge (trtllm_stream.StreamBridge)."""
+
+    def submit(self, gen_id: int, prompt_ids: Sequence[int], sampling_params: Any) -> None: ...
+
+    def abort(self, gen_id: int) -> None: ...
+
+    def next_event(self, timeout: float | None = None) -> StreamEvent | None: ...
+
+
+@dataclass(eq=False)
+class _Stream:
+    """One TensorRT-LLM request as seen from the engine thread."""
+
+    gen: Generation
+    pending: list[int] = field(default_factory=list)  # arrived, not yet handed to the scheduler
+    delivered: int = 0
+    last_token: int | None = None
+    done: bool = False              # TensorRT-LLM sent its final response
+    finish_reason: str | None = None
+    error: str | None = None
+    aborted_at: float | None = None
+
+
+class TrtllmBackend:
+    """EngineCore Backend over TensorRT-LLM streams (see the module docstring)."""
+
+    name = "trtllm"
+
+    def __init__(self, streams: Streams, make_params: Callable[[Generation], Any], *,
+                 num_slots: int, max_seq_len: int, wait_s: float = 0.01,
+                 abort_grace_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
+                 on_close: Callable[[], None] | None = None) -> None:
+        if num_slots < 1:
+            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
+        self.num_slots = num_slots
+        self.max_seq_len = max_seq_len
+        self._bridge = streams
+        self._make_params = make_params
+        self._wait_s = wait_s
+        self._abort_grace_s = abort_grace_s
+        self._clock = clock
+        self._on_close = on_close
+        # Every TensorRT-LLM request not yet confirmed ended, by gen_id (engine thread only).
+        self._streams: dict[int, _Stream] = {}
+        self.counters = dict(submitted=0, aborted=0, errors=0, unconfirmed_aborts=0)
+
+    @property
+    def live(self) -> int:
+        """TensorRT-LLM requests that may still hold a KV slot there."""
+        return len(self._streams)
+
+    # -- Backend protocol --------------------------------------------------------------------
+
+    def step(self, plan: StepPlan) -> StepResult:
+        result = StepResult()
+        self._retire(plan, result)
+        self._submit(plan.prefill, result)
+        self._collect(plan.batch, result)
+        return result
+
+    def release(self, gens: list[Generation]) -> None:
+        """Cancelled generations: abort their TensorRT-LLM requests now (their slots stay
+        counted as live until TensorRT-LLM confirms the end)."""
+        for gen in gens:
+            s = self._streams.get(gen.gen_id)
+            if s is not None:
+                self._abort(s)
+
+    def close(self) -> None:
+        """Abort everything and shut the bridge and the LLM down (server shutdown)."""
+        for s in list(self._streams.values()):
+            self._abort(s)
+        close = getattr(self._bridge, "close", None)
+        if close is not None:
+            close()
+        if self._on_close is not None:
+            self._on_close()
+
+    # -- 1. retire ---------------------------------------------------------------------------
+
+    def _retire(self, plan: StepPlan, result: StepResult) -> None:
+        now = self._clock()
+        in_plan = {g.gen_id for g in plan.batch}
+        for gen_id, s in list(self._streams.items()):
+            if s.gen.finished:
+                if s.done:
+                    del self._streams[gen_id]
+                elif s.aborted_at is None:
+                    self._abort(s)
+                elif now - s.aborted_at > self._abort_grace_s:
+                    # Never confirmed: stop counting it, or one lost response blocks a slot forever.
+                    log.warning("TensorRT-LLM did not confirm the abort of generation %d within "
+                                "%.0f s; no longer counting it as in flight",
+                                gen_id, self._abort_grace_s)
+                    self.counters["unconfirmed_aborts"] += 1
+                    del self._streams[gen_id]
+            elif s.done and not s.pending and gen_id in in_plan:
+                # TensorRT-LLM is done, every token was delivered, and the scheduler still
+                # waits for more: end the generation with the reason rather than hang.
+                result.errors[gen_id] = self._why_ended(s)
+                self.counters["errors"] += 1
+                del self._streams[gen_id]
+
+    @staticmethod
+    def _why_ended(s: _Stream) -> str:
+        if s.error:
+            return s.error
+        limit = s.gen.request.max_tokens
+        reason = s.finish_reason
+        if reason == "length":
+            return (f"TensorRT-LLM stopped at its length limit after {s.delivered} tokens "
+                    f"(max_tokens {limit}); is the engine's max_seq_len smaller than the config's?")
+        if reason == "timeout":
+            return f"TensorRT-LLM timed the request out after {s.delivered} tokens"
+        if reason == "cancelled":
+            return f"TensorRT-LLM cancelled the request after {s.delivered} tokens"
+        return (f"TensorRT-LLM ended the request (finish reason {reason!r}) after "
+                f"{s.delivered} tokens without the stop id")
+
+    # -- 2. submit ---------------------------------------------------------------------------
+
+    def _submit(self, prefill: list[Generation], result: StepResult) -> None:
+        for gen in prefill:  # scheduler priority order: the first waiting ones go first
+            if gen.gen_id in self._streams or gen.finished:
+                continue  # already submitted (it stays "prefill" until its first token)
+            if self.live >= self.num_slots:
+                break  # admission gate: the rest wait for a TensorRT-LLM request to end
+            try:
+                params = self._make_params(gen)
+                self._bridge.submit(gen.gen_id, gen.request.prompt_ids, params)
+            except Exception as exc:
+                result.errors[gen.gen_id] = (f"could not submit to TensorRT-LLM: "
+                                             f"{exc.__class__.__name__}: {exc}")
+                self.counters["errors"] += 1
+                continue
+            self._streams[gen.gen_id] = _Stream(gen)
+            self.counters["submitted"] += 1
+
+    def _abort(self, s: _Stream) -> None:
+        if s.done or s.aborted_at is not None:
+            return
+        s.aborted_at = self._clock()
+        self.counters["aborted"] += 1
+        self._bridge.abort(s.gen.gen_id)
+
+    # -- 3. collect --------------------------------------------------------------------------
+
+    def _collect(self, batch: list[Generation], result: StepResult) -> None:
+        wanted = [self._streams[g.gen_id] for g in batch
+                  if g.gen_id in self._streams and g.gen_id not in result.errors]
+        ready = any(s.pending or s.error for s in wanted)
+        event = self._bridge.next_event(0 if ready or not self._streams else self._wait_s)
+        while event is not None:
+            self._apply(event)
+            event = self._bridge.next_event(0)
+        for s in wanted:
+            gen_id = s.gen.gen_id
+            if s.error:
+                result.errors[gen_id] = s.error
+                self.counters["errors"] += 1
+                del self._streams[gen_id]
+            elif s.pending:
+                result.tokens[gen_id] = s.pending
+                s.delivered += len(s.pending)
+                s.pending = []
+
+    def _apply(self, ev: StreamEvent) -> None:
+        s = self._streams.get(ev.gen_id)
+        if s is None:
+            return  # a stream we already stopped counting (unconfirmed abort, error)
+        if ev.tokens:
+            s.pending.extend(ev.tokens)
+            s.last_token = ev.tokens[-1]
+        if not ev.final:
+            return
+        s.done, s.finish_reason = True, ev.finish_reason
+        if ev.finish_reason == "error":
+            s.error = ev.error or "TensorRT-LLM reported an error"
+        elif ev.finish_reason == "cancelled" and s.aborted_at is not None:
+            pass  # our own abort, confirmed
+        elif ev.finish_reason == "stop" and s.last_token != END_OF_SPEECH_ID:
+            # TensorRT-LLM may leave the end id out of the output; the scheduler needs it
+            # to finish the generation as "stop" (and checks it falls on a frame boundary).
+            s.pending.append(END_OF_SPEECH_ID)
+            s.last_token = END_OF_SPEECH_ID

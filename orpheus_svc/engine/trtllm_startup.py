@@ -1,0 +1,116 @@
+"""Start-up checks of the trtllm backend, cheapest first; each error names the missing piece.
+
+    artifact_dir      engine.trtllm_engine_dir is set and a directory
+    load_manifest     it holds orpheus_manifest.json (written by orpheus-build-engine)
+    check_limits      a TensorRT engine was built for at least the configured slots / context
+    load_encoder      a tokenizer.json for prompts (the artifact's, else model.path's)
+    require_tensorrt_llm / require_fp8_gpu
+                      the package imports; a CUDA GPU of compute capability 8.9+ is visible
+
+Errors are TrtllmStartupError, a ConfigError, so the CLI reports them as configuration
+problems. tensorrt_llm is imported only inside require_tensorrt_llm.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from orpheus_svc.config import ConfigError
+
+from .trtllm_gpu import fp8_problem, probe_gpu
+from .trtllm_manifest import FORMAT_ENGINE, Manifest, ManifestError, read_manifest
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_SERIES = "1.2"
+INSTALL_HINT = ("install TensorRT-LLM 1.2.x on a Linux machine with an NVIDIA GPU "
+                "(pip install 'tensorrt-llm~=1.2.0', or the NGC image "
+                "nvcr.io/nvidia/tensorrt-llm/release), or set engine.backend to torch or sim")
+
+
+class TrtllmStartupError(ConfigError):
+    """The trtllm backend cannot start; the message names what is missing and what to do."""
+
+
+def artifact_dir(engine: Any) -> Path:
+    ref = engine.trtllm_engine_dir
+    if not ref:
+        raise TrtllmStartupError(
+            "engine.trtllm_engine_dir is not set: point it at the output of "
+            "orpheus-build-engine (a TensorRT engine or FP8 checkpoint directory)")
+    path = Path(os.path.expanduser(ref))
+    if not path.is_dir():
+        raise TrtllmStartupError(f"engine.trtllm_engine_dir {ref!r} is not a directory")
+    return path
+
+
+def load_manifest(path: Path) -> Manifest:
+    try:
+        return read_manifest(path)
+    except ManifestError as exc:
+        raise TrtllmStartupError(f"engine.trtllm_engine_dir: {exc}") from exc
+
+
+def check_limits(manifest: Manifest, engine: Any) -> None:
+    """A TensorRT engine is compiled for its limits; refuse a config that exceeds them."""
+    if manifest.format != FORMAT_ENGINE:
+        return  # the PyTorch backend sizes itself at load time from the config
+    lim = manifest.limits
+    problems = []
+    if engine.max_sessions > lim.max_batch_size:
+        problems.append(f"engine.max_sessions {engine.max_sessions} > the engine's "
+                        f"max_batch_size {lim.max_batch_size}")
+    if engine.max_seq_len > lim.max_seq_len:
+        problems.append(f"engine.max_seq_len {engine.max_seq_len} > the engine's "
+                        f"max_seq_len {lim.max_seq_len}")
+    if problems:
+        raise TrtllmStartupError(
+            f"the engine in {engine.trtllm_engine_dir} was built for other limits: "
+            f"{'; '.join(problems)}. Lower the config or rebuild with orpheus-build-engine "
+            f"--max-batch-size {engine.max_sessions} --max-seq-len {engine.max_seq_len}")
+
+
+def load_encoder(path: Path, model_path: str | None) -> Callable[[str], list[int]]:
+    """The prompt tokenizer: the artifact's tokenizer.json (the builder copies it there),
+    else model.path's."""
+    from orpheus_svc.models.tokenizer import TextTokenizer
+
+    candidates = [path / "tokenizer.json"]
+    if model_path:
+        candidates.append(Path(os.path.expanduser(model_path)) / "tokenizer.json")
+    for file in candidates:
+        if file.is_file():
+            return TextTokenizer.from_file(file).encode
+    raise TrtllmStartupError(
+        f"no tokenizer.json in engine.trtllm_engine_dir ({path}) or model.path "
+        f"({model_path!r}): copy the Orpheus tokenizer.json next to the engine")
+
+
+def require_tensorrt_llm() -> Any:
+    """The tensorrt_llm module, or TrtllmStartupError saying how to get it."""
+    try:
+        import tensorrt_llm
+    except ImportError as exc:
+        raise TrtllmStartupError(
+            f"engine.backend is 'trtllm' but the tensorrt_llm package is not installed "
+            f"({exc}); {INSTALL_HINT}") from exc
+    except Exception as exc:  # installed but broken: missing libcuda, MPI, ABI mismatch
+        raise TrtllmStartupError(
+            f"engine.backend is 'trtllm' but importing tensorrt_llm failed: "
+            f"{exc.__class__.__name__}: {exc}; {INSTALL_HINT}") from exc
+    version = str(getattr(tensorrt_llm, "__version__", "unknown"))
+    if not version.startswith(SUPPORTED_SERIES + "."):
+        log.warning("tensorrt_llm %s found; this backend was written against the %s.x API",
+                    version, SUPPORTED_SERIES)
+    return tensorrt_llm
+
+
+def require_fp8_gpu(probe: Callable[[], Any] = probe_gpu) -> Any:
+    gpu = probe()
+    problem = fp8_problem(gpu)
+    if problem is not None:
+        raise TrtllmStartupError(f"engine.backend is 'trtllm': {problem}")
+    return gpu
