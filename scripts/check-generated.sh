@@ -62,8 +62,10 @@ grep -q "\"grpcio>=${grpc_gen}\"" "${PYPROJECT}" || {
 
 if [[ "${fail}" != 0 ]]; then
   echo >&2
-  echo "check-generated: FAILED - generated code is out of date with proto/." >&2
-  echo "  Run: scripts/install-tools.sh && scripts/gen-proto.sh   and commit the result." >&2
+  echo "check-generated: FAILED - the committed generated code (or the client's version bounds)" >&2
+  echo "  is out of date with proto/ and the pinned generators." >&2
+  echo "  Run: scripts/install-tools.sh && scripts/gen-proto.sh   and commit the result" >&2
+  echo "  (and fix the bounds in clients/python/pyproject.toml if named above)." >&2
   exit 1
 fi
 echo "check-generated: OK (lint clean, generated code up to date)"
