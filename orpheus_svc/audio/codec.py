@@ -49,6 +49,12 @@ SNAC_24KHZ_CONFIG: dict = {
 }
 
 
+# Layers after the first DecoderBlock reach ~1 latent step either way (convT 1/8 step, RUs
+# 39 samples at 64/256/512 per step: 0.61 + 0.15 + 0.08 step); 2 steps leave room, and
+# tests check the cropped decode against the full one.
+_CROP_MARGIN_STEPS = 2
+
+
 class SnacLoadError(ValueError):
     """A SNAC checkpoint exists but cannot be used (bad config, corrupt or mismatched weights)."""
 
@@ -163,6 +169,8 @@ class SnacCodec:
         self.decoder = model.decoder
         self._noise_blocks = self._replace_noise_blocks(self.decoder)
         self._replace_hot_modules(self.decoder)
+        blocks = [i for i, m in enumerate(self.decoder.model) if type(m).__name__ == "DecoderBlock"]
+        self._crop_after = blocks[0] if blocks else -1
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         for block in self._noise_blocks:
@@ -236,18 +244,49 @@ class SnacCodec:
         return self.quantizer.from_codes(codes).to(self.dtype)
 
     @torch.inference_mode()
-    def decode_latents(self, z: torch.Tensor, noise: bool | None = None) -> np.ndarray:
-        """[B, latent_dim, T] -> [B, T*512] float32 PCM. `noise` overrides for this call."""
-        if z.shape[-1] == 0:
+    def decode_latents(self, z: torch.Tensor, keep: tuple[int, int] | None = None,
+                       noise: bool | None = None) -> np.ndarray:
+        """[B, latent_dim, T] -> [B, T*512] float32 PCM, or only samples [lo, hi) if keep=(lo, hi).
+
+        With `keep`, the context is dropped inside the decoder, where it stops mattering
+        (see _crop); the kept samples are the same as those of the full decode.
+        `noise` overrides the codec's setting for this call only.
+        """
+        steps = z.shape[-1]
+        lo, hi = (0, steps * self.hop_length) if keep is None else keep
+        if not 0 <= lo <= hi <= steps * self.hop_length:
+            raise ValueError(f"keep {keep} is outside the window's {steps * self.hop_length} samples")
+        if hi == lo:
             return np.zeros((z.shape[0], 0), dtype=np.float32)
         previous = self.noise
         if noise is not None:
             self.noise = noise
         try:
-            audio = self.decoder(z)  # [B, 1, T*512]
+            x, base = z, 0
+            for i, layer in enumerate(self.decoder.model):
+                x = layer(x)
+                if i == self._crop_after and keep is not None:
+                    x, base = self._crop(x, steps, lo, hi)
         finally:
             self.noise = previous
-        return audio[:, 0, :].float().cpu().numpy()
+        return x[:, 0, lo - base:hi - base].float().cpu().numpy()
+
+    def _crop(self, x: torch.Tensor, steps: int, lo: int, hi: int) -> tuple[torch.Tensor, int]:
+        """Cut the activation after the first upsampling block to the kept samples + margin.
+
+        Most of the decoder's receptive field (+-10 latent steps) lies in the layers up to
+        and including the first DecoderBlock (the convs at 1 and 8 samples per step); all
+        later layers together reach about 1 step either way. They are also ~85% of the
+        cost. So the window's left context and lookahead are paid only by the cheap early
+        layers: from here on the tensor is the kept samples +- _CROP_MARGIN_STEPS.
+
+            window      [ ctx |########## kept ##########| lookahead ]
+            after blk1        [m|########## kept ##########|m]        m = margin
+        """
+        per_step = x.shape[-1] // steps
+        first = max(0, lo // self.hop_length - _CROP_MARGIN_STEPS)
+        last = min(steps, -(-hi // self.hop_length) + _CROP_MARGIN_STEPS)
+        return x[..., first * per_step:last * per_step].contiguous(), first * self.hop_length
 
     def decode_frames(self, batch: Sequence[np.ndarray], noise: bool | None = None) -> np.ndarray:
         """Decode B windows of F frames each ([F, 7] codes, position order) to [B, F*2048] float32.

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from orpheus_svc.audio.settings import FlusherSettings
+from orpheus_svc.audio.settings import HOP, FlusherSettings
 from orpheus_svc.audio.windows import Window, plan_windows
 from orpheus_svc.core.events import AudioEvent
 from orpheus_svc.core.tokens import FRAME_TOKENS, SAMPLES_PER_FRAME
@@ -192,23 +192,25 @@ class Flusher:
     def _decode(self, jobs: list[tuple[int, _Stream, Window]]) -> list[np.ndarray]:
         """PCM of each job's kept samples, decoding equal-length windows together."""
         out: list[np.ndarray | None] = [None] * len(jobs)
-        groups: dict[int, list[int]] = {}
+        # Same length and same kept span inside the window: one tensor, one crop. In steady
+        # state every generation's windows look alike (full left context, max chunk).
+        groups: dict[tuple[int, int, int], list[int]] = {}
         for i, (_, _, w) in enumerate(jobs):
-            groups.setdefault(w.num_steps, []).append(i)
-        for num_steps, members in groups.items():
+            groups.setdefault((w.num_steps, w.keep.start, w.keep.stop), []).append(i)
+        for (num_steps, lo, hi), members in groups.items():
             per_call = max(1, (self.settings.max_decode_frames * 4) // num_steps)
             for k in range(0, len(members), per_call):
                 part = members[k:k + per_call]
                 try:
                     z = torch.cat([self._latent(jobs[i][1], jobs[i][2]) for i in part])
-                    pcm = self.codec.decode_latents(z)
+                    pcm = self.codec.decode_latents(z, keep=(lo, hi))
                     self.num_decode_calls += 1
-                    self.num_decoded_samples += pcm.shape[0] * pcm.shape[1]
+                    self.num_decoded_samples += len(part) * num_steps * HOP
                 except Exception as exc:
                     self._fail([jobs[i][0] for i in part], exc)
                     continue
                 for row, i in enumerate(part):
-                    out[i] = pcm[row, jobs[i][2].keep].copy()
+                    out[i] = pcm[row].copy()
         return out
 
     def _latent(self, st: _Stream, w: Window) -> torch.Tensor:

@@ -154,3 +154,18 @@ def test_bad_config_is_a_load_error(tmp_path, tiny_dir):
     (tmp_path / "config.json").write_text(json.dumps({**TINY_CONFIG, "wobble": 1}))
     with pytest.raises(SnacLoadError, match="unknown or missing field"):
         load_snac(tmp_path)
+
+
+def test_cropped_decode_keeps_exactly_the_full_decodes_samples_24khz(real_codec):
+    # The context is dropped inside the decoder; what is kept must not change.
+    z = real_codec.latents([random_frames(4, seed=5)])  # 16 latent steps
+    full = real_codec.decode_latents(z)[0]
+    for lo, hi in ((0, 1024), (3 * 512, 13 * 512), (5000, 16 * 512), (100, 101)):
+        np.testing.assert_allclose(real_codec.decode_latents(z, keep=(lo, hi))[0], full[lo:hi],
+                                   rtol=0, atol=1e-5)
+
+
+def test_cropped_decode_rejects_a_span_outside_the_window(tiny_codec):
+    z = tiny_codec.latents([random_frames(1)])
+    with pytest.raises(ValueError, match="outside the window"):
+        tiny_codec.decode_latents(z, keep=(0, 2049))

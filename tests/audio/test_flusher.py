@@ -173,9 +173,9 @@ def test_drop_during_a_decode_filters_that_iterations_output(tiny_codec):
         def latents(self, batch):
             return tiny_codec.latents(batch)
 
-        def decode_latents(self, z):
+        def decode_latents(self, z, keep=None):
             flusher.drop(1)  # as if the engine cancelled while SNAC runs
-            return tiny_codec.decode_latents(z)
+            return tiny_codec.decode_latents(z, keep)
 
     flusher = Flusher(DropMidDecode(), FlusherSettings(), sink)
     flusher.push(1, random_frames(3), final=True)
@@ -190,7 +190,7 @@ def test_a_failed_decode_is_reported_and_the_generation_forgotten(tiny_codec):
         device = tiny_codec.device
         latents = staticmethod(tiny_codec.latents)
 
-        def decode_latents(self, z):
+        def decode_latents(self, z, keep=None):
             raise RuntimeError("out of memory")
 
     sink = Collect()
