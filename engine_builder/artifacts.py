@@ -13,8 +13,6 @@ from typing import Any
 
 from orpheus_svc.engine.trtllm_gpu import GpuInfo
 from orpheus_svc.engine.trtllm_manifest import Limits, Manifest
-from orpheus_svc.models.hub import resolve_checkpoint
-from orpheus_svc.models.loader import CHECKPOINT_PATTERNS
 
 from .plan import BuildPlan
 
@@ -65,6 +63,9 @@ def versions() -> dict[str, str | None]:
 
 def run_build(plan: BuildPlan, gpu: GpuInfo, *, force: bool = False) -> Path:
     """Build plan.out and write its manifest; returns the manifest path."""
+    from orpheus_svc.models.hub import resolve_checkpoint
+    from orpheus_svc.models.loader import CHECKPOINT_PATTERNS  # imports torch: only for builds
+
     check_packages(plan.backend)
     model_dir = resolve_checkpoint(plan.model, CHECKPOINT_PATTERNS, what="--model")
     prepare_out(plan.out, force)

@@ -32,7 +32,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from orpheus_svc.core.generation import Generation
 from orpheus_svc.core.scheduler import StepPlan, StepResult
-from orpheus_svc.core.tokens import END_OF_SPEECH_ID
+from orpheus_svc.core.tokens import END_OF_SPEECH_ID, AudioGrammarError, FrameParser
 
 from .trtllm_stream import StreamEvent
 
@@ -61,6 +61,8 @@ class _Stream:
     finish_reason: str | None = None
     error: str | None = None
     aborted_at: float | None = None
+    # Our own check of the delivered tokens: the scheduler's parser rejects the same ones.
+    parser: FrameParser = field(default_factory=FrameParser)
 
 
 class TrtllmBackend:
@@ -95,6 +97,7 @@ class TrtllmBackend:
 
     def step(self, plan: StepPlan) -> StepResult:
         result = StepResult()
+        self._drain(0)  # ends confirmed since the last step free their place before submit
         self._retire(plan, result)
         self._submit(plan.prefill, result)
         self._collect(plan.batch, result)
@@ -191,10 +194,7 @@ class TrtllmBackend:
         wanted = [self._streams[g.gen_id] for g in batch
                   if g.gen_id in self._streams and g.gen_id not in result.errors]
         ready = any(s.pending or s.error for s in wanted)
-        event = self._bridge.next_event(0 if ready or not self._streams else self._wait_s)
-        while event is not None:
-            self._apply(event)
-            event = self._bridge.next_event(0)
+        self._drain(0 if ready or not self._streams else self._wait_s)
         for s in wanted:
             gen_id = s.gen.gen_id
             if s.error:
@@ -204,7 +204,26 @@ class TrtllmBackend:
             elif s.pending:
                 result.tokens[gen_id] = s.pending
                 s.delivered += len(s.pending)
+                if not self._grammar_ok(s, s.pending):
+                    # The scheduler ends this generation in this step's update; abort now,
+                    # as there may be no next step to do it (an otherwise idle engine).
+                    self._abort(s)
                 s.pending = []
+
+    def _drain(self, wait_s: float) -> None:
+        """Apply every event that has arrived; wait up to wait_s for the first one."""
+        event = self._bridge.next_event(wait_s)
+        while event is not None:
+            self._apply(event)
+            event = self._bridge.next_event(0)
+
+    @staticmethod
+    def _grammar_ok(s: _Stream, tokens: list[int]) -> bool:
+        try:
+            s.parser.feed(tokens)
+        except AudioGrammarError:
+            return False
+        return True
 
     def _apply(self, ev: StreamEvent) -> None:
         s = self._streams.get(ev.gen_id)

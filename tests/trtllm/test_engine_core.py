@@ -1,0 +1,72 @@
+"""The trtllm backend behind the real EngineCore thread, TensorRT-LLM replaced by the stand-in."""
+
+import dataclasses
+from functools import partial
+
+from orpheus_svc.config import EngineConfig
+from orpheus_svc.core.events import Finished
+from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.engine.core import EngineCore
+from orpheus_svc.engine.trtllm import sampling_kwargs, trtllm_scheduler_settings
+from orpheus_svc.engine.trtllm_backend import TrtllmBackend
+from orpheus_svc.engine.trtllm_stream import StreamBridge
+from tests.engine.harness import Collector, RecordingFlusher
+
+from .driver import PROMPT, Params, _params, frame_codes, frame_tokens
+from .standin import StandInLLM
+
+
+def _scripted(req):
+    """Each request streams max_tokens // 7 frames in uneven deltas, then stops."""
+    frames = req.params.kwargs["max_tokens"] // 7 - 1
+    ids = [t for f in range(frames) for t in frame_tokens(f)]
+    cuts = list(range(0, len(ids), 5)) + [len(ids)]
+    return [(ids[a:b], None) for a, b in zip(cuts, cuts[1:])] + [([], "stop")]
+
+
+def test_sessions_beyond_the_slots_all_finish_with_their_frames_and_never_overfill():
+    engine_cfg = dataclasses.replace(EngineConfig(), max_sessions=3, max_batch_size=1,
+                                     max_seq_len=256)
+    settings = trtllm_scheduler_settings(engine_cfg)
+    assert settings.max_batch_size == 3  # every running generation is in every plan
+    llm = StandInLLM(script=_scripted)
+    backend = TrtllmBackend(StreamBridge(llm), partial(_params, sampling_kwargs), num_slots=3,
+                            max_seq_len=256)
+    events = Collector()
+    flusher = RecordingFlusher(events)
+    core = EngineCore(backend, flusher, events, settings=settings, seed=1)
+    core.start()
+    try:
+        ids = [core.submit(GenerationRequest(session_id=f"s{i}", segment_index=0,
+                                             prompt_ids=PROMPT, max_tokens=7 * (2 + i % 4),
+                                             sampling=SamplingParams()))
+               for i in range(10)]
+        events.wait_for(lambda ev: events.ended(ids))
+        fin = {e.gen_id: e for e in events.of(Finished)}
+        for i, gid in enumerate(ids):
+            assert fin[gid].reason == "stop", fin[gid]
+            assert flusher.frames[gid] == [frame_codes(f) for f in range(1 + i % 4)]
+            assert flusher.final[gid]
+        assert llm.max_live <= 3 and len(llm.requests) == 10
+        assert core.stats().free_slots == 3
+    finally:
+        core.stop()
+        backend.close()
+
+
+def test_sampling_params_carry_the_request_and_the_stop_id():
+    req = GenerationRequest(session_id="s", segment_index=0, prompt_ids=PROMPT, max_tokens=700,
+                            sampling=SamplingParams(temperature=0.5, top_p=0.9,
+                                                    repetition_penalty=1.2))
+    from orpheus_svc.core.generation import Generation
+
+    gen = Generation(gen_id=1, request=req, arrival=0.0, seed=1234)
+    marker = object()
+    kw = sampling_kwargs(gen, marker)
+    assert kw == dict(end_id=128258, pad_id=128263, max_tokens=700, temperature=0.5, top_p=0.9,
+                      repetition_penalty=1.2, seed=1234, detokenize=False,
+                      logits_processor=marker)
+    greedy = dataclasses.replace(req, sampling=SamplingParams(temperature=0.0))
+    kw = sampling_kwargs(Generation(gen_id=2, request=greedy, arrival=0.0, seed=1))
+    assert kw["top_k"] == 1 and "temperature" not in kw and "logits_processor" not in kw
+    assert isinstance(_params(sampling_kwargs, gen), Params)
