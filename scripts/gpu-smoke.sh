@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# GPU smoke test of the trtllm backend: build FP8 Orpheus, serve it, run the scaling benchmark.
+#
+# NOT run in CI and never run by the authors so far: it needs an NVIDIA GPU of compute
+# capability 8.9+ (RTX 4090, L4, L40S, H100, H200), TensorRT-LLM 1.2.x, the Orpheus weights
+# (local dir or hub access) and, for --backend pytorch builds, nvidia-modelopt + transformers.
+#
+#   scripts/gpu-smoke.sh                      # defaults below; every one can be overridden
+#   MODEL=/models/orpheus-3b BUILD_BACKEND=tensorrt LEVELS=1,16,32 scripts/gpu-smoke.sh
+#
+# Environment (defaults):
+#   MODEL=canopylabs/orpheus-3b-0.1-ft   SNAC=hubertsiuzdak/snac_24khz
+#   BUILD_BACKEND=pytorch (or tensorrt)  OUT=engines/orpheus-fp8-$BUILD_BACKEND  REBUILD=0
+#   SLOTS=32  SEQ=4096  KV_FRAC=0.9  PORT=50071  LEVELS=1,8,16,32  ROUNDS=2
+#   RESULTS=bench/results/gpu-smoke-<time>.json  PYTHON=python
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MODEL=${MODEL:-canopylabs/orpheus-3b-0.1-ft}
+SNAC=${SNAC:-hubertsiuzdak/snac_24khz}
+BUILD_BACKEND=${BUILD_BACKEND:-pytorch}
+OUT=${OUT:-engines/orpheus-fp8-$BUILD_BACKEND}
+REBUILD=${REBUILD:-0}
+SLOTS=${SLOTS:-32}
+SEQ=${SEQ:-4096}
+KV_FRAC=${KV_FRAC:-0.9}
+PORT=${PORT:-50071}
+LEVELS=${LEVELS:-1,8,16,32}
+ROUNDS=${ROUNDS:-2}
+RESULTS=${RESULTS:-bench/results/gpu-smoke-$(date +%Y%m%d-%H%M%S).json}
+PY=${PYTHON:-python}
+LOG=${RESULTS%.json}.server.log
+
+say() { printf '\n== %s\n' "$*" >&2; }
+die() { printf 'gpu-smoke: %s\n' "$*" >&2; exit 1; }
+
+say "environment"
+command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this needs an NVIDIA GPU"
+nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader
+"$PY" -c 'import tensorrt_llm, torch; print("tensorrt_llm", tensorrt_llm.__version__, "| torch", torch.__version__, "cuda", torch.version.cuda)' \
+  || die "tensorrt_llm does not import (pip install 'tensorrt-llm~=1.2.0' or use the NGC image)"
+
+say "engine ($BUILD_BACKEND) -> $OUT"
+"$PY" -m engine_builder.cli --model "$MODEL" --out "$OUT" --backend "$BUILD_BACKEND" \
+  --max-batch-size "$SLOTS" --max-seq-len "$SEQ" --dry-run
+if [[ "$REBUILD" == "1" || ! -f "$OUT/orpheus_manifest.json" ]]; then
+  "$PY" -m engine_builder.cli --model "$MODEL" --out "$OUT" --backend "$BUILD_BACKEND" \
+    --max-batch-size "$SLOTS" --max-seq-len "$SEQ" --force
+else
+  echo "reusing $OUT (REBUILD=1 to rebuild)" >&2
+fi
+cat "$OUT/orpheus_manifest.json"
+
+say "server on :$PORT (log: $LOG)"
+mkdir -p "$(dirname "$RESULTS")"
+"$PY" -m orpheus_svc.cli serve --backend trtllm --model "$MODEL" --snac "$SNAC" \
+  --port "$PORT" --set engine.trtllm_engine_dir="$OUT" --set engine.max_sessions="$SLOTS" \
+  --set engine.max_batch_size="$SLOTS" --set engine.max_seq_len="$SEQ" \
+  --set engine.trtllm_kv_free_gpu_fraction="$KV_FRAC" >"$LOG" 2>&1 &
+SERVER_PID=$!
+trap 'kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true' EXIT
+
+# Loading the model and warming up can take minutes on first start.
+PYTHONPATH=bench "$PY" - "$PORT" "$SERVER_PID" <<'EOF' || { tail -50 "$LOG" >&2; die "server did not become ready"; }
+import os, sys, time
+from orpheus_bench.runner import status
+port, pid = sys.argv[1], int(sys.argv[2])
+deadline = time.monotonic() + 900
+while time.monotonic() < deadline:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        sys.exit("server exited during start-up")
+    info = status(f"localhost:{port}", timeout=2.0)
+    if info and info.get("serving"):
+        print(f"serving: backend {info.get('backend')}, model {info.get('model')}, "
+              f"{info.get('total_slots')} slots", file=sys.stderr)
+        sys.exit(0)
+    time.sleep(2)
+sys.exit("not serving after 15 minutes")
+EOF
+
+say "benchmark: scaling $LEVELS"
+PYTHONPATH=bench "$PY" -m orpheus_bench.cli scaling --target "localhost:$PORT" \
+  --concurrent "$LEVELS" --rounds "$ROUNDS" --server-pid "$SERVER_PID" \
+  --label "gpu-smoke $BUILD_BACKEND fp8" --output "$RESULTS"
+
+say "summary ($RESULTS)"
+PYTHONPATH=bench "$PY" - "$RESULTS" "$PORT" <<'EOF'
+import json, sys
+from orpheus_bench.runner import status
+doc = json.load(open(sys.argv[1]))
+print(f"{'conc':>5} {'ok%':>5} {'TTFB p50 ms':>12} {'p95':>7} {'tok/s':>8} {'audio s/s':>10} {'underruns':>10}")
+for r in doc["runs"]:
+    if r.get("label") == "warm-up":
+        continue
+    ok = 100 * (r.get("success_rate") or 0)
+    tps = (r.get("server") or {}).get("tokens_per_s") or r.get("tokens_per_s") or 0
+    print(f"{r['concurrency']:>5} {ok:>5.0f} {r['ttfb_ms']['p50'] or 0:>12.0f} "
+          f"{r['ttfb_ms']['p95'] or 0:>7.0f} {tps:>8.0f} {r.get('audio_s_per_wall_s') or 0:>10.1f} "
+          f"{r['underruns']['events_total']:>10}")
+info = status(f"localhost:{sys.argv[2]}") or {}
+print(f"grammar_violations: {info.get('grammar_violations')} (expected 0 with the logits mask)")
+EOF
