@@ -44,7 +44,8 @@ def render_plan(plan: BuildPlan, gpu: GpuInfo | None, *, dry_run: bool = True) -
         f"  KV cache       {plan.max_batch_size} slots x {s.num_hidden_layers} layers x 2 x "
         f"{s.num_key_value_heads} kv heads x {s.head_dim} dim x {plan.max_seq_len} tokens x "
         f"{plan.kv_dtype_bytes} bytes = {kv:,} bytes = {_gb(kv)}",
-        f"  weights        ~{_gb(plan.weight_bytes())} (decoder linears fp8, embedding/head 16-bit)",
+        f"  weights        ~{_gb(plan.weight_bytes())} "
+        f"(decoder linears fp8, embedding/head 16-bit)",
         f"  gpu            {gpu_line}",
     ]
     lines += [f"  note           {n}" for n in plan.notes]

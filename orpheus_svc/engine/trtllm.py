@@ -144,9 +144,14 @@ def _approve_for_ipc(cls: type) -> None:
         return
     for hook in ("register_approved_ipc_class", "register_approved_class"):
         fn = getattr(serialization, hook, None)
-        if fn is not None:
+        if fn is None:
+            continue
+        try:
             fn(cls)
-            return
+        except Exception as exc:  # the mask is an extra; validation still guards the grammar
+            log.warning("could not register %s with tensorrt_llm.serialization.%s: %s",
+                        cls.__name__, hook, exc)
+        return
 
 
 def _log_start(manifest: Manifest, path: Path, e: Any, gpu: Any, masked: bool) -> None:

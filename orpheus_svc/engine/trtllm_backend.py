@@ -112,9 +112,8 @@ class TrtllmBackend:
                 self._abort(s)
 
     def close(self) -> None:
-        """Abort everything and shut the bridge and the LLM down (server shutdown)."""
-        for s in list(self._streams.values()):
-            self._abort(s)
+        """Server shutdown: the bridge aborts every live request and stops; then the LLM
+        shuts down. Call it after EngineCore.stop() (the engine thread owns this object)."""
         close = getattr(self._bridge, "close", None)
         if close is not None:
             close()

@@ -115,8 +115,8 @@ def read_manifest(artifact_dir: str | Path) -> Manifest:
     path = Path(artifact_dir) / MANIFEST_NAME
     if not path.is_file():
         raise ManifestError(
-            f"{path} not found: {artifact_dir} was not made by orpheus-build-engine "
-            f"(build one with: orpheus-build-engine --model <orpheus dir or id> --out {artifact_dir})")
+            f"{path} not found: {artifact_dir} was not made by orpheus-build-engine (build "
+            f"one with: orpheus-build-engine --model <orpheus dir or id> --out {artifact_dir})")
     try:
         raw = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:

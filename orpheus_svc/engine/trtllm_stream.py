@@ -84,14 +84,17 @@ class StreamBridge:
         """Abort every live stream and stop the loop thread (the LLM itself is not shut down)."""
         if self._loop.is_closed():
             return
-        for gen_id in list(self._results):
-            self.abort(gen_id)
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop.call_soon_threadsafe(self._abort_all)
+        self._loop.call_soon_threadsafe(self._loop.stop)  # runs after the aborts (FIFO)
         self._thread.join(timeout)
         if not self._thread.is_alive():
             self._loop.close()
 
     # -- bridge loop -----------------------------------------------------------------------
+
+    def _abort_all(self) -> None:
+        for gen_id in list(self._results):
+            self._abort(gen_id)
 
     def _abort(self, gen_id: int) -> None:
         result = self._results.get(gen_id)

@@ -146,3 +146,15 @@ def test_the_length_limit_ends_at_max_tokens_like_tensorrt_llm(driver):
     assert gen.finish_reason == "length" and len(driver.frames[gen.gen_id]) == 2
     driver.llm.wait_for(lambda llm: llm.live == 0)
     assert not driver.errors and not driver.llm.requests[0].aborted
+
+
+def test_close_aborts_live_requests_then_shuts_the_llm_down():
+    closed = []
+    d = Driver(slots=2, on_close=lambda: closed.append(True))
+    try:
+        d.add()
+        d.run_until(lambda: d.llm.requests)
+        d.backend.close()
+        assert d.llm.requests[0].aborted and closed == [True]
+    finally:
+        d.close()

@@ -21,7 +21,7 @@ def _scripted(req):
     frames = req.params.kwargs["max_tokens"] // 7 - 1
     ids = [t for f in range(frames) for t in frame_tokens(f)]
     cuts = list(range(0, len(ids), 5)) + [len(ids)]
-    return [(ids[a:b], None) for a, b in zip(cuts, cuts[1:])] + [([], "stop")]
+    return [(ids[a:b], None) for a, b in zip(cuts[:-1], cuts[1:], strict=True)] + [([], "stop")]
 
 
 def test_sessions_beyond_the_slots_all_finish_with_their_frames_and_never_overfill():
