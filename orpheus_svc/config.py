@@ -55,6 +55,7 @@ class EngineConfig:
     # trtllm
     trtllm_engine_dir: str | None = None
     trtllm_kv_free_gpu_fraction: float = 0.9
+    trtllm_grammar_mask: bool = True  # audio-grammar logits processor (tokens are validated anyway)
     # sim
     sim_profile: str = "h100-fp8"
     sim_codec: bool = True

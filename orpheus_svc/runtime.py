@@ -112,6 +112,9 @@ class Runtime:
         if self._started:
             self.core.stop()
             self.flusher.stop(timeout=10)
+            close = getattr(self.core.backend, "close", None)
+            if close is not None:  # trtllm: abort live requests, shut the LLM down
+                close()
             self._started = False
 
     def request(self, session_id: str, segment_index: int, voice: str, text: str,
@@ -162,7 +165,10 @@ def build_runtime(config: Config, router: EventRouter | None = None) -> Runtime:
     dtype = resolve_dtype(m.dtype, device)
     if m.cpu_threads > 0:
         torch.set_num_threads(m.cpu_threads)
-    model_ref, snac_ref, is_demo = m.path, m.snac, m.path is None
+    # The demo checkpoint stands in for whatever is not configured: the LM only for the
+    # torch backend (trtllm loads its engine dir, sim computes nothing), SNAC for all.
+    is_demo = m.path is None and e.backend == "torch"
+    model_ref, snac_ref = m.path, m.snac
     if is_demo or snac_ref is None:
         from orpheus_svc.models.demo import ensure_demo_checkpoint
         demo = ensure_demo_checkpoint()
@@ -171,19 +177,25 @@ def build_runtime(config: Config, router: EventRouter | None = None) -> Runtime:
             model_ref = str(demo.model_dir)
         if snac_ref is None:
             if not is_demo:
-                log.warning("model.snac not set: using a random-init SNAC; set model.snac to "
-                            "hubertsiuzdak/snac_24khz or a local copy for real audio")
+                log.warning("model.snac not set: using a random-init SNAC, so the audio is not "
+                            "speech; set model.snac to hubertsiuzdak/snac_24khz or a local copy")
             snac_ref = str(demo.snac_dir)
+    settings = e.scheduler_settings()
     if e.backend == "torch":
         backend, encode = _torch_backend(config, model_ref, device, dtype)
+        model_name = "demo" if is_demo else str(model_ref)
+    elif e.backend == "trtllm":
+        from orpheus_svc.engine.trtllm import build_trtllm_backend, trtllm_scheduler_settings
+        backend, encode = build_trtllm_backend(config)
+        settings = trtllm_scheduler_settings(e)
+        model_name = str(e.trtllm_engine_dir)
     else:
         raise ConfigError(f"engine.backend {e.backend!r} is not available in this build")
     codec = load_snac(snac_ref, device=device, dtype=torch.float32)
     flusher = Flusher(codec, config.flusher, router, on_error=router.on_audio_error)
-    core = EngineCore(backend, flusher, router, settings=e.scheduler_settings(), seed=e.seed)
+    core = EngineCore(backend, flusher, router, settings=settings, seed=e.seed)
     return Runtime(config=config, core=core, flusher=flusher, router=router, encode=encode,
-                   model_name="demo" if is_demo else str(model_ref), is_demo=is_demo,
-                   device=device)
+                   model_name=model_name, is_demo=is_demo, device=device)
 
 
 def _torch_backend(config: Config, model_ref: str, device: torch.device, dtype: torch.dtype):

@@ -96,7 +96,7 @@ def build_trtllm_backend(config: Any) -> tuple[TrtllmBackend, Callable[[str], li
                     e.max_batch_size, e.max_sessions)
     llm = _open_llm(manifest, path, e)
     grammar = None
-    if getattr(e, "trtllm_grammar_mask", True):
+    if e.trtllm_grammar_mask:
         from .trtllm_grammar import AudioGrammarLogitsProcessor
         grammar = AudioGrammarLogitsProcessor()
         _approve_for_ipc(type(grammar))
