@@ -79,7 +79,9 @@ class SamplingConfig:
 class TextConfig:
     max_text_chars: int = 5000       # one request's whole text (Synthesize) / one session's input
     max_segment_chars: int = 300     # a segment is cut at this length if no sentence end comes
-    min_segment_chars: int = 1
+    # >0: a session's first segment may end at a clause mark (, ; :) once this long, so the
+    # first audio need not wait for a long first sentence to stream in (0 = sentence ends only)
+    first_clause_min_chars: int = 0
     max_segments_in_flight: int = 2  # segments of one session generating at once
 
 
@@ -257,6 +259,8 @@ def validate(config: Config) -> None:
         (20 <= t.max_segment_chars <= t.max_text_chars, "text.max_segment_chars",
          "must be between 20 and text.max_text_chars"),
         (t.max_segments_in_flight >= 1, "text.max_segments_in_flight", "must be >= 1"),
+        (0 <= t.first_clause_min_chars <= t.max_segment_chars, "text.first_clause_min_chars",
+         "must be between 0 and text.max_segment_chars"),
         (0 <= s.port <= 65535, "server.port", "must be 0..65535"),
         (0 <= s.metrics_port <= 65535, "server.metrics_port", "must be 0..65535"),
         (s.grace_seconds >= 0, "server.grace_seconds", "must be >= 0"),
