@@ -157,8 +157,10 @@ class Runtime:
         return int(got["samples"]) / 24000
 
 
-def build_runtime(config: Config, router: EventRouter | None = None) -> Runtime:
-    """Load checkpoints and build (not start) the engine described by `config`."""
+def build_runtime(config: Config, router: EventRouter | None = None, *,
+                  on_step: Callable[[int], None] | None = None) -> Runtime:
+    """Load checkpoints and build (not start) the engine described by `config`.
+    `on_step` is called from the engine thread with each step's batch size (metrics)."""
     router = router or EventRouter()
     m, e = config.model, config.engine
     device = resolve_device(m.device)
@@ -193,7 +195,7 @@ def build_runtime(config: Config, router: EventRouter | None = None) -> Runtime:
         raise ConfigError(f"engine.backend {e.backend!r} is not available in this build")
     codec = load_snac(snac_ref, device=device, dtype=torch.float32)
     flusher = Flusher(codec, config.flusher, router, on_error=router.on_audio_error)
-    core = EngineCore(backend, flusher, router, settings=settings, seed=e.seed)
+    core = EngineCore(backend, flusher, router, settings=settings, seed=e.seed, on_step=on_step)
     return Runtime(config=config, core=core, flusher=flusher, router=router, encode=encode,
                    model_name=model_name, is_demo=is_demo, device=device)
 

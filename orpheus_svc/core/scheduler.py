@@ -81,6 +81,12 @@ class SchedulerStats:
     steps: int
     tokens: int
     grammar_violations: int
+    # sessions generating now whose listener has less than UNDERRUN_RISK_SECONDS of audio
+    # buffered (after their first audio): they run dry soon unless they get steps
+    underrun_risk: int = 0
+
+
+UNDERRUN_RISK_SECONDS = 0.25
 
 
 class Scheduler:
@@ -204,11 +210,16 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self._running or self._waiting)
 
-    def stats(self) -> SchedulerStats:
+    def stats(self, now: float | None = None) -> SchedulerStats:
+        risk = 0 if now is None else sum(
+            1 for s in self._sessions.values()
+            if s.gens and s.playout_end is not None
+            and s.playout_end - now < UNDERRUN_RISK_SECONDS)
         return SchedulerStats(
             active=len(self._running), waiting=len(self._waiting),
             free_slots=self.pool.num_free, used_slots=self.pool.num_used,
-            total_slots=self.pool.num_slots, steps=self._step, **self._counts)
+            total_slots=self.pool.num_slots, steps=self._step, underrun_risk=risk,
+            **self._counts)
 
     def buffered_seconds(self, session_id: str, now: float) -> float:
         s = self._sessions.get(session_id)

@@ -75,11 +75,13 @@ _STOP = object()
 class EngineCore:
     def __init__(self, backend: Backend, flusher: FrameSink, sink: EventSink, *,
                  settings: SchedulerSettings = SchedulerSettings(), seed: int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_step: Callable[[int], None] | None = None) -> None:
         self.backend = backend
         self.flusher = flusher
         self._sink = sink
         self._clock = clock
+        self._on_step = on_step  # called with each step's batch size (metrics)
         self._seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self._scheduler = Scheduler(SlotPool(backend.num_slots, backend.max_seq_len), settings)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
@@ -125,7 +127,7 @@ class EngineCore:
                 break
             if self._scheduler.has_work:
                 self._step(events)
-            self._stats = self._scheduler.stats()
+            self._stats = self._scheduler.stats(self._clock())
             events.flush()
         events.flush()
 
@@ -187,6 +189,8 @@ class EngineCore:
             result = StepResult(errors={g.gen_id: f"{exc.__class__.__name__}: {exc}"
                                         for g in plan.batch})
         self.step_count += 1
+        if self._on_step is not None:
+            self._on_step(len(plan.batch))
         outcome = self._scheduler.update(plan, result, self._clock())
         for gen, frames in outcome.frames:
             ended = gen.finish_reason in ("stop", "length")

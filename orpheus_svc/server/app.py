@@ -26,6 +26,7 @@ from orpheus_svc.config import Config
 from orpheus_svc.runtime import build_runtime
 
 from .logs import configure_logging
+from .metrics import Metrics
 from .servicer import TTSServicer
 from .state import ServerState
 
@@ -38,6 +39,8 @@ class Server:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.state = ServerState(config)
+        self.metrics = Metrics(self.state)
+        self.state.metrics = self.metrics
         self.health = health.aio.HealthServicer()
         self.grpc = grpc.aio.server()
         tts_pb2_grpc.add_TTSServiceServicer_to_server(TTSServicer(self.state), self.grpc)
@@ -58,12 +61,16 @@ class Server:
             raise OSError(f"cannot bind {s.host}:{s.port}")
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.grpc.start()
-        log.info("listening", host=s.host, port=self.port, reflection=s.reflection)
+        if s.metrics_port:
+            self.metrics.serve(s.metrics_port, s.host)
+        log.info("listening", host=s.host, port=self.port, reflection=s.reflection,
+                 metrics_port=s.metrics_port or None)
 
     async def load(self) -> None:
         t0 = time.monotonic()
         loop = asyncio.get_running_loop()
-        runtime = await loop.run_in_executor(None, build_runtime, self.config)
+        runtime = await loop.run_in_executor(
+            None, lambda: build_runtime(self.config, on_step=self.metrics.batch_size.observe))
         runtime.start()
         self.state.runtime = runtime
         audio_s = await loop.run_in_executor(None, runtime.warm_up)

@@ -141,12 +141,14 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
         voice, fmt, sampling, allow_wav = settings
         runtime = self.state.runtime_or_none()
         if runtime is None:
+            self.state.count_error("UNAVAILABLE")
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 "the model is still loading or the server is shutting down; "
                                 "retry shortly (health reports SERVING when ready)")
         try:
             options = _options(self.state, voice, fmt, sampling, allow_wav=allow_wav)
         except SessionError as exc:
+            self.state.count_error(exc.code)
             await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
         session = StreamSession(runtime, options, self.state.config.text)
         await context.send_initial_metadata((("orpheus-session-id", session.session_id),))
@@ -161,6 +163,8 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
             async for out in session.run(source):
                 if isinstance(out, Summary):
                     self.state.add_audio_seconds(out.num_samples / options.sample_rate)
+                    if out.time_to_first_audio_ms > 0:
+                        self.state.observe_ttfa(out.time_to_first_audio_ms / 1000)
                     log.info("session finished", ttfa_ms=round(out.time_to_first_audio_ms, 1),
                              audio_ms=round(out.audio_ms), tokens=out.num_tokens,
                              segments=out.num_segments)

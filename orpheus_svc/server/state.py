@@ -41,6 +41,8 @@ class ServerState:
         self.sessions_total = 0
         self.audio_seconds_total = 0.0
         self.outcomes: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()  # grpc status code name -> calls
+        self.metrics = None  # server/metrics.py Metrics, set by the app
 
     def runtime_or_none(self) -> Runtime | None:
         return self.runtime if self.serving else None
@@ -52,6 +54,18 @@ class ServerState:
     def session_ended(self, outcome: str) -> None:
         self.active_sessions -= 1
         self.outcomes[outcome] += 1
+        if outcome != "ok":
+            self.count_error(outcome)
+
+    def count_error(self, code: str) -> None:
+        self.errors[code] += 1
+
+    def observe_ttfa(self, seconds: float) -> None:
+        if self.metrics is not None:
+            self.metrics.ttfa.observe(seconds)
+
+    def underrun_risk(self) -> int:
+        return self.runtime.core.stats().underrun_risk if self.runtime is not None else 0
 
     def add_audio_seconds(self, seconds: float) -> None:
         self.audio_seconds_total += seconds

@@ -253,3 +253,14 @@ def test_no_tokens_this_step_means_no_progress():
     s.add(g)
     out = s.update(s.schedule(0.0), StepResult({}), 0.0)
     assert not out.frames and not out.finished and g.num_generated == 0
+
+
+def test_underrun_risk_counts_sessions_about_to_run_dry():
+    s = make_scheduler(slots=2, batch=2)
+    a, b = make_gen(session="a"), make_gen(session="b")
+    s.add(a)
+    s.add(b)
+    now = run_until_frames(s, a, 10, 0.0)  # both get ~10 frames = 0.85 s of audio quickly
+    assert s.stats(now).underrun_risk == 0
+    assert s.stats(now + 0.8).underrun_risk == 2  # 0.05 s left each
+    assert s.stats().underrun_risk == 0  # no clock, no estimate

@@ -1,0 +1,74 @@
+"""Prometheus metrics on their own port (server.metrics_port; 0 = off).
+
+Gauges and totals are read from the server state and the engine's published snapshot at
+scrape time, so the hot path pays nothing for them. Only three things are observed as they
+happen: the engine's batch size per step (a callback from the engine thread), the codec's
+windows per decode call (from the flusher thread) and each session's time to first audio.
+prometheus_client's histograms are thread-safe.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from .state import ServerState
+
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+_TTFA_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
+
+
+class _StateCollector:
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+
+    def collect(self):
+        st = self.state.status()
+        gauges = {
+            "orpheus_sessions_active": ("Open synthesis calls", st.active_sessions),
+            "orpheus_generations_active": ("Generations holding a KV slot", st.active_generations),
+            "orpheus_generations_waiting": ("Generations queued for a slot", st.waiting_generations),
+            "orpheus_slots_used": ("KV slots in use", st.total_slots - st.free_slots),
+            "orpheus_slots_free": ("KV slots free", st.free_slots),
+            "orpheus_underrun_risk_sessions": (
+                "Sessions generating with under 250 ms of audio buffered ahead of playback",
+                self.state.underrun_risk()),
+            "orpheus_serving": ("1 when the model is loaded and the server accepts sessions",
+                                int(st.serving)),
+        }
+        for name, (doc, value) in gauges.items():
+            yield GaugeMetricFamily(name, doc, value=value)
+        counters = {
+            "orpheus_sessions": ("Synthesis calls started", st.sessions_total),
+            "orpheus_generations": ("Generations submitted", st.generations_total),
+            "orpheus_engine_steps": ("Engine steps", st.steps_total),
+            "orpheus_tokens": ("Audio tokens generated", st.tokens_total),
+            "orpheus_audio_seconds": ("Seconds of audio streamed", st.audio_seconds_total),
+            "orpheus_rejected": ("Sessions refused: server full", st.rejected_total),
+            "orpheus_grammar_violations": ("Tokens outside the audio grammar",
+                                           st.grammar_violations),
+        }
+        for name, (doc, value) in counters.items():
+            yield CounterMetricFamily(name, doc, value=value)
+        errors = CounterMetricFamily("orpheus_errors", "Calls that ended with an error status",
+                                     labels=["code"])
+        for code, n in sorted(self.state.errors.items()):
+            errors.add_metric([code], n)
+        yield errors
+
+
+class Metrics:
+    def __init__(self, state: ServerState) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_StateCollector(state))
+        self.batch_size = Histogram("orpheus_engine_batch_size", "Generations per engine step",
+                                    buckets=_BATCH_BUCKETS, registry=self.registry)
+        self.codec_batch = Histogram("orpheus_codec_batch_windows",
+                                     "Decode windows (across sessions) per SNAC call",
+                                     buckets=_BATCH_BUCKETS, registry=self.registry)
+        self.ttfa = Histogram("orpheus_time_to_first_audio_seconds",
+                              "First text received to first audio chunk sent (server side)",
+                              buckets=_TTFA_BUCKETS, registry=self.registry)
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+        start_http_server(port, addr=host, registry=self.registry)
