@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the pinned code-generation and debugging tools into a project-local GOBIN
+# Install the pinned code-generation, debugging and deployment tools into a project-local GOBIN
 # (.tools/bin, gitignored). Idempotent: a tool whose binary already reports the pinned
 # version is skipped, so re-running is cheap and CI can cache .tools/.
 #
@@ -16,6 +16,7 @@ BUF_VERSION="v1.75.0"
 PROTOC_GEN_GO_VERSION="v1.36.12"       # google.golang.org/protobuf
 PROTOC_GEN_GO_GRPC_VERSION="v1.6.2"    # google.golang.org/grpc/cmd/protoc-gen-go-grpc
 GRPCURL_VERSION="v1.9.4"
+KUSTOMIZE_VERSION="v5.8.2"            # deploy/k8s overlays (v5.8.3 needs Go 1.27)
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export GOBIN="${ROOT}/.tools/bin"
@@ -55,5 +56,6 @@ install buf                github.com/bufbuild/buf/cmd/buf                     "
 install protoc-gen-go      google.golang.org/protobuf/cmd/protoc-gen-go        "${PROTOC_GEN_GO_VERSION}"
 install protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc       "${PROTOC_GEN_GO_GRPC_VERSION}"
 install grpcurl            github.com/fullstorydev/grpcurl/cmd/grpcurl         "${GRPCURL_VERSION}"
+install kustomize          sigs.k8s.io/kustomize/kustomize/v5                  "${KUSTOMIZE_VERSION}"
 
 echo "install-tools: done; tools are in ${GOBIN} (add it to PATH or use the scripts)"
