@@ -25,7 +25,7 @@ import torch
 from orpheus_svc.audio.settings import HOP, FlusherSettings
 from orpheus_svc.audio.windows import Window, plan_windows
 from orpheus_svc.core.events import AudioEvent
-from orpheus_svc.core.tokens import FRAME_TOKENS, SAMPLES_PER_FRAME
+from orpheus_svc.core.tokens import CODES_PER_POSITION, FRAME_TOKENS, SAMPLES_PER_FRAME
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +79,18 @@ class Flusher:
 
     # -- producer side (any thread) -------------------------------------------------------
     def push(self, gen_id: int, frames: np.ndarray, final: bool = False) -> None:
-        """Append frames ([n, 7] codes, n may be 0) to a generation; final: no more will come."""
-        frames = np.array(frames, dtype=np.int64).reshape(-1, FRAME_TOKENS)  # own copy
+        """Append frames ([n, 7] codes, n may be 0) to a generation; final: no more will come.
+
+        Raises ValueError at once (in the caller's thread, where the bug is) for a wrong
+        shape or a code outside 0..4095; otherwise never waits for the flusher.
+        """
+        frames = np.array(frames, dtype=np.int64)  # own copy: the caller may reuse its buffer
+        if frames.size == 0:
+            frames = frames.reshape(0, FRAME_TOKENS)
+        if frames.ndim != 2 or frames.shape[1] != FRAME_TOKENS:
+            raise ValueError(f"frames must have shape [n, 7], got {frames.shape}")
+        if frames.size and (frames.min() < 0 or frames.max() >= CODES_PER_POSITION):
+            raise ValueError(f"codes must be 0..{CODES_PER_POSITION - 1} (generation {gen_id})")
         with self._lock:
             self._commands.append((gen_id, frames, final))
             self._lock.notify()

@@ -17,15 +17,19 @@ class FlusherSettings:
     All sizes are in 24 kHz samples; contexts and chunk caps are whole latent steps
     (512 samples = 1/4 frame), the finest grain at which the decoder's input can be cut.
 
-    The defaults were chosen by `bench/snac_stream.py --sweep` (random-init 24 kHz SNAC,
-    1 CPU thread, noise off; table and reasoning in docs/snac-streaming.md):
+    The defaults were chosen from `bench/snac_stream.py --quick --sweep` (random-init
+    24 kHz SNAC, 1 CPU thread, noise off; the table and the reasoning are in
+    docs/snac-streaming.md):
 
     * error: SNR of the streamed PCM against one offline decode of the whole utterance.
-      It is set by the context on each side of a window: about +5 dB per latent step,
-      exact (float rounding) from 10 steps = the decoder's receptive field.
-    * cost: CPU seconds per audio second. A SNAC call costs a fixed overhead plus a
-      per-step price, so chunks must be long compared to left context + lookahead, and
-      the ramp of early small chunks (needed for time to first audio) must be short.
+      Away from the first chunk it is set by the context on each side of a window, about
+      +5 dB per latent step (57.5 dB at 6 steps left / 5 ahead; exact from 10 steps, the
+      decoder's receptive field). Over a whole 2-8 s utterance the first chunk dominates:
+      29 dB on a 1024-sample head, 32 dB on a 512-sample one (49.7 vs 54.0 dB overall).
+    * cost: CPU seconds per audio second. The window's context is paid only by the
+      decoder's cheap early layers (codec._crop), so left context is nearly free;
+      lookahead is paid in latency instead (it delays every chunk). Chunks ramp up from
+      one frame so that audio flows early, then stay at 16 frames.
 
     first_chunk_samples: emitted from frame 0 alone, as soon as it exists (7 tokens); the
         head of frame 0 is the part that later frames change least. 0 turns the early
@@ -36,13 +40,16 @@ class FlusherSettings:
     min_chunk_samples / max_chunk_samples / chunk_growth: a chunk (other than the first
         and the last) is emitted once at least clamp(emitted * chunk_growth, min, max)
         new samples are ready: small chunks while the listener has little audio, long
-        (cheap) ones once it has plenty. Ready audio beyond max is split into windows of
-        max, which then have equal lengths and batch together.
-    max_decode_frames: cap on windows x window frames in one SNAC call (per-frame CPU cost
-        rises beyond ~24 frames per call as activations leave the cache; raise on GPU).
+        (cheap) ones once it has plenty. A growth g keeps a listener fed only if the
+        generation runs at >= (1 + g) x real time early on; 1.0 assumes the scheduler's
+        first-audio priority gives new generations that. Ready audio beyond max is split
+        into windows of max, which then have equal lengths and batch together.
+    max_decode_frames: cap on windows x window frames in one SNAC call (on CPU the cost
+        per frame rises past ~24 frames per call as activations leave the cache; raise it
+        on a GPU, where one large call beats several small ones).
     """
 
-    first_chunk_samples: int = 1024
+    first_chunk_samples: int = 512
     left_context_samples: int = 6 * HOP
     lookahead_samples: int = 5 * HOP
     min_chunk_samples: int = FRAME
