@@ -144,7 +144,7 @@ func TestEveryManifestFileDecodesStrictly(t *testing.T) {
 
 func TestStrictDecodingRejectsUnknownAndDuplicateFields(t *testing.T) {
 	for name, doc := range map[string]string{
-		"misspelt field": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  replica: 2\n",
+		"misspelt field":  "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  replica: 2\n",
 		"duplicate field": "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec:\n  clusterIP: None\n  clusterIP: None\n",
 		"probe field on the wrong level": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n" +
 			"data: {a: b}\nport: 1\n",
