@@ -146,7 +146,7 @@ func TestStrictDecodingRejectsUnknownAndDuplicateFields(t *testing.T) {
 	for name, doc := range map[string]string{
 		"misspelt field":  "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  replica: 2\n",
 		"duplicate field": "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec:\n  clusterIP: None\n  clusterIP: None\n",
-		"probe field on the wrong level": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n" +
+		"unknown top-level field": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n" +
 			"data: {a: b}\nport: 1\n",
 		"unknown kind": "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n",
 		"HPA v1 fields under v2": "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\n" +
