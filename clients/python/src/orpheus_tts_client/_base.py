@@ -23,15 +23,24 @@ class _ClientBase:
                  lb_policy: str | None = "round_robin",
                  credentials: grpc.ChannelCredentials | None = None,
                  metadata: Metadata | None = None, wait_for_ready: bool | None = None,
-                 options: Sequence[tuple[str, Any]] | None = None) -> None:
+                 options: Sequence[tuple[str, Any]] | None = None, health_check: bool = True,
+                 retries: int = 2) -> None:
         self.target = target
         self.grpc_target = resolve_target(target)
         self.timeout = timeout
         self.lb_policy = lb_policy
+        self.health_check = health_check
+        self.retries = retries
         self.metadata = tuple(metadata or ())
         self.wait_for_ready = wait_for_ready
         self._credentials = credentials
-        self._options = channel_options(lb_policy, list(options or ()))
+        self._options = channel_options(lb_policy, list(options or ()),
+                                        health_check=health_check, retries=retries)
+        # health() and status() must reach a replica that is NOT_SERVING too (a loading or
+        # draining server answers them), which a health-checked channel never picks: they
+        # use a second channel without health checking, opened on first use.
+        self._info_options = (channel_options(lb_policy, list(options or ()), retries=retries)
+                              if health_check and lb_policy else None)
 
     def _call_kwargs(self, timeout: Any, metadata: Metadata | None) -> dict[str, Any]:
         return {
@@ -47,4 +56,5 @@ class _ClientBase:
                                    response_deserializer=_health.status_name)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(target={self.target!r}, lb_policy={self.lb_policy!r})"
+        return (f"{type(self).__name__}(target={self.target!r}, lb_policy={self.lb_policy!r}, "
+                f"health_check={self.health_check!r}, retries={self.retries!r})")

@@ -13,6 +13,19 @@ Accepted targets:
 With several addresses the load-balancing policy decides where each call goes;
 ``round_robin`` (the default here) sends successive calls - i.e. sessions - to successive
 replicas, whereas gRPC's own default, ``pick_first``, would pin every call to one of them.
+
+Failover (both in the channel's service config, so gRPC does it for every call):
+
+- client-side health checking (``healthCheckConfig``): each replica's connection watches
+  ``grpc.health.v1.Health/Watch`` for ``orpheus.tts.v1.TTSService``, and ``round_robin``
+  picks only replicas that report SERVING. A replica that is loading its model or draining
+  for shutdown (NOT_SERVING) is skipped at once, and one that went away is skipped because
+  its connection failed. gRPC C-core (grpcio) has this built in; a server without the
+  health service (UNIMPLEMENTED) counts as healthy.
+- a retry policy for UNAVAILABLE: a call that a replica refused before accepting it (the
+  server sends no response headers then, so nothing was generated) is sent again, and
+  ``round_robin`` picks the next replica. It covers the moment between a replica turning
+  NOT_SERVING and the client hearing of it. A call the server accepted is never retried.
 """
 
 from __future__ import annotations
@@ -88,12 +101,47 @@ def resolve_target(target: str) -> str:
                      "use one address family")
 
 
-def channel_options(lb_policy: str | None, extra: list[tuple[str, object]] | None = None,
-                    ) -> list[tuple[str, object]]:
-    """Channel options with the load-balancing policy set through the service config."""
-    options: list[tuple[str, object]] = []
+TTS_SERVICE = "orpheus.tts.v1.TTSService"
+#: gRPC caps a call at 5 attempts
+MAX_RETRIES = 4
+
+
+def service_config(lb_policy: str | None, *, health_check: bool = False,
+                   retries: int = 0) -> dict | None:
+    """The gRPC service config (JSON object) for these settings, or None for gRPC's defaults.
+
+    ``health_check`` takes effect with a load-balancing policy that supports it
+    (``round_robin``); ``retries`` is the number of extra attempts for a call refused with
+    UNAVAILABLE before the server accepted it.
+    """
+    if not 0 <= retries <= MAX_RETRIES:
+        raise ValueError(f"retries must be 0..{MAX_RETRIES} (gRPC allows 5 attempts), "
+                         f"got {retries}")
+    config: dict = {}
     if lb_policy:
-        config = {"loadBalancingConfig": [{lb_policy: {}}]}
+        config["loadBalancingConfig"] = [{lb_policy: {}}]
+        if health_check:
+            config["healthCheckConfig"] = {"serviceName": TTS_SERVICE}
+    if retries:
+        config["methodConfig"] = [{
+            "name": [{"service": TTS_SERVICE}],
+            "retryPolicy": {
+                "maxAttempts": retries + 1,
+                "initialBackoff": "0.05s",
+                "maxBackoff": "1s",
+                "backoffMultiplier": 2,
+                "retryableStatusCodes": ["UNAVAILABLE"],
+            },
+        }]
+    return config or None
+
+
+def channel_options(lb_policy: str | None, extra: list[tuple[str, object]] | None = None, *,
+                    health_check: bool = False, retries: int = 0) -> list[tuple[str, object]]:
+    """Channel options with the policy, health checking and retries in the service config."""
+    options: list[tuple[str, object]] = []
+    config = service_config(lb_policy, health_check=health_check, retries=retries)
+    if config:
         options.append(("grpc.service_config", json.dumps(config)))
     options.extend(extra or [])
     return options

@@ -32,13 +32,24 @@ class AsyncClient(_ClientBase):
 
     def __init__(self, target: str = DEFAULT_TARGET, **kwargs: Any) -> None:
         super().__init__(target, **kwargs)
-        if self._credentials is not None:
-            self._channel = grpc.aio.secure_channel(self.grpc_target, self._credentials,
-                                                    options=self._options)
-        else:
-            self._channel = grpc.aio.insecure_channel(self.grpc_target, options=self._options)
+        self._channel = self._new_channel(self._options)
         self._stub = tts_pb2_grpc.TTSServiceStub(self._channel)
         self._check = self._health_method(self._channel)
+        self._info: tuple[grpc.aio.Channel, Any, Any] | None = None
+
+    def _new_channel(self, options) -> grpc.aio.Channel:
+        if self._credentials is not None:
+            return grpc.aio.secure_channel(self.grpc_target, self._credentials, options=options)
+        return grpc.aio.insecure_channel(self.grpc_target, options=options)
+
+    def _info_stubs(self):
+        """(stub, health check) for health() and status(); see _ClientBase."""
+        if self._info_options is None:
+            return self._stub, self._check
+        if self._info is None:  # one event loop: no lock needed
+            ch = self._new_channel(self._info_options)
+            self._info = (ch, tts_pb2_grpc.TTSServiceStub(ch), self._health_method(ch))
+        return self._info[1], self._info[2]
 
     @property
     def channel(self) -> grpc.aio.Channel:
@@ -46,6 +57,9 @@ class AsyncClient(_ClientBase):
 
     async def close(self, grace: float | None = None) -> None:
         await self._channel.close(grace)
+        if self._info is not None:
+            info, self._info = self._info[0], None
+            await info.close(grace)
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -54,7 +68,8 @@ class AsyncClient(_ClientBase):
         await self.close()
 
     async def wait_ready(self, timeout: float | None = None) -> None:
-        """Wait until the channel is connected (asyncio.TimeoutError on timeout)."""
+        """Wait until the channel is connected (asyncio.TimeoutError on timeout); with
+        health checking, until a replica reports SERVING."""
         await asyncio.wait_for(self._channel.channel_ready(), timeout)
 
     # -- synthesis ---------------------------------------------------------------------------
@@ -169,12 +184,14 @@ class AsyncClient(_ClientBase):
 
     async def status(self, *, timeout: float | None = _UNSET,
                      metadata: Metadata | None = None) -> ServerStatus:
-        return _convert.server_status(await _unary(self._stub.GetStatus, pb.GetStatusRequest(),
+        stub, _ = self._info_stubs()
+        return _convert.server_status(await _unary(stub.GetStatus, pb.GetStatusRequest(),
                                                    self._call_kwargs(timeout, metadata)))
 
     async def health(self, service: str = "", *, timeout: float | None = _UNSET,
                      metadata: Metadata | None = None) -> str:
-        return await _unary(self._check, service, self._call_kwargs(timeout, metadata))
+        _, check = self._info_stubs()
+        return await _unary(check, service, self._call_kwargs(timeout, metadata))
 
 
 async def collect(events: AsyncIterable[Event], *, encoding: Encoding | str = Encoding.PCM16,

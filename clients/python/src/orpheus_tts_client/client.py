@@ -62,6 +62,13 @@ class Client(_ClientBase):
             ``timeout=`` overrides it; a deadline covers a whole streaming session.
         lb_policy: gRPC load-balancing policy; ``round_robin`` spreads calls over all the
             target's addresses, ``pick_first`` (or None: gRPC's default) uses one.
+        health_check: with ``round_robin``, send calls only to replicas whose
+            grpc.health.v1 status for ``orpheus.tts.v1.TTSService`` is SERVING, so a replica
+            that is loading or draining is skipped (False: every connected replica).
+            ``health()`` and ``status()`` still reach replicas that are not serving.
+        retries: extra attempts (0..4) for a call refused with UNAVAILABLE before the
+            server accepted it (e.g. by a replica that just began draining); with
+            ``round_robin`` the retry goes to the next replica. 0 turns retries off.
         credentials: ``grpc.ssl_channel_credentials(...)`` for TLS; None is plaintext.
         metadata: sent with every call (e.g. ``[("authorization", "Bearer ...")]``).
         wait_for_ready: queue calls while the server is unreachable instead of failing fast.
@@ -72,13 +79,26 @@ class Client(_ClientBase):
 
     def __init__(self, target: str = DEFAULT_TARGET, **kwargs: Any) -> None:
         super().__init__(target, **kwargs)
-        if self._credentials is not None:
-            self._channel = grpc.secure_channel(self.grpc_target, self._credentials,
-                                                options=self._options)
-        else:
-            self._channel = grpc.insecure_channel(self.grpc_target, options=self._options)
+        self._channel = self._new_channel(self._options)
         self._stub = tts_pb2_grpc.TTSServiceStub(self._channel)
         self._check = self._health_method(self._channel)
+        self._info_lock = threading.Lock()
+        self._info: tuple[grpc.Channel, Any, Any] | None = None
+
+    def _new_channel(self, options) -> grpc.Channel:
+        if self._credentials is not None:
+            return grpc.secure_channel(self.grpc_target, self._credentials, options=options)
+        return grpc.insecure_channel(self.grpc_target, options=options)
+
+    def _info_stubs(self):
+        """(stub, health check) for health() and status(); see _ClientBase."""
+        if self._info_options is None:
+            return self._stub, self._check
+        with self._info_lock:
+            if self._info is None:
+                ch = self._new_channel(self._info_options)
+                self._info = (ch, tts_pb2_grpc.TTSServiceStub(ch), self._health_method(ch))
+            return self._info[1], self._info[2]
 
     @property
     def channel(self) -> grpc.Channel:
@@ -86,6 +106,10 @@ class Client(_ClientBase):
 
     def close(self) -> None:
         self._channel.close()
+        with self._info_lock:
+            if self._info is not None:
+                self._info[0].close()
+                self._info = None
 
     def __enter__(self) -> "Client":
         return self
@@ -94,7 +118,8 @@ class Client(_ClientBase):
         self.close()
 
     def wait_ready(self, timeout: float | None = None) -> None:
-        """Block until the channel is connected (grpc.FutureTimeoutError on timeout)."""
+        """Block until the channel is connected (grpc.FutureTimeoutError on timeout); with
+        health checking, until a replica reports SERVING."""
         grpc.channel_ready_future(self._channel).result(timeout=timeout)
 
     # -- synthesis ---------------------------------------------------------------------------
@@ -162,7 +187,8 @@ class Client(_ClientBase):
     def status(self, *, timeout: float | None = _UNSET,
                metadata: Metadata | None = None) -> ServerStatus:
         """Scheduler and KV slot figures (GetStatus)."""
-        return _convert.server_status(_unary(self._stub.GetStatus, pb.GetStatusRequest(),
+        stub, _ = self._info_stubs()
+        return _convert.server_status(_unary(stub.GetStatus, pb.GetStatusRequest(),
                                              self._call_kwargs(timeout, metadata)))
 
     def health(self, service: str = "", *, timeout: float | None = _UNSET,
@@ -171,7 +197,8 @@ class Client(_ClientBase):
 
         ``service`` "" is the whole server; "orpheus.tts.v1.TTSService" the TTS service.
         """
-        return _unary(self._check, service, self._call_kwargs(timeout, metadata))
+        _, check = self._info_stubs()
+        return _unary(check, service, self._call_kwargs(timeout, metadata))
 
 
 def collect(events: Iterable[Event], *, encoding: Encoding | str = Encoding.PCM16,
