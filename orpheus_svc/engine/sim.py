@@ -194,11 +194,16 @@ class SimCodec:
     """Stands in for audio.codec.SnacCodec in the Flusher (same methods it calls).
 
     latents() makes a [B, 1, 4F] zero tensor (the flusher crops and concatenates it);
-    decode_latents() sleeps the profile's SNAC time for the call,
-        codec_call_s + (B x T / 4 frames, context included) x codec_s_per_frame,
-    and returns [B, T*512] float32 noise at `level_db` (not silence, so encoders see
-    non-trivial samples; not speech either).
+    decode_latents(z, keep=(lo, hi)) sleeps the profile's SNAC time for the call,
+        codec_call_s + frames x codec_s_per_frame,
+        frames = B x (EARLY_SHARE x T/4 + (1 - EARLY_SHARE) x (hi - lo)/2048)
+    (the real codec drops the window's context after the first upsampling block, which
+    carries ~15% of the cost, so context frames cost 15% and kept frames 100%), and returns
+    [B, hi - lo] (no keep: [B, T*512]) float32 noise at `level_db`: not silence, so the
+    encoders see ordinary samples; not speech either.
     """
+
+    EARLY_SHARE = 0.15
 
     device = torch.device("cpu")
     sample_rate = SAMPLE_RATE
@@ -224,12 +229,18 @@ class SimCodec:
                              f"got {sorted(lengths)}")
         return torch.zeros((len(batch), 1, 4 * lengths.pop()), dtype=torch.float32)
 
-    def decode_latents(self, z: torch.Tensor, noise: bool | None = None) -> np.ndarray:
+    def decode_latents(self, z: torch.Tensor, keep: tuple[int, int] | None = None,
+                       noise: bool | None = None) -> np.ndarray:
         b, steps = int(z.shape[0]), int(z.shape[-1])
-        n = steps * (SAMPLES_PER_FRAME // 4)
+        full = steps * (SAMPLES_PER_FRAME // 4)
+        lo, hi = (0, full) if keep is None else keep
+        if not 0 <= lo <= hi <= full:
+            raise ValueError(f"keep {keep} is outside the window's {full} samples")
+        n = hi - lo
         if n == 0:
             return np.zeros((b, 0), dtype=np.float32)
-        frames = b * steps / 4
+        frames = b * (self.EARLY_SHARE * steps / 4
+                      + (1 - self.EARLY_SHARE) * n / SAMPLES_PER_FRAME)
         cost = self.profile.codec_seconds(frames)
         self.num_calls += 1
         self.num_frames += frames

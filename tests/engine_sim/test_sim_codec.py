@@ -45,6 +45,18 @@ def test_decode_cost_is_call_cost_plus_frames():
     assert 0 < np.abs(pcm).max() < 0.01  # low-level noise, not silence, not loud
 
 
+def test_kept_span_costs_full_price_and_context_the_early_share():
+    sleeps = []
+    codec = SimCodec(P, sleep=sleeps.append)
+    z = codec.latents([np.zeros((4, 7), np.int64)] * 2)  # 2 windows x 4 frames
+    pcm = codec.decode_latents(z, keep=(1024, 1024 + 2 * SAMPLES_PER_FRAME))
+    assert pcm.shape == (2, 2 * SAMPLES_PER_FRAME)
+    frames = 2 * (SimCodec.EARLY_SHARE * 4 + (1 - SimCodec.EARLY_SHARE) * 2)
+    assert sleeps == [pytest.approx(P.codec_call_s + frames * P.codec_s_per_frame)]
+    with pytest.raises(ValueError):
+        codec.decode_latents(z, keep=(0, 5 * SAMPLES_PER_FRAME))
+
+
 def test_windows_of_different_lengths_are_refused():
     codec = SimCodec(P, sleep=lambda s: None)
     with pytest.raises(ValueError):
