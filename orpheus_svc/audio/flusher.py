@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -25,7 +26,7 @@ import torch
 from orpheus_svc.audio.settings import HOP, FlusherSettings
 from orpheus_svc.audio.windows import Window, plan_windows
 from orpheus_svc.core.events import AudioEvent
-from orpheus_svc.core.tokens import CODES_PER_POSITION, FRAME_TOKENS, SAMPLES_PER_FRAME
+from orpheus_svc.core.tokens import CODES_PER_POSITION, FRAME_TOKENS, SAMPLE_RATE, SAMPLES_PER_FRAME
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,14 @@ class _Stream:
     num_frames: int = 0
     final: bool = False
     emitted: int = 0
+    first_audio_at: float | None = None  # flusher clock when its first audio went out
+
+    def hungry(self, now: float, low_water_samples: int) -> bool:
+        """Is the listener about to run dry? Assumes playback started with the first audio."""
+        if self.first_audio_at is None:
+            return False
+        played = (now - self.first_audio_at) * SAMPLE_RATE
+        return self.emitted - played < low_water_samples
 
     def codes(self) -> np.ndarray:
         if len(self.frames) > 1:
@@ -59,8 +68,10 @@ class Flusher:
     """
 
     def __init__(self, codec, settings: FlusherSettings, sink: AudioSink,
-                 on_error: ErrorHandler | None = None, name: str = "snac-flusher"):
+                 on_error: ErrorHandler | None = None, name: str = "snac-flusher",
+                 clock: Callable[[], float] = time.monotonic):
         self.codec = codec
+        self.clock = clock  # seconds; injectable so tests and benchmarks can simulate time
         self.settings = settings
         self.sink = sink
         self.on_error = on_error
@@ -141,7 +152,10 @@ class Flusher:
         """Drain, plan, decode, emit. Returns the number of events handed to the sink."""
         self.num_iterations += 1
         self._drain()
-        planned = [(gid, st, plan_windows(st.num_frames, st.final, st.emitted, self.settings))
+        now = self.clock()
+        low = self.settings.low_water_samples
+        planned = [(gid, st, plan_windows(st.num_frames, st.final, st.emitted, self.settings,
+                                          hungry=st.hungry(now, low)))
                    for gid, st in self._streams.items()]
         events: list[AudioEvent] = []
         jobs: list[tuple[int, _Stream, Window]] = []
@@ -152,9 +166,12 @@ class Flusher:
                 continue
             jobs.extend((gid, st, w) for w in windows)
         pcm = self._decode(jobs)
+        sent_at = self.clock()
         for (gid, st, w), audio in zip(jobs, pcm):
             if gid not in self._streams:  # its decode failed
                 continue
+            if st.first_audio_at is None:
+                st.first_audio_at = sent_at
             is_last = st.final and w.end == st.num_frames * SAMPLES_PER_FRAME
             events.append(AudioEvent(gid, audio, w.start, final=is_last))
             st.emitted = w.end

@@ -44,6 +44,12 @@ class FlusherSettings:
         generation runs at >= (1 + g) x real time early on; 1.0 assumes the scheduler's
         first-audio priority gives new generations that. Ready audio beyond max is split
         into windows of max, which then have equal lengths and batch together.
+    low_water_samples: when the listener's buffer, as the flusher estimates it (audio
+        sent minus wall time since the generation's first audio: playback assumed to start
+        at once, the worst case), is below this, a chunk goes as soon as anything is ready,
+        without waiting for the chunk target. Chunking then never starves a slow
+        generation; the sweep's playout table shows what it buys. Keep it above the
+        decode time of one chunk.
     max_decode_frames: cap on windows x window frames in one SNAC call (on CPU the cost
         per frame rises past ~24 frames per call as activations leave the cache; raise it
         on a GPU, where one large call beats several small ones).
@@ -55,6 +61,7 @@ class FlusherSettings:
     min_chunk_samples: int = FRAME
     max_chunk_samples: int = 16 * FRAME
     chunk_growth: float = 1.0
+    low_water_samples: int = 1024
     max_decode_frames: int = 24
 
     def __post_init__(self) -> None:
@@ -62,7 +69,8 @@ class FlusherSettings:
             raise ValueError(f"FlusherSettings.{field} {why}, got {getattr(self, field)!r}")
 
         for name in ("first_chunk_samples", "left_context_samples", "lookahead_samples",
-                     "min_chunk_samples", "max_chunk_samples", "max_decode_frames"):
+                     "min_chunk_samples", "max_chunk_samples", "low_water_samples",
+                     "max_decode_frames"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 fail(name, "must be an int")
@@ -81,5 +89,7 @@ class FlusherSettings:
         if isinstance(growth, bool) or not isinstance(growth, (int, float)) \
                 or not math.isfinite(growth) or growth < 0:
             fail("chunk_growth", "must be a finite number >= 0")
+        if self.low_water_samples < 0:
+            fail("low_water_samples", "must be >= 0")
         if self.max_decode_frames < 1:
             fail("max_decode_frames", "must be >= 1")

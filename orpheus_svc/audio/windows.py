@@ -80,9 +80,12 @@ def window_for(start: int, end: int, num_frames: int, s: FlusherSettings) -> Win
     return Window(start, end, lo, hi)
 
 
-def plan_windows(num_frames: int, final: bool, emitted: int, s: FlusherSettings) -> list[Window]:
+def plan_windows(num_frames: int, final: bool, emitted: int, s: FlusherSettings,
+                 hungry: bool = False) -> list[Window]:
     """The windows to decode now for one generation (empty: nothing is due yet).
 
+    `hungry`: the listener is about to run dry (the flusher's playout estimate is below
+    low_water_samples), so whatever is ready goes now, however small.
     Ready audio longer than max_chunk_samples is cut into pieces of that size, so a
     flusher that fell behind catches up in equal, batchable windows.
     """
@@ -90,8 +93,9 @@ def plan_windows(num_frames: int, final: bool, emitted: int, s: FlusherSettings)
     if end <= emitted:
         return []
     # The first chunk goes as soon as anything is ready (time to first audio); the last
-    # one whatever its size; the ones between wait until they are worth a decode.
-    if not final and emitted > 0 and end - emitted < chunk_target(emitted, s):
+    # one whatever its size; the ones between wait until they are worth a decode, unless
+    # the listener needs them now.
+    if not (final or hungry) and emitted > 0 and end - emitted < chunk_target(emitted, s):
         return []
     windows = []
     start = emitted

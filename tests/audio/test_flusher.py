@@ -27,6 +27,11 @@ EXACT = FlusherSettings(first_chunk_samples=0, left_context_samples=12 * HOP,
                         lookahead_samples=12 * HOP)
 
 
+def frozen() -> float:
+    """A clock that never moves: the listener never drains, so chunking is deterministic."""
+    return 0.0
+
+
 class Collect:
     def __init__(self):
         self.calls: list[list[AudioEvent]] = []
@@ -71,7 +76,7 @@ def check_accounting(events: list[AudioEvent], num_frames: int) -> None:
 @pytest.mark.parametrize("bursts", [[1], [3], [1, 5, 2], [1000]], ids=["1", "3", "mixed", "all"])
 def test_every_frame_becomes_exactly_2048_samples(tiny_codec, num_frames, bursts):
     sink = Collect()
-    flusher = Flusher(tiny_codec, FlusherSettings(), sink)
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink, clock=frozen)
     stream(flusher, 5, random_frames(num_frames, seed=num_frames), bursts)
     check_accounting(sink.events(5), num_frames)
     assert all(call for call in sink.calls)
@@ -79,7 +84,7 @@ def test_every_frame_becomes_exactly_2048_samples(tiny_codec, num_frames, bursts
 
 def test_final_may_come_alone_after_the_frames(tiny_codec):
     sink = Collect()
-    flusher = Flusher(tiny_codec, FlusherSettings(), sink)
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink, clock=frozen)
     frames = random_frames(9, seed=4)
     for f in range(9):
         flusher.push(1, frames[f:f + 1])
@@ -91,7 +96,7 @@ def test_final_may_come_alone_after_the_frames(tiny_codec):
 
 def test_zero_frames_give_one_empty_final_event(tiny_codec):
     sink = Collect()
-    flusher = Flusher(tiny_codec, FlusherSettings(), sink)
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink, clock=frozen)
     flusher.push(3, np.zeros((0, 7)), final=True)
     flusher.run_once()
     (e,) = sink.events()
@@ -100,7 +105,7 @@ def test_zero_frames_give_one_empty_final_event(tiny_codec):
 
 def test_first_audio_comes_with_the_first_frame(tiny_codec):
     sink = Collect()
-    flusher = Flusher(tiny_codec, FlusherSettings(), sink)
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink, clock=frozen)
     flusher.push(1, random_frames(1))
     flusher.run_once()
     (e,) = sink.events()
@@ -111,7 +116,7 @@ def test_first_audio_comes_with_the_first_frame(tiny_codec):
 def test_contexts_beyond_the_receptive_field_reproduce_the_offline_decode(tiny_codec, bursts):
     frames = random_frames(30, seed=9)
     sink = Collect()
-    stream(Flusher(tiny_codec, EXACT, sink), 1, frames, bursts)
+    stream(Flusher(tiny_codec, EXACT, sink, clock=frozen), 1, frames, bursts)
     offline = tiny_codec.decode_frames([frames])[0]
     np.testing.assert_allclose(sink.pcm(1), offline, rtol=0, atol=1e-5)
 
@@ -119,7 +124,7 @@ def test_contexts_beyond_the_receptive_field_reproduce_the_offline_decode(tiny_c
 def test_default_streaming_is_close_to_offline_on_the_24khz_codec(real_codec):
     frames = random_frames(28, seed=21)
     sink = Collect()
-    stream(Flusher(real_codec, FlusherSettings(), sink), 1, frames, [1])
+    stream(Flusher(real_codec, FlusherSettings(), sink, clock=frozen), 1, frames, [1])
     offline = real_codec.decode_frames([frames])[0]
     check_accounting(sink.events(1), 28)
     assert snr_db(sink.pcm(1), offline) >= STREAM_SNR_FLOOR_DB
@@ -130,10 +135,10 @@ def test_batching_across_generations_matches_decoding_each_alone(tiny_codec):
     alone = {}
     for g, frames in utterances.items():
         sink = Collect()
-        stream(Flusher(tiny_codec, FlusherSettings(), sink), g, frames, [1])
+        stream(Flusher(tiny_codec, FlusherSettings(), sink, clock=frozen), g, frames, [1])
         alone[g] = sink.pcm(g)
     sink = Collect()
-    flusher = Flusher(tiny_codec, FlusherSettings(), sink)
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink, clock=frozen)
     for f in range(30):
         for g, frames in utterances.items():
             if f < len(frames):
@@ -148,7 +153,7 @@ def test_batching_across_generations_matches_decoding_each_alone(tiny_codec):
 
 def test_drop_stops_output_and_spares_the_others(tiny_codec):
     sink = Collect()
-    flusher = Flusher(tiny_codec, FlusherSettings(), sink)
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink, clock=frozen)
     a, b = random_frames(12, seed=1), random_frames(12, seed=2)
     for f in range(4):
         flusher.push(1, a[f:f + 1])
@@ -178,7 +183,7 @@ def test_drop_during_a_decode_filters_that_iterations_output(tiny_codec):
             flusher.drop(1)  # as if the engine cancelled while SNAC runs
             return tiny_codec.decode_latents(z, keep)
 
-    flusher = Flusher(DropMidDecode(), FlusherSettings(), sink)
+    flusher = Flusher(DropMidDecode(), FlusherSettings(), sink, clock=frozen)
     flusher.push(1, random_frames(3), final=True)
     flusher.run_once()
     assert sink.events(1) == []
@@ -195,7 +200,8 @@ def test_a_failed_decode_is_reported_and_the_generation_forgotten(tiny_codec):
             raise RuntimeError("out of memory")
 
     sink = Collect()
-    flusher = Flusher(Broken(), FlusherSettings(), sink, on_error=lambda ids, exc: errors.append((ids, str(exc))))
+    flusher = Flusher(Broken(), FlusherSettings(), sink, clock=frozen,
+                      on_error=lambda ids, exc: errors.append((ids, str(exc))))
     flusher.push(7, random_frames(2), final=True)
     flusher.run_once()
     assert errors == [([7], "out of memory")]
@@ -238,7 +244,7 @@ def test_thread_streams_pushes_from_another_thread(tiny_codec):
 def test_settings_are_used_as_given(tiny_codec):
     s = dataclasses.replace(FlusherSettings(), first_chunk_samples=512)
     sink = Collect()
-    flusher = Flusher(tiny_codec, s, sink)
+    flusher = Flusher(tiny_codec, s, sink, clock=frozen)
     flusher.push(1, random_frames(1))
     flusher.run_once()
     assert sink.events()[0].num_samples == 512
@@ -247,6 +253,24 @@ def test_settings_are_used_as_given(tiny_codec):
 @pytest.mark.parametrize("frames", [np.zeros((2, 6)), np.zeros((7, 6)), np.full((1, 7), 4096),
                                     np.full((1, 7), -1)])
 def test_push_rejects_bad_frames_in_the_callers_thread(tiny_codec, frames):
-    flusher = Flusher(tiny_codec, FlusherSettings(), Collect())
+    flusher = Flusher(tiny_codec, FlusherSettings(), Collect(), clock=frozen)
     with pytest.raises(ValueError):
         flusher.push(1, frames)
+
+
+def test_a_listener_about_to_run_dry_gets_audio_without_waiting_for_the_chunk_target(tiny_codec):
+    now = [0.0]
+    sink = Collect()
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink, clock=lambda: now[0])
+    frames = random_frames(12, seed=6)
+    for f in range(9):  # listener well fed: chunks ramp up as usual
+        flusher.push(1, frames[f:f + 1])
+        flusher.run_once()
+    sent = sum(e.num_samples for e in sink.events(1))
+    flusher.push(1, frames[9:10])  # one more frame: far below the chunk target (= sent)
+    flusher.run_once()
+    assert sum(e.num_samples for e in sink.events(1)) == sent
+    now[0] = sent / 24000  # as much wall time as audio sent: the listener is dry
+    flusher.push(1, frames[10:11])
+    flusher.run_once()
+    assert sum(e.num_samples for e in sink.events(1)) == 11 * 2048 - FlusherSettings().lookahead_samples

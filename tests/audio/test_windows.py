@@ -49,6 +49,13 @@ def test_small_chunks_wait_until_worth_a_decode():
     assert plan_windows(10, False, emitted, S)[0].end == 10 * FRAME - 6 * HOP
 
 
+def test_hungry_listener_gets_whatever_is_ready():
+    emitted = 4 * FRAME
+    assert plan_windows(6, False, emitted, S) == []  # 2048 new < target 8192
+    (w,) = plan_windows(6, False, emitted, S, hungry=True)
+    assert (w.start, w.end) == (emitted, 6 * FRAME - 6 * HOP)
+
+
 def test_chunk_target_is_clamped():
     assert chunk_target(0, S) == FRAME
     assert chunk_target(100 * FRAME, S) == 8 * FRAME
@@ -78,9 +85,10 @@ def test_backlog_is_cut_into_equal_max_chunks():
     left=st.integers(0, 12), look=st.integers(0, 12),
     lo=st.integers(1, 5 * FRAME), hi_frames=st.integers(1, 20),
     growth=st.sampled_from([0.0, 0.5, 1.0, 2.0]),
+    hungry_every=st.integers(1, 4),
 )
 def test_any_arrival_pattern_emits_every_sample_once_in_order(arrivals, first, left, look, lo,
-                                                              hi_frames, growth):
+                                                              hi_frames, growth, hungry_every):
     s = FlusherSettings(first_chunk_samples=first, left_context_samples=left * HOP,
                         lookahead_samples=look * HOP, min_chunk_samples=min(lo, hi_frames * FRAME),
                         max_chunk_samples=hi_frames * FRAME, chunk_growth=growth)
@@ -89,7 +97,7 @@ def test_any_arrival_pattern_emits_every_sample_once_in_order(arrivals, first, l
     for i, burst in enumerate(arrivals + [0]):
         n += burst
         final = i == len(arrivals)
-        for w in plan_windows(n, final, emitted, s):
+        for w in plan_windows(n, final, emitted, s, hungry=i % hungry_every == 0):
             assert w.start == emitted < w.end <= n * FRAME
             assert w.end - w.start <= s.max_chunk_samples
             assert 0 <= w.step_lo and w.step_hi <= 4 * n
@@ -112,7 +120,7 @@ def test_any_arrival_pattern_emits_every_sample_once_in_order(arrivals, first, l
     ("lookahead_samples", 513), ("min_chunk_samples", 0),
     ("max_chunk_samples", 1000), ("max_chunk_samples", 512),  # 512 < min_chunk 2048
     ("chunk_growth", -1.0), ("chunk_growth", float("nan")), ("chunk_growth", True),
-    ("max_decode_frames", 0),
+    ("low_water_samples", -1), ("max_decode_frames", 0),
 ])
 def test_bad_settings_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"FlusherSettings.{field} "):
