@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default=None, help="conversational | longform")
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--sim-stats", help="append sim backend counters here every 5 s (JSON lines)")
+    p.add_argument("--policy", choices=["deadline", "fifo", "round_robin"], default="deadline",
+                   help="scheduler order (until SchedulerSettings.policy exists): deadline = "
+                        "ours (aging, TTFB, least slack); fifo = arrival order; round_robin = "
+                        "longest-waiting first")
+    p.add_argument("--gc-log", action="store_true",
+                   help="log every garbage-collector pass longer than 5 ms (to stderr)")
     args = p.parse_args(argv)
 
     import orpheus_svc.runtime as rt
@@ -67,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     rt.load_snac = load_snac
     app.build_runtime = build_runtime
 
+    if args.gc_log:
+        _log_gc_pauses()
+    if args.policy != "deadline":
+        _patch_policy(args.policy)
     if args.sim_stats:
         def report() -> None:
             with open(args.sim_stats, "a") as f:
@@ -78,10 +88,45 @@ def main(argv: list[str] | None = None) -> int:
                         if codec is not None:
                             stats.update(codec_calls=codec.num_calls, codec_frames=codec.num_frames,
                                          codec_modelled_s=codec.modelled_s)
-                        f.write(json.dumps({"t": time.time(), **stats}) + "\n")
+                        stats["slow_steps"] = [(round(t, 3), round(o * 1000, 1), n)
+                                               for t, o, n in built["backend"].slow_steps[-10:]]
+                        f.write(json.dumps({"t": time.time(), "mono": time.monotonic(), **stats}) + "\n")
                         f.flush()
         threading.Thread(target=report, daemon=True, name="sim-stats").start()
     return app.serve_main(config)
+
+
+def _patch_policy(policy: str) -> None:
+    """The baselines of issue 5's scheduling comparison, as Scheduler._priority variants
+    (the proposed SchedulerSettings.policy does the same inside the scheduler)."""
+    from orpheus_svc.core.scheduler import Scheduler
+
+    if policy == "fifo":
+        def priority(self, gen, now):
+            return (0, gen.arrival)
+    else:  # round_robin: whoever has waited the most steps goes first, then arrival
+        def priority(self, gen, now):
+            return (0, -gen.steps_waited, gen.arrival)
+    Scheduler._priority = priority
+
+
+def _log_gc_pauses(threshold_s: float = 0.005) -> None:
+    import gc
+
+    started: dict = {}
+
+    def cb(phase, info):
+        if phase == "start":
+            started["t"] = time.perf_counter()
+        elif "t" in started:
+            took = time.perf_counter() - started.pop("t")
+            if took >= threshold_s:
+                print(json.dumps({"event": "gc pause", "generation": info["generation"],
+                                  "ms": round(took * 1000, 1), "collected": info["collected"],
+                                  "objects": len(gc.get_objects(info["generation"]))}),
+                      file=sys.stderr, flush=True)
+
+    gc.callbacks.append(cb)
 
 
 def _patch_session_run() -> None:

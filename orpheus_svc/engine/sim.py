@@ -93,7 +93,10 @@ class SimBackend:
         # Engine thread only; read them as a (racy, monotone) snapshot.
         self.counters = dict(steps=0, rows=0, prefill_rows=0, prefill_tokens=0,
                              modelled_s=0.0, host_bound_steps=0, host_excess_s=0.0,
-                             idle_starts=0, peak_kv_tokens=0)
+                             idle_starts=0, peak_kv_tokens=0, max_host_excess_s=0.0)
+        # The latest steps whose host time overran the modelled step by > 20 ms:
+        # (monotonic time, overrun s, rows), for correlating stalls with what else ran.
+        self.slow_steps: list[tuple[float, float, int]] = []
         need = profile.weight_bytes + profile.kv_bytes(num_slots * max_seq_len)
         if need > profile.memory_bytes:
             log.warning(
@@ -114,29 +117,45 @@ class SimBackend:
         busy = bool(self._streams)
         tokens: dict[int, list[int]] = {}
         streams = self._streams
+        ended: list[int] = []  # the scheduler finishes these with this step's token
         prefill_tokens = prefill_sq = 0
         for g in plan.prefill:
             stream = streams[g.gen_id] = self.token_stream(g)
-            n = g.num_prompt_tokens
+            n = len(g.request.prompt_ids)
             prefill_tokens += n
             prefill_sq += n * n
-            self._emit(g, stream, 0, tokens)
+            tokens[g.gen_id] = [stream[0] if stream else END_OF_SPEECH_ID]
+            if len(stream) <= 1:
+                ended.append(g.gen_id)
+        # Hot loop (every live row, every step): plain locals, no calls per row. A stream
+        # ends with the stop id or is cut at max_tokens, so its last token is the last step.
         context = 0
         for g in plan.decode:
-            i = g.num_generated
-            stream = streams.get(g.gen_id)
+            gid, i = g.gen_id, g.num_generated
+            stream = streams.get(gid)
             if stream is None:  # not seen before (e.g. a backend swap); same stream anyway
-                stream = streams[g.gen_id] = self.token_stream(g)
-            context += g.num_prompt_tokens + i
-            self._emit(g, stream, i, tokens)
+                stream = streams[gid] = self.token_stream(g)
+            context += len(g.request.prompt_ids) + i
+            if i + 1 < len(stream):
+                tokens[gid] = [stream[i]]
+            else:
+                tokens[gid] = [stream[i] if i < len(stream) else END_OF_SPEECH_ID]
+                ended.append(gid)
+        for gid in ended:
+            del streams[gid]
         d = self.profile.step_seconds(len(plan.decode), context, len(plan.prefill),
                                       prefill_tokens, prefill_sq)
         c = self.counters
         if busy:
             end = self._last_end + d
             if now > end:
+                over = now - end
                 c["host_bound_steps"] += 1
-                c["host_excess_s"] += now - end
+                c["host_excess_s"] += over
+                c["max_host_excess_s"] = max(c["max_host_excess_s"], over)
+                if over > 0.02:
+                    self.slow_steps = self.slow_steps[-99:] + [
+                        (now, over, len(plan.prefill) + len(plan.decode))]
                 end = now
         else:
             c["idle_starts"] += 1
@@ -152,12 +171,6 @@ class SimBackend:
         if wait > 0:
             self._sleep(wait)
         return StepResult(tokens=tokens)
-
-    def _emit(self, g: Generation, stream: list[int], i: int, out: dict[int, list[int]]) -> None:
-        token = stream[i] if i < len(stream) else END_OF_SPEECH_ID
-        out[g.gen_id] = [token]
-        if token == END_OF_SPEECH_ID or i + 1 >= g.request.max_tokens:
-            del self._streams[g.gen_id]  # the scheduler finishes it with this token
 
     # -- tokens ----------------------------------------------------------------------------
 
