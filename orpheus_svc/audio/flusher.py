@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from orpheus_svc.audio.settings import HOP, FlusherSettings
-from orpheus_svc.audio.windows import Window, plan_windows
+from orpheus_svc.audio.windows import Window, plan_windows, ready_end
 from orpheus_svc.core.events import AudioEvent
 from orpheus_svc.core.tokens import CODES_PER_POSITION, FRAME_TOKENS, SAMPLE_RATE, SAMPLES_PER_FRAME
 
@@ -83,6 +83,7 @@ class Flusher:
         self._closed: OrderedDict[int, None] = OrderedDict()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._wake_at: float | None = None  # clock time a withheld chunk becomes due
         # Counters (flusher thread only; read them for metrics, never reset them).
         self.num_decode_calls = 0
         self.num_decoded_samples = 0  # window lengths decoded, context included
@@ -135,7 +136,10 @@ class Flusher:
         while True:
             with self._lock:
                 while not self._commands and not self._stopping:
-                    self._lock.wait()
+                    timeout = None if self._wake_at is None else self._wake_at - self.clock()
+                    if timeout is not None and timeout <= 0:
+                        break  # a listener is due to run dry: release its withheld audio
+                    self._lock.wait(timeout)
                 if self._stopping:
                     return
             try:
@@ -178,11 +182,27 @@ class Flusher:
         for event in events:
             if event.final:
                 self._close(event.gen_id)
+        self._wake_at = self._next_hungry_time()
         with self._lock:
             events = [e for e in events if e.gen_id not in self._dropped]
         if events:
             self.sink(events)
         return len(events)
+
+    def _next_hungry_time(self) -> float | None:
+        """When the first listener with ready-but-withheld audio runs low, if any.
+
+        Frames arriving wake the flusher anyway; this covers a generation that stalls
+        (a busy engine) while audio it already produced waits for the chunk target.
+        """
+        low, due = self.settings.low_water_samples, None
+        for st in self._streams.values():
+            if st.first_audio_at is None:
+                continue
+            if ready_end(st.num_frames, st.final, self.settings) > st.emitted:
+                t = st.first_audio_at + (st.emitted - low) / SAMPLE_RATE
+                due = t if due is None else min(due, t)
+        return due
 
     def _drain(self) -> None:
         with self._lock:

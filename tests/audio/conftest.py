@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from orpheus_svc.audio.codec import SNAC_24KHZ_CONFIG, load_snac, write_random_snac
 
 # Same time structure as the 24 kHz codec (hop 512, strides 4/2/1, same kernels, so the same
 # receptive field in samples) but 16x narrower: fast enough to stream many utterances.
 TINY_CONFIG = {**SNAC_24KHZ_CONFIG, "encoder_dim": 4, "decoder_dim": 64}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    # These tests decode many small windows: on a shared 2-core box the intra-op thread
+    # pool spends more time spin-waiting on busy cores than computing. Restored after.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

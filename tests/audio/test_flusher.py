@@ -274,3 +274,26 @@ def test_a_listener_about_to_run_dry_gets_audio_without_waiting_for_the_chunk_ta
     flusher.push(1, frames[10:11])
     flusher.run_once()
     assert sum(e.num_samples for e in sink.events(1)) == 11 * 2048 - FlusherSettings().lookahead_samples
+
+
+def test_withheld_audio_is_released_when_the_listener_runs_low_even_without_new_frames(tiny_codec):
+    released = threading.Event()
+    sink = Collect()
+
+    def on_events(events):
+        sink(events)
+        if sum(e.num_samples for e in sink.events(1)) > 9 * 2048 - 2560:
+            released.set()
+
+    flusher = Flusher(tiny_codec, FlusherSettings(), on_events)  # real clock
+    flusher.start()
+    try:
+        frames = random_frames(10, seed=8)
+        flusher.push(1, frames[:9])  # a burst: 661 ms of audio go out at once
+        flusher.push(1, frames[9:])  # one more frame, far below the chunk target; then a stall
+        # no further push: only the flusher's own wake-up (when the listener's ~0.6 s of
+        # audio runs low) can release the ready part of frame 9
+        assert released.wait(20), "withheld audio never released"
+    finally:
+        flusher.stop()
+    assert sum(e.num_samples for e in sink.events(1)) == 10 * 2048 - 2560
