@@ -153,7 +153,10 @@ class Flusher:
 
     # -- one iteration (flusher thread; also callable directly, e.g. by benchmarks) --------
     def run_once(self) -> int:
-        """Drain, plan, decode, emit. Returns the number of events handed to the sink."""
+        """Drain, plan, decode, emit. Returns the number of events handed to the sink.
+
+        The thread calls this; call it yourself only on a flusher that was not started.
+        """
         self.num_iterations += 1
         self._drain()
         now = self.clock()
