@@ -158,9 +158,11 @@ class Runtime:
 
 
 def build_runtime(config: Config, router: EventRouter | None = None, *,
-                  on_step: Callable[[int], None] | None = None) -> Runtime:
+                  on_step: Callable[[int], None] | None = None,
+                  on_decode: Callable[[int], None] | None = None) -> Runtime:
     """Load checkpoints and build (not start) the engine described by `config`.
-    `on_step` is called from the engine thread with each step's batch size (metrics)."""
+    `on_step` is called from the engine thread with each step's batch size, `on_decode`
+    from the flusher thread with the windows of each codec call (metrics)."""
     router = router or EventRouter()
     m, e = config.model, config.engine
     device = resolve_device(m.device)
@@ -194,7 +196,8 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
     else:
         raise ConfigError(f"engine.backend {e.backend!r} is not available in this build")
     codec = load_snac(snac_ref, device=device, dtype=torch.float32)
-    flusher = Flusher(codec, config.flusher, router, on_error=router.on_audio_error)
+    flusher = Flusher(codec, config.flusher, router, on_error=router.on_audio_error,
+                      on_decode=on_decode)
     core = EngineCore(backend, flusher, router, settings=settings, seed=e.seed, on_step=on_step)
     return Runtime(config=config, core=core, flusher=flusher, router=router, encode=encode,
                    model_name=model_name, is_demo=is_demo, device=device)

@@ -69,12 +69,14 @@ class Flusher:
 
     def __init__(self, codec, settings: FlusherSettings, sink: AudioSink,
                  on_error: ErrorHandler | None = None, name: str = "snac-flusher",
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 on_decode: Callable[[int], None] | None = None):
         self.codec = codec
         self.clock = clock  # seconds; injectable so tests and benchmarks can simulate time
         self.settings = settings
         self.sink = sink
         self.on_error = on_error
+        self.on_decode = on_decode  # called with the windows of each SNAC call (metrics)
         self._name = name
         self._lock = threading.Condition(threading.Lock())
         self._commands: list[tuple[int, np.ndarray | None, bool]] = []  # frames None = drop
@@ -255,6 +257,8 @@ class Flusher:
                     z = torch.cat([self._latent(jobs[i][1], jobs[i][2]) for i in part])
                     pcm = self.codec.decode_latents(z, keep=(lo, hi))
                     self.num_decode_calls += 1
+                    if self.on_decode is not None:
+                        self.on_decode(len(part))
                     self.num_decoded_samples += len(part) * num_steps * HOP
                 except Exception as exc:
                     self._fail([jobs[i][0] for i in part], exc)

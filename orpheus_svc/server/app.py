@@ -70,7 +70,8 @@ class Server:
         t0 = time.monotonic()
         loop = asyncio.get_running_loop()
         runtime = await loop.run_in_executor(
-            None, lambda: build_runtime(self.config, on_step=self.metrics.batch_size.observe))
+            None, lambda: build_runtime(self.config, on_step=self.metrics.batch_size.observe,
+                                        on_decode=self.metrics.codec_batch.observe))
         runtime.start()
         self.state.runtime = runtime
         audio_s = await loop.run_in_executor(None, runtime.warm_up)
