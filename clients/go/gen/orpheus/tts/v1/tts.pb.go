@@ -153,7 +153,8 @@ type SamplingOptions struct {
 	TopP *float32 `protobuf:"fixed32,2,opt,name=top_p,json=topP,proto3,oneof" json:"top_p,omitempty"`
 	// repetition_penalty in [1, 2] over the generation's own audio tokens. Default 1.1.
 	RepetitionPenalty *float32 `protobuf:"fixed32,3,opt,name=repetition_penalty,json=repetitionPenalty,proto3,oneof" json:"repetition_penalty,omitempty"`
-	// seed makes a segment's audio reproducible; segment i uses seed + i.
+	// seed makes a segment's tokens reproducible (segment i uses seed + i); the PCM also carries
+	// the SNAC decoder's noise, so it matches closely, not bit for bit.
 	Seed          *uint64 `protobuf:"varint,4,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
