@@ -99,13 +99,23 @@ def test_service_config_watches_tts_health_and_retries_refused_calls():
         service_config("round_robin", retries=5)
 
 
-def test_clients_check_health_and_retry_by_default():
+def test_clients_check_health_over_replicas_and_retry_by_default():
     with Client("127.0.0.1:1,127.0.0.1:2") as tts:
         assert tts.health_check is True and tts.retries == 2
         assert dict(channel_options("round_robin", health_check=True, retries=2)) \
             == dict(tts._options)
         config = json.loads(dict(tts._options)["grpc.service_config"])
         assert "healthCheckConfig" in config and "methodConfig" in config
+    with Client("dns:///tts.internal:50051") as tts:
+        assert tts.health_check is True
+    # one host:port: no choice of replica, so no health check (the server's own message
+    # for a refusal reaches the caller); retries still apply
+    with Client("127.0.0.1:1") as tts:
+        config = json.loads(dict(tts._options)["grpc.service_config"])
+        assert tts.health_check is False and "healthCheckConfig" not in config
+        assert "methodConfig" in config
+    with Client("127.0.0.1:1", health_check=True) as tts:
+        assert "healthCheckConfig" in json.loads(dict(tts._options)["grpc.service_config"])
 
 
 def test_round_robin_skips_a_replica_that_is_not_serving_until_it_serves(replicas):
@@ -138,7 +148,7 @@ def test_without_health_checks_a_not_serving_replica_still_gets_sessions(replica
 
 def test_health_and_status_still_answer_when_no_replica_is_serving(replicas):
     loading = replicas("loading", serving=False)
-    with Client(loading.target, timeout=5) as tts:
+    with Client(loading.target, health_check=True, timeout=5) as tts:
         assert tts.health() == "NOT_SERVING"
         assert tts.health(TTS_SERVICE) == "NOT_SERVING"
         assert tts.status().backend == "fake"
@@ -198,7 +208,7 @@ def test_async_client_skips_a_not_serving_replica_and_still_reports_its_health(r
             await tts.wait_ready(10)
             for _ in range(4):
                 await tts.synthesize("Hi.")
-        async with AsyncClient(loading.target, timeout=5) as tts:
+        async with AsyncClient(loading.target, health_check=True, timeout=5) as tts:
             return await tts.health(), (await tts.status()).backend
 
     assert asyncio.run(asyncio.wait_for(main(), 30)) == ("NOT_SERVING", "fake")

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import grpc
 
 from . import _health
-from ._target import channel_options, resolve_target
+from ._target import channel_options, names_replicas, resolve_target
 
 DEFAULT_TARGET = "localhost:50051"
 DEFAULT_VOICE = "tara"
@@ -23,13 +23,16 @@ class _ClientBase:
                  lb_policy: str | None = "round_robin",
                  credentials: grpc.ChannelCredentials | None = None,
                  metadata: Metadata | None = None, wait_for_ready: bool | None = None,
-                 options: Sequence[tuple[str, Any]] | None = None, health_check: bool = True,
-                 retries: int = 2) -> None:
+                 options: Sequence[tuple[str, Any]] | None = None,
+                 health_check: bool | None = None, retries: int = 2) -> None:
         self.target = target
         self.grpc_target = resolve_target(target)
         self.timeout = timeout
         self.lb_policy = lb_policy
-        self.health_check = health_check
+        # default: on where there is a choice of replicas (a list, dns:///); with one
+        # host:port there is none, and the server's own refusal message is more useful
+        self.health_check = names_replicas(target) if health_check is None else health_check
+        health_check = self.health_check
         self.retries = retries
         self.metadata = tuple(metadata or ())
         self.wait_for_ready = wait_for_ready

@@ -102,6 +102,13 @@ def resolve_target(target: str) -> str:
 
 
 TTS_SERVICE = "orpheus.tts.v1.TTSService"
+
+
+def names_replicas(target: str) -> bool:
+    """Whether a target names a set of replicas: a comma list, or a ``dns:`` name (e.g. a
+    Kubernetes headless Service). The clients' default health checking is on for these."""
+    target = target.strip()
+    return "," in target or target.lower().startswith("dns:")
 #: gRPC caps a call at 5 attempts
 MAX_RETRIES = 4
 

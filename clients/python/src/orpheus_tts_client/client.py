@@ -66,6 +66,8 @@ class Client(_ClientBase):
             grpc.health.v1 status for ``orpheus.tts.v1.TTSService`` is SERVING, so a replica
             that is loading or draining is skipped (False: every connected replica).
             ``health()`` and ``status()`` still reach replicas that are not serving.
+            Default (None): on for targets that name replicas (a comma list or
+            ``dns:///...``), off for a single ``host:port``.
         retries: extra attempts (0..4) for a call refused with UNAVAILABLE before the
             server accepted it (e.g. by a replica that just began draining); with
             ``round_robin`` the retry goes to the next replica. 0 turns retries off.
