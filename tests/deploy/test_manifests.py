@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from orpheus_svc import cli
 from orpheus_svc.config import Config, load_config
@@ -168,3 +169,57 @@ def test_rendered_deployment_runs_a_config_that_fits_its_pod(name, tmp_path):
                 f"{setting} is not on a mounted volume ({sorted(mounts)})"
     if config.engine.backend == "trtllm":
         assert c["resources"]["limits"].get("nvidia.com/gpu") == 1
+
+
+# -- image dependencies ---------------------------------------------------------------------
+
+# The GPU image keeps these from NVIDIA's TensorRT-LLM image (deploy/docker/Dockerfile).
+GPU_BASE_PROVIDES = {"torch", "numpy", "safetensors", "tokenizers", "huggingface-hub", "pyyaml",
+                     "tqdm"}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep, f"{path.name}: {line!r} is not pinned with =="
+            pins[_norm(name)] = version
+    return pins
+
+
+def _server_requirements() -> list[Requirement]:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = [Requirement(r) for r in project["dependencies"]]
+    # the client distribution is installed from ./clients/python; its own needs count too
+    client = tomllib.loads((ROOT / "clients" / "python" / "pyproject.toml").read_text())["project"]
+    reqs += [Requirement(r) for r in client["dependencies"]]
+    return [r for r in reqs if _norm(r.name) != "orpheus-tts-client"]
+
+
+def test_images_pin_every_runtime_dependency_within_pyproject_ranges():
+    # The images install orpheus-svc with --no-deps, so a dependency added to pyproject.toml
+    # but not to the image's requirements would only show when the container starts.
+    cpu = _pins(DOCKER / "requirements-cpu.txt")
+    gpu = _pins(DOCKER / "requirements-gpu.txt")
+    gpu_dockerfile = (DOCKER / "Dockerfile").read_text()
+    gpu_extra = dict(re.findall(r"--no-deps (snac)==([\w.]+)", gpu_dockerfile))
+    assert gpu_extra, "the GPU Dockerfile no longer pins snac"
+    for req in _server_requirements():
+        name = _norm(req.name)
+        if name != "torch":  # the CPU image installs torch from its own index (TORCH_VERSION)
+            assert name in cpu, f"{req} is missing from requirements-cpu.txt"
+            assert req.specifier.contains(cpu[name], prereleases=True), \
+                f"requirements-cpu.txt pins {name}=={cpu[name]}, pyproject wants {req}"
+        if name in GPU_BASE_PROVIDES:
+            continue
+        version = gpu.get(name) or gpu_extra.get(name)
+        assert version, f"{req} is missing from requirements-gpu.txt"
+        assert req.specifier.contains(version, prereleases=True), \
+            f"the GPU image pins {name}=={version}, pyproject wants {req}"
