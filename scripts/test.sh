@@ -24,6 +24,11 @@ fi
 step "go vet"
 (cd clients/go && go vet ./...)
 
+step "deploy: manifests (strict decode, kustomize render, checks) and Dockerfile lint"
+(cd deploy/k8s/validate && go vet ./... && go test -count=1 ./...)
+for overlay in deploy/k8s/overlays/*/; do kustomize build "${overlay}" >/dev/null; done
+.venv/bin/hadolint --config deploy/docker/.hadolint.yaml deploy/docker/Dockerfile deploy/docker/Dockerfile.cpu
+
 step "live demo server: go test + grpcurl"
 PORT="$("${PY}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 ADDR="127.0.0.1:${PORT}"

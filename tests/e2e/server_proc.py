@@ -34,21 +34,23 @@ class ServerProcess:
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         self.channel = grpc.insecure_channel(self.addr)
 
-    def health(self, service: str = "") -> int | None:
+    def health(self, service: str = "", timeout: float = 2.0) -> int | None:
         stub = health_pb2_grpc.HealthStub(self.channel)
         try:
-            return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=2).status
+            return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout).status
         except grpc.RpcError:
             return None
 
-    def wait_serving(self, timeout: float = 120.0) -> list[int | None]:
-        """Poll health until SERVING; returns the statuses seen on the way."""
+    def wait_serving(self, timeout: float = 120.0, check_timeout: float = 2.0) -> list[int | None]:
+        """Poll health until SERVING; returns the statuses seen on the way. A long
+        `check_timeout` lets a check sent during model loading be answered however busy
+        the machine is, instead of counting as no answer."""
         seen: list[int | None] = []
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.logs()}")
-            status = self.health()
+            status = self.health(timeout=check_timeout)
             if not seen or seen[-1] != status:
                 seen.append(status)
             if status == health_pb2.HealthCheckResponse.SERVING:

@@ -19,7 +19,7 @@ NOT_SERVING, SERVING = health_pb2.HealthCheckResponse.NOT_SERVING, health_pb2.He
 def test_health_not_serving_then_serving_then_not_serving_on_shutdown(tmp_path):
     srv = ServerProcess(tmp_path, "server.drain_delay_seconds=2", name="health")
     try:
-        seen = srv.wait_serving()
+        seen = srv.wait_serving(check_timeout=30)
         assert NOT_SERVING in seen and seen[-1] == SERVING
         assert seen.index(NOT_SERVING) < seen.index(SERVING)
         assert srv.health("orpheus.tts.v1.TTSService") == SERVING
