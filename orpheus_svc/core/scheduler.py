@@ -206,6 +206,9 @@ class Scheduler:
         return self._running.get(gen_id) or next(
             (g for g in self._waiting if g.gen_id == gen_id), None)
 
+    def running(self) -> list[Generation]:
+        return list(self._running.values())
+
     @property
     def has_work(self) -> bool:
         return bool(self._running or self._waiting)

@@ -126,7 +126,11 @@ class EngineCore:
             if not self._drain(events, block):
                 break
             if self._scheduler.has_work:
-                self._step(events)
+                try:
+                    self._step(events)
+                except Exception:  # a bug past the backend: fail loudly, keep the thread alive
+                    log.exception("engine step failed; cancelling every running generation")
+                    self._cancel_all(events)
             self._stats = self._scheduler.stats(self._clock())
             events.flush()
         events.flush()
@@ -203,6 +207,14 @@ class EngineCore:
             else:
                 self.flusher.drop(gen.gen_id)
             events.add(self._finished(gen, result.errors.get(gen.gen_id)))
+
+    def _cancel_all(self, events: EventBatch) -> None:
+        """Last resort after an unexpected error: end everything (slots free next step)."""
+        for gen in self._scheduler.running():
+            self._scheduler.cancel(gen.gen_id, self._clock())
+            self.flusher.drop(gen.gen_id)
+            events.add(Finished(gen.gen_id, "error", gen.num_prompt_tokens, gen.num_generated,
+                                gen.num_frames, "internal engine error (see server log)"))
 
     @staticmethod
     def _finished(gen: Generation, error: str | None = None) -> Finished:

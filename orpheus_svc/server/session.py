@@ -225,9 +225,11 @@ class StreamSession:
         if isinstance(ev, Finished):
             if ev.reason == "error":
                 raise SessionError("INTERNAL", f"segment {seg.index} failed: {ev.error}")
-            if ev.reason != "cancelled":
-                seg.num_tokens, seg.finish_reason = ev.num_generated, ev.reason
-                self.num_tokens += ev.num_generated
+            if ev.reason == "cancelled":  # not by us: we unregister before cancelling
+                raise SessionError("UNAVAILABLE", f"segment {seg.index} was cancelled by the "
+                                   "server (shutting down?); retry")
+            seg.num_tokens, seg.finish_reason = ev.num_generated, ev.reason
+            self.num_tokens += ev.num_generated
             return
         if isinstance(ev, AudioEvent):
             seg.events.append(ev)

@@ -133,3 +133,26 @@ def test_a_failing_step_fails_its_generations_and_frees_their_slots():
         events.wait_for(lambda ev: core.stats().free_slots == 2, timeout=5)
     finally:
         core.stop()
+
+
+class _ExplodingFlusher(RecordingFlusher):
+    def push(self, gen_id, frames, final):
+        raise RuntimeError("flusher bug")
+
+
+def test_an_unexpected_error_after_the_step_ends_generations_and_keeps_the_thread():
+    events = Collector()
+    core = EngineCore(TorchBackend(tiny_model()), _ExplodingFlusher(events), events, seed=1)
+    core.start()
+    try:
+        gid = core.submit(_req(max_tokens=35))
+        events.wait_for(lambda ev: events.ended([gid]))
+        fin = events.of(Finished, gid)[0]
+        assert fin.reason == "error" and "internal" in fin.error
+        events.wait_for(lambda ev: core.stats().free_slots == 4, timeout=5)
+        core.flusher = RecordingFlusher(events)  # the thread is still serving
+        again = core.submit(_req(max_tokens=14))
+        events.wait_for(lambda ev: events.ended([again]))
+        assert events.of(Finished, again)[0].reason == "length"
+    finally:
+        core.stop()
