@@ -32,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="scheduler order (until SchedulerSettings.policy exists): deadline = "
                         "ours (aging, TTFB, least slack); fifo = arrival order; round_robin = "
                         "longest-waiting first")
+    p.add_argument("--max-ahead", type=float, default=0.0,
+                   help="leave out of a step every generation whose listener has more than "
+                        "this many seconds buffered (0: off; the proposed "
+                        "SchedulerSettings.max_ahead_s)")
     p.add_argument("--gc-log", action="store_true",
                    help="log every garbage-collector pass longer than 5 ms (to stderr)")
     args = p.parse_args(argv)
@@ -77,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         _log_gc_pauses()
     if args.policy != "deadline":
         _patch_policy(args.policy)
+    if args.max_ahead > 0:
+        _patch_max_ahead(args.max_ahead)
     if args.sim_stats:
         def report() -> None:
             with open(args.sim_stats, "a") as f:
@@ -108,6 +114,42 @@ def _patch_policy(policy: str) -> None:
         def priority(self, gen, now):
             return (0, -gen.steps_waited, gen.arrival)
     Scheduler._priority = priority
+
+
+def _patch_max_ahead(limit_s: float) -> None:
+    """Scheduler.schedule with a playout horizon: a generation in the deadline class whose
+    slack exceeds `limit_s` sits this step out (it does not age either). Same code as the
+    scheduler's schedule() otherwise."""
+    from orpheus_svc.core.scheduler import Scheduler, StepPlan
+
+    def schedule(self, now):
+        self._step += 1
+        plan = StepPlan(step=self._step)
+        for gen in [g for g in self._running.values() if g.cancelled]:
+            self._finish(gen, "cancelled", now)
+            plan.released.append(gen)
+        self._admit(plan, now)
+        self._forget_idle_sessions(now)
+        keyed = [(self._priority(g, now), g) for g in self._running.values()]
+        keyed = [(k, g) for k, g in keyed if not (k[0] == 2 and k[1] > limit_s)]
+        keyed.sort(key=lambda kg: kg[0])
+        prefill_budget = self.settings.max_prefill_tokens
+        for _, gen in keyed:
+            if len(plan.prefill) + len(plan.decode) >= self.settings.max_batch_size:
+                gen.steps_waited += 1
+                continue
+            if gen.needs_prefill:
+                if plan.prefill and gen.num_prompt_tokens > prefill_budget:
+                    gen.steps_waited += 1
+                    continue
+                prefill_budget -= gen.num_prompt_tokens
+                plan.prefill.append(gen)
+            else:
+                plan.decode.append(gen)
+            gen.steps_waited = 0
+        return plan
+
+    Scheduler.schedule = schedule
 
 
 def _log_gc_pauses(threshold_s: float = 0.005) -> None:

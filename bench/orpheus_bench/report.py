@@ -96,7 +96,11 @@ def plot(results: list[dict], out_dir: str | os.PathLike, title: str, slo_ms: fl
                 label="TTFB p95 after segment text")
     ax.axhline(slo_ms, color="red", lw=0.8, ls=":", label=f"SLO {slo_ms:g} ms")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("concurrent sessions")
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.minorticks_off()
+    if max((r["ttfb_ms"]["p99"] or 0) for r in rs) > 10 * slo_ms:
+        ax.set_yscale("log")
+    ax.set_xlabel("concurrent sessions (real-time listeners)")
     ax.set_ylabel("ms")
     ax.set_title(f"Time to first audio - {title}", fontsize=10)
     ax.grid(alpha=0.3)
@@ -109,7 +113,7 @@ def plot(results: list[dict], out_dir: str | os.PathLike, title: str, slo_ms: fl
     fig, ax = plt.subplots(figsize=(7, 4.2))
     ax.bar([str(x) for x in xs], [r["underruns"]["sessions_with_underrun"] for r in rs],
            color="tab:orange", label="sessions with an underrun")
-    ax.set_xlabel("concurrent sessions")
+    ax.set_xlabel("concurrent sessions (real-time listeners)")
     ax.set_ylabel("sessions")
     ax2 = ax.twinx()
     ax2.plot([str(x) for x in xs], [r["underruns"]["stall_ms_per_session"]["p95"] or 0 for r in rs],

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Capacity study (issue 5): sim-paced server on one core, orpheus-bench tuning on the other.
+#
+#   scripts/capacity-run.sh [OUT_DIR]        (default bench/results/capacity-<date>)
+#
+# For each text set (conversational, longform) and input style (whole, streaming): start
+# the server with the sim backend (GPU simulated: engine/sim_profiles.py, docs/capacity.md)
+# pinned to core $SERVER_CORE, run `orpheus-bench tuning` pinned to $LOAD_CORE, write JSON
+# and plots, then stop the server. Everything else running on the machine competes for
+# the same cores: run it on a quiet machine; the JSON records how busy the machine was.
+#
+# Environment: PROFILE (h100-fp8), PORT (50071), SERVER_CORE (0), LOAD_CORE (1), SLOTS (1024),
+# SERVER_CMD (default: orpheus-svc serve --backend sim ...; before that flag exists use
+# "python -m orpheus_bench.devserve"), EXTRA (extra orpheus-bench flags), PYSPY=1 to record
+# a py-spy profile of the server during a 60 s run at the found capacity.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-bench/results/capacity-$(date +%Y%m%d-%H%M)}
+PROFILE=${PROFILE:-h100-fp8}
+PORT=${PORT:-50071}
+SERVER_CORE=${SERVER_CORE:-0}
+LOAD_CORE=${LOAD_CORE:-1}
+SLOTS=${SLOTS:-1024}
+PY=${PY:-.venv/bin/python}
+SERVER_CMD=${SERVER_CMD:-.venv/bin/orpheus-svc serve --backend sim --sim-profile $PROFILE}
+BENCH=${BENCH:-.venv/bin/orpheus-bench}
+mkdir -p "$OUT"
+export PYTHONPATH=${PYTHONPATH:-bench}
+
+start_server() {  # $1 = conversational | longform
+  taskset -c "$SERVER_CORE" $SERVER_CMD --port "$PORT" --profile "$1" \
+    --set engine.max_sessions="$SLOTS" --set engine.max_batch_size="$SLOTS" \
+    --set engine.max_waiting="$SLOTS" \
+    >"$OUT/server-$1.log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 120); do
+    if "$PY" -c "import grpc,sys; from orpheus.tts.v1 import tts_pb2 as p, tts_pb2_grpc as g
+c=grpc.insecure_channel('localhost:$PORT'); s=g.TTSServiceStub(c).GetStatus(p.GetStatusRequest(), timeout=1)
+sys.exit(0 if s.serving else 1)" 2>/dev/null; then return 0; fi
+    sleep 1
+  done
+  echo "server did not start; see $OUT/server-$1.log" >&2
+  return 1
+}
+
+stop_server() { kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; }
+trap stop_server EXIT
+
+for set in conversational longform; do
+  rounds=2; [ "$set" = longform ] && rounds=1
+  for input in whole streaming; do
+    start_server "$set"
+    name="$set-$input"
+    taskset -c "$LOAD_CORE" $BENCH tuning --target "localhost:$PORT" --text-set "$set" \
+      --input "$input" --rounds "$rounds" --start 64 --factor 2 --resolution 0.1 \
+      --server-pid "$SERVER_PID" --sim-profile "$PROFILE" --label "capacity $name" \
+      --output "$OUT/$name.json" --plot "$OUT/plots-$name" ${EXTRA:-} 2>&1 | tee "$OUT/$name.txt"
+    if [ "${PYSPY:-0}" = 1 ]; then
+      cap=$("$PY" -c "import json; print(json.load(open('$OUT/$name.json'))['tuning']['max_passing_concurrency'] or 64)")
+      (taskset -c "$LOAD_CORE" $BENCH scaling --target "localhost:$PORT" --text-set "$set" \
+         --input "$input" --concurrent "$cap" --duration 60 --warmup 0 \
+         --output "$OUT/$name-profiled.json" >/dev/null 2>&1 &)
+      sleep 20
+      taskset -c "$LOAD_CORE" .venv/bin/py-spy record --pid "$SERVER_PID" --duration 30 \
+        --rate 200 --format speedscope -o "$OUT/$name-pyspy.json" || true
+      sleep 45
+    fi
+    stop_server
+  done
+done
+echo "results in $OUT"

@@ -1,0 +1,47 @@
+"""Table rows and plots render from a level result (synthetic), JSON round-trips."""
+
+import io
+import json
+
+import pytest
+
+from orpheus_bench.metrics import SessionTrace, aggregate, session_metrics, slo_check
+from orpheus_bench.report import plot, row, table, write_json
+
+
+def level(c, late=False):
+    traces = []
+    for i in range(4):
+        period = 0.2 if late and i == 0 else 0.1
+        traces.append(SessionTrace(index=i, t_start=0.0, t_end=2.0,
+                                   arrivals=[(0.05 + k * period, 2400) for k in range(10)]))
+    r = {"label": "scaling", "concurrency": c, "requests": 4, "input": "whole",
+         **aggregate([session_metrics(t) for t in traces], 2.0)}
+    r["server"] = {"cpu_util": 0.5, "cpu_s_per_audio_s": 0.002, "tokens_per_s": 1000.0}
+    r["load"] = {"cpu_util_per_proc": [0.1], "maybe_saturated": False}
+    r["slo"] = slo_check(r)
+    return r
+
+
+def test_row_and_table_show_the_level():
+    r = level(8, late=True)
+    line = row(r)
+    assert line.split()[1] == "8" and "FAIL" in line
+    out = io.StringIO()
+    table([level(1), r], out)
+    assert len(out.getvalue().splitlines()) == 3
+
+
+def test_json_is_written_atomically_and_reads_back(tmp_path):
+    doc = {"runs": [level(4)]}
+    path = tmp_path / "sub" / "r.json"
+    write_json(path, doc)
+    assert json.loads(path.read_text())["runs"][0]["concurrency"] == 4
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_plots_are_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    files = plot([level(1), level(8, late=True), level(16)], tmp_path, "test", 150)
+    assert [p.rsplit("/", 1)[1] for p in files] == ["ttfb.png", "underruns.png"]
+    assert all((tmp_path / f).stat().st_size > 1000 for f in ("ttfb.png", "underruns.png"))
