@@ -59,7 +59,6 @@ def make_text(set_name: str, index: int, seed: int = 0) -> str:
     target, hard_max, tag_p = TEXT_SETS[set_name]
     rng = random.Random(f"{set_name}:{seed}:{index}")
     out = ""
-    paragraph = 0
     while True:
         s = _sentence(rng)
         if tag_p and rng.random() < tag_p / 3:
@@ -68,7 +67,6 @@ def make_text(set_name: str, index: int, seed: int = 0) -> str:
         if out and len(out) + len(sep) + len(s) > hard_max:
             break
         out += sep + s
-        paragraph += 1
         if len(out) >= target:
             break
     return out

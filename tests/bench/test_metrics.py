@@ -1,6 +1,5 @@
 """Benchmark metric arithmetic on synthetic arrival traces (no server, no timing)."""
 
-import math
 
 import pytest
 

@@ -1,6 +1,5 @@
 """SimCodec inside the real Flusher: exact sample counts, modelled cost per call."""
 
-import threading
 
 import numpy as np
 import pytest
