@@ -143,10 +143,13 @@ class StreamSession:
         try:
             while True:
                 self._submit_ready(loop)
-                for out in self._deliverable():
+                outs = self._deliverable()
+                for out in outs:
                     yield out
                 if self._input_done and self._delivered == len(self._segments):
                     break
+                if outs:
+                    continue  # delivering may have made room for more segments in flight
                 item = await self._inbox.get()
                 if self._error is not None:
                     raise self._error
