@@ -21,7 +21,8 @@ from typing import Any, Mapping
 import yaml
 
 from orpheus_svc.audio.settings import FlusherSettings
-from orpheus_svc.core.scheduler import SchedulerSettings
+from orpheus_svc.core.scheduler import POLICIES, SchedulerSettings
+from orpheus_svc.engine.sim_profiles import PROFILES as SIM_PROFILES
 
 ENV_PREFIX = "ORPHEUS_"
 
@@ -51,6 +52,8 @@ class EngineConfig:
     max_waiting: int = 64
     aging_steps: int = 64
     max_prefill_tokens: int = 4096
+    scheduler_policy: str = "deadline"  # deadline | fifo | round_robin (baselines for benchmarks)
+    max_ahead_seconds: float = 0.0      # playout horizon; 0 = off (see SchedulerSettings)
     seed: int | None = None  # engine seed for requests without one (None: random per start)
     # trtllm
     trtllm_engine_dir: str | None = None
@@ -63,7 +66,8 @@ class EngineConfig:
     def scheduler_settings(self) -> SchedulerSettings:
         return SchedulerSettings(max_batch_size=self.max_batch_size, max_waiting=self.max_waiting,
                                  aging_steps=self.aging_steps,
-                                 max_prefill_tokens=self.max_prefill_tokens)
+                                 max_prefill_tokens=self.max_prefill_tokens,
+                                 policy=self.scheduler_policy, max_ahead_s=self.max_ahead_seconds)
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,10 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     },
     "longform": {
         "text": {"max_text_chars": 5000, "max_segment_chars": 400, "max_segments_in_flight": 3},
-        "engine": {"max_sessions": 32, "max_batch_size": 32, "max_seq_len": 4096},
+        # long texts generate far ahead of playback when everything runs every step; the
+        # 3 s horizon keeps steps short (BENCHMARKS.md: longform at 256 sessions)
+        "engine": {"max_sessions": 32, "max_batch_size": 32, "max_seq_len": 4096,
+                   "max_ahead_seconds": 3.0},
     },
 }
 
@@ -251,6 +258,10 @@ def validate(config: Config) -> None:
         (e.max_waiting >= 0, "engine.max_waiting", "must be >= 0"),
         (e.aging_steps >= 1, "engine.aging_steps", "must be >= 1"),
         (0 < e.trtllm_kv_free_gpu_fraction <= 1, "engine.trtllm_kv_free_gpu_fraction", "must be in (0, 1]"),
+        (e.scheduler_policy in POLICIES, "engine.scheduler_policy", f"must be one of {', '.join(POLICIES)}"),
+        (e.max_ahead_seconds >= 0, "engine.max_ahead_seconds", "must be >= 0"),
+        (e.backend != "sim" or e.sim_profile in SIM_PROFILES, "engine.sim_profile",
+         f"must be one of {', '.join(SIM_PROFILES)}"),
         (config.model.dtype in ("auto", "float32", "float16", "bfloat16"), "model.dtype",
          "must be auto, float32, float16 or bfloat16"),
         (config.model.device == "auto" or config.model.device.split(":")[0] in ("cpu", "cuda"),

@@ -173,7 +173,8 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
     # torch backend (trtllm loads its engine dir, sim computes nothing), SNAC for all.
     is_demo = m.path is None and e.backend == "torch"
     model_ref, snac_ref = m.path, m.snac
-    if is_demo or snac_ref is None:
+    sim_codec = e.backend == "sim" and e.sim_codec
+    if is_demo or (snac_ref is None and not sim_codec):
         from orpheus_svc.models.demo import ensure_demo_checkpoint
         demo = ensure_demo_checkpoint()
         if is_demo:
@@ -193,9 +194,12 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
         backend, encode = build_trtllm_backend(config)
         settings = trtllm_scheduler_settings(e)
         model_name = str(e.trtllm_engine_dir)
-    else:
-        raise ConfigError(f"engine.backend {e.backend!r} is not available in this build")
-    codec = load_snac(snac_ref, device=device, dtype=torch.float32)
+    else:  # sim: GPU pacing without compute (config validation admits nothing else)
+        from orpheus_svc.engine.sim import build_sim_backend
+        backend, encode, codec = build_sim_backend(config)
+        model_name = f"sim:{e.sim_profile}"
+    if not sim_codec:
+        codec = load_snac(snac_ref, device=device, dtype=torch.float32)
     flusher = Flusher(codec, config.flusher, router, on_error=router.on_audio_error,
                       on_decode=on_decode)
     core = EngineCore(backend, flusher, router, settings=settings, seed=e.seed, on_step=on_step)

@@ -10,8 +10,9 @@
 # the same cores: run it on a quiet machine; the JSON records how busy the machine was.
 #
 # Environment: PROFILE (h100-fp8), PORT (50071), SERVER_CORE (0), LOAD_CORE (1), SLOTS (1024),
-# SERVER_CMD (default: orpheus-svc serve --backend sim ...; before that flag exists use
-# "python -m orpheus_bench.devserve"), EXTRA (extra orpheus-bench flags), PYSPY=1 to record
+# SERVER_CMD (default: orpheus-svc serve --backend sim ...; scheduler variants with
+# --set engine.scheduler_policy=fifo|round_robin or engine.max_ahead_seconds=S),
+# EXTRA (extra orpheus-bench flags), PYSPY=1 to record
 # a py-spy profile of the server during a 60 s run at the found capacity.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -30,6 +30,22 @@ class SchedulerSettings:
     aging_steps: int = 64
     # Prompt tokens prefilled in one step; the oldest candidate always goes, however long.
     max_prefill_tokens: int = 4096
+    # "deadline" (ours, above); "fifo" (arrival order) and "round_robin" (longest left out
+    # first) exist only as baselines for the scheduling comparison in BENCHMARKS.md.
+    policy: str = "deadline"
+    # Playout horizon (0 = off): a generation whose listener has more than this many seconds
+    # buffered ahead sits the step out (and does not age), so sessions far ahead of playback
+    # do not lengthen everyone's steps. Measured in BENCHMARKS.md (longform, 256 sessions).
+    max_ahead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        if self.max_ahead_s < 0:
+            raise ValueError(f"max_ahead_s must be >= 0, got {self.max_ahead_s}")
+
+
+POLICIES = ("deadline", "fifo", "round_robin")
 
 
 class AdmissionError(RuntimeError):
@@ -148,9 +164,13 @@ class Scheduler:
             plan.released.append(gen)
         self._admit(plan, now)
         self._forget_idle_sessions(now)
-        runnable = sorted(self._running.values(), key=lambda g: self._priority(g, now))
+        keyed = [(self._priority(g, now), g) for g in self._running.values()]
+        horizon = self.settings.max_ahead_s
+        if horizon > 0:
+            keyed = [(k, g) for k, g in keyed if not (k[0] == 2 and k[1] > horizon)]
+        keyed.sort(key=lambda kg: kg[0])
         prefill_budget = self.settings.max_prefill_tokens
-        for gen in runnable:
+        for _, gen in keyed:
             if len(plan.prefill) + len(plan.decode) >= self.settings.max_batch_size:
                 gen.steps_waited += 1
                 continue
@@ -236,7 +256,11 @@ class Scheduler:
             self._sessions[sid] = SessionPlayout(sid)
         return self._sessions[sid]
 
-    def _priority(self, gen: Generation, now: float) -> tuple[int, float]:
+    def _priority(self, gen: Generation, now: float) -> tuple:
+        if self.settings.policy == "fifo":
+            return (0, gen.arrival)
+        if self.settings.policy == "round_robin":
+            return (0, -gen.steps_waited, gen.arrival)
         session = self._sessions[gen.request.session_id]
         if gen.steps_waited >= self.settings.aging_steps:
             return (0, -gen.steps_waited)
