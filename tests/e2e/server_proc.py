@@ -32,7 +32,11 @@ class ServerProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env)
-        self.channel = grpc.insecure_channel(self.addr)
+        # Reconnect fast: with grpc's default backoff (1 s and up) a check sent before the
+        # port opened would blind the test to the short NOT_SERVING phase that follows.
+        self.channel = grpc.insecure_channel(self.addr, options=[
+            ("grpc.initial_reconnect_backoff_ms", 50), ("grpc.min_reconnect_backoff_ms", 50),
+            ("grpc.max_reconnect_backoff_ms", 100)])
 
     def health(self, service: str = "", timeout: float = 2.0) -> int | None:
         stub = health_pb2_grpc.HealthStub(self.channel)
