@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer steps (< 3 minutes here)")
     ap.add_argument("--output", type=Path)
     args = ap.parse_args(argv)
-    steps = 8 if args.quick else 32
+    steps = 16 if args.quick else 48
     torch.manual_seed(0)
     spec = bench_spec()
     weights = random_state_dict(spec, 0, torch.float32)

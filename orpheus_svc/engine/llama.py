@@ -165,6 +165,10 @@ class SlotLlama:
         """One token per slot, each at its own position. Returns final-norm hidden [B, hidden]."""
         bsz = len(slots)
         slot_idx = torch.as_tensor(list(slots), device=self.device)
+        # Slots lo..lo+B-1 in order (the backend sorts its batch by slot, and a full batch
+        # is exactly that): read K/V through a view instead of gathering a copy per layer.
+        lo = slots[0]
+        rows = slice(lo, lo + bsz) if list(slots) == list(range(lo, lo + bsz)) else slot_idx
         pos = torch.as_tensor(list(positions), device=self.device)
         span = int(max(positions)) + 1
         if span > self.max_seq_len:
@@ -178,7 +182,7 @@ class SlotLlama:
                 kc, vc = self.k_cache[li], self.v_cache[li]
                 kc[slot_idx, :, pos] = k[:, :, 0]
                 vc[slot_idx, :, pos] = v[:, :, 0]
-                keys, values = kc[slot_idx, :, :span], vc[slot_idx, :, :span]
+                keys, values = kc[rows, :, :span], vc[rows, :, :span]
                 o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
                                                    enable_gqa=True)
                 return o.transpose(1, 2).reshape(bsz, 1, -1)

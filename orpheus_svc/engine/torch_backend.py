@@ -36,11 +36,12 @@ class TorchBackend:
             self.seen.reset([g.slot for g in plan.prefill])
             parts.append(self.model.prefill([g.slot for g in plan.prefill],
                                             [g.request.prompt_ids for g in plan.prefill]))
-        if plan.decode:
-            parts.append(self.model.decode([g.slot for g in plan.decode],
-                                           [g.last_token for g in plan.decode],
-                                           [g.next_position for g in plan.decode]))
-        gens = plan.prefill + plan.decode
+        decode = sorted(plan.decode, key=lambda g: g.slot)  # contiguous slots read K/V as views
+        if decode:
+            parts.append(self.model.decode([g.slot for g in decode],
+                                           [g.last_token for g in decode],
+                                           [g.next_position for g in decode]))
+        gens = plan.prefill + decode
         if not gens:
             return StepResult()
         hidden = parts[0] if len(parts) == 1 else torch.cat(parts)
