@@ -9,7 +9,7 @@
 # and plots, then stop the server. Everything else running on the machine competes for
 # the same cores: run it on a quiet machine; the JSON records how busy the machine was.
 #
-# Environment: PROFILE (h100-fp8), PORT (50071), SERVER_CORE (0), LOAD_CORE (1), SLOTS (1024),
+# Environment: SETS ("conversational longform"), INPUTS ("whole streaming"), PROFILE (h100-fp8), PORT (50071), SERVER_CORE (0), LOAD_CORE (1), SLOTS (1024),
 # SERVER_CMD (default: orpheus-svc serve --backend sim ...; scheduler variants with
 # --set engine.scheduler_policy=fifo|round_robin or engine.max_ahead_seconds=S),
 # EXTRA (extra orpheus-bench flags), PYSPY=1 to record
@@ -47,9 +47,9 @@ sys.exit(0 if s.serving else 1)" 2>/dev/null; then return 0; fi
 stop_server() { kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; }
 trap stop_server EXIT
 
-for set in conversational longform; do
+for set in ${SETS:-conversational longform}; do
   rounds=2; [ "$set" = longform ] && rounds=1
-  for input in whole streaming; do
+  for input in ${INPUTS:-whole streaming}; do
     start_server "$set"
     name="$set-$input"
     taskset -c "$LOAD_CORE" $BENCH tuning --target "localhost:$PORT" --text-set "$set" \
