@@ -99,6 +99,11 @@ class ServerConfig:
     # closes, so load balancers and readiness probes see it while calls still connect.
     drain_delay_seconds: float = 1.0
     metrics_port: int = 0  # 0 = off
+    # >0: ask clients to reconnect after this long (GOAWAY), so dns:/// round_robin clients
+    # re-resolve and find replicas added by a scale-up; calls in flight may run on for
+    # max_connection_age_grace_seconds. 0 = connections live as long as clients keep them.
+    max_connection_age_seconds: float = 0.0
+    max_connection_age_grace_seconds: float = 600.0
     log_format: str = "json"  # json | console
     log_level: str = "info"
 
@@ -275,6 +280,9 @@ def validate(config: Config) -> None:
         (0 <= s.port <= 65535, "server.port", "must be 0..65535"),
         (0 <= s.metrics_port <= 65535, "server.metrics_port", "must be 0..65535"),
         (s.grace_seconds >= 0, "server.grace_seconds", "must be >= 0"),
+        (s.max_connection_age_seconds >= 0, "server.max_connection_age_seconds", "must be >= 0"),
+        (s.max_connection_age_grace_seconds >= 0, "server.max_connection_age_grace_seconds",
+         "must be >= 0"),
         (s.drain_delay_seconds >= 0, "server.drain_delay_seconds", "must be >= 0"),
         (s.log_format in ("json", "console"), "server.log_format", "must be json or console"),
     ]

@@ -42,7 +42,13 @@ class Server:
         self.metrics = Metrics(self.state)
         self.state.metrics = self.metrics
         self.health = health.aio.HealthServicer()
-        self.grpc = grpc.aio.server()
+        s = config.server
+        options = []
+        if s.max_connection_age_seconds > 0:
+            options += [("grpc.max_connection_age_ms", int(s.max_connection_age_seconds * 1000)),
+                        ("grpc.max_connection_age_grace_ms",
+                         int(s.max_connection_age_grace_seconds * 1000))]
+        self.grpc = grpc.aio.server(options=options)
         tts_pb2_grpc.add_TTSServiceServicer_to_server(TTSServicer(self.state), self.grpc)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         if config.server.reflection:
