@@ -59,6 +59,9 @@ class StepPlan:
     decode: list[Generation] = field(default_factory=list)
     admitted: list[Generation] = field(default_factory=list)
     released: list[Generation] = field(default_factory=list)  # cancelled; slots already free
+    # Nothing runs because every live generation is beyond the playout horizon: seconds until
+    # the first of them comes back under it (the engine waits that long, or for a command).
+    idle_s: float = 0.0
 
     @property
     def batch(self) -> list[Generation]:
@@ -167,7 +170,10 @@ class Scheduler:
         keyed = [(self._priority(g, now), g) for g in self._running.values()]
         horizon = self.settings.max_ahead_s
         if horizon > 0:
+            ahead = [k[1] for k, _ in keyed if k[0] == 2 and k[1] > horizon]
             keyed = [(k, g) for k, g in keyed if not (k[0] == 2 and k[1] > horizon)]
+            if ahead and not keyed:
+                plan.idle_s = min(ahead) - horizon
         keyed.sort(key=lambda kg: kg[0])
         prefill_budget = self.settings.max_prefill_tokens
         for _, gen in keyed:

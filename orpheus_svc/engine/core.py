@@ -121,13 +121,15 @@ class EngineCore:
 
     def _run(self) -> None:
         events = EventBatch(self._sink)
+        idle = 0.0  # > 0: every live generation is far ahead of playback; wait that long
         while True:
-            block = not self._scheduler.has_work
-            if not self._drain(events, block):
+            if not self._drain(events, block=not self._scheduler.has_work or idle > 0,
+                               timeout=idle or None):
                 break
+            idle = 0.0
             if self._scheduler.has_work:
                 try:
-                    self._step(events)
+                    idle = self._step(events)
                 except Exception:  # a bug past the backend: fail loudly, keep the thread alive
                     log.exception("engine step failed; cancelling every running generation")
                     self._cancel_all(events)
@@ -135,10 +137,11 @@ class EngineCore:
             events.flush()
         events.flush()
 
-    def _drain(self, events: EventBatch, block: bool) -> bool:
-        """Apply queued commands; False once stop was requested."""
+    def _drain(self, events: EventBatch, block: bool, timeout: float | None = None) -> bool:
+        """Apply queued commands (waiting up to `timeout` for one when `block`); False once
+        stop was requested."""
         try:
-            cmd = self._commands.get() if block else self._commands.get_nowait()
+            cmd = self._commands.get(timeout=timeout) if block else self._commands.get_nowait()
         except queue.Empty:
             return True
         while True:
@@ -175,7 +178,8 @@ class EngineCore:
         except AdmissionError as exc:
             events.add(Rejected(cmd.gen_id, reason=str(exc)))
 
-    def _step(self, events: EventBatch) -> None:
+    def _step(self, events: EventBatch) -> float:
+        """One engine step; returns how long to wait before the next when nothing could run."""
         plan = self._scheduler.schedule(self._clock())
         for gen in plan.admitted:
             events.add(Admitted(gen.gen_id, gen.slot))
@@ -185,7 +189,7 @@ class EngineCore:
                 self.flusher.drop(gen.gen_id)
                 events.add(self._finished(gen))
         if plan.empty:
-            return
+            return plan.idle_s
         try:
             result = self.backend.step(plan)
         except Exception as exc:  # one bad step must not take the server down
@@ -207,6 +211,7 @@ class EngineCore:
             else:
                 self.flusher.drop(gen.gen_id)
             events.add(self._finished(gen, result.errors.get(gen.gen_id)))
+        return 0.0
 
     def _cancel_all(self, events: EventBatch) -> None:
         """Last resort after an unexpected error: end everything (slots free next step)."""

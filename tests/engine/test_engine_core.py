@@ -156,3 +156,70 @@ def test_an_unexpected_error_after_the_step_ends_generations_and_keeps_the_threa
         assert events.of(Finished, again)[0].reason == "length"
     finally:
         core.stop()
+
+
+def test_64_concurrent_generations_stream_exact_audio_through_the_real_flusher(tmp_path):
+    """EngineCore + Flusher + a random-init SNAC of the real 24 kHz architecture: every
+    generation's audio is exactly frames x 2048 samples, contiguous, with one final event."""
+    from orpheus_svc.audio.codec import load_snac, write_random_snac
+    from orpheus_svc.audio.flusher import Flusher
+    from orpheus_svc.audio.settings import FlusherSettings
+    from orpheus_svc.core.events import AudioEvent
+
+    codec = load_snac(write_random_snac(tmp_path / "snac", seed=3))
+    events = Collector()
+    flusher = Flusher(codec, FlusherSettings(), events)
+    core = EngineCore(TorchBackend(tiny_model(num_slots=16, max_seq_len=256)), flusher, events,
+                      settings=SchedulerSettings(max_batch_size=16, max_waiting=64), seed=2)
+    flusher.start()
+    core.start()
+    try:
+        ids = [core.submit(_req(session=f"s{i}", max_tokens=7 * (1 + i % 4))) for i in range(64)]
+
+        def all_final(ev):
+            return {e.gen_id for e in ev if isinstance(e, AudioEvent) and e.final} >= set(ids)
+
+        events.wait_for(all_final, timeout=300)
+        fin = {e.gen_id: e for e in events.of(Finished)}
+        for gid in ids:
+            audio = events.of(AudioEvent, gid)
+            offsets = [a.sample_offset for a in audio]
+            assert offsets == [sum(a.num_samples for a in audio[:k]) for k in range(len(audio))]
+            assert sum(a.num_samples for a in audio) == fin[gid].num_frames * 2048
+            assert [a.final for a in audio].count(True) == 1 and audio[-1].final
+    finally:
+        core.stop()
+        flusher.stop()
+
+
+class _CountingBackend(TorchBackend):
+    def __init__(self, model):
+        super().__init__(model)
+        self.steps = 0
+
+    def step(self, plan):
+        self.steps += 1
+        return super().step(plan)
+
+
+def test_engine_waits_instead_of_spinning_when_everything_is_far_ahead():
+    events = Collector()
+    core = EngineCore(TorchBackend(tiny_model(max_seq_len=4096)), RecordingFlusher(events),
+                      events, seed=1, settings=SchedulerSettings(max_ahead_s=2.0))
+    core.start()
+    try:
+        gid = core.submit(_req(max_tokens=4000))
+        # 600 tokens = 7.3 s of audio, made much faster than real time: the session is now
+        # beyond the 2 s horizon and may only advance as fast as playback (82 tokens/s)
+        deadline = time.monotonic() + 60
+        while core.stats().tokens < 600 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        before = core.stats()
+        time.sleep(0.5)
+        after = core.stats()
+        assert after.tokens - before.tokens < 100  # ~41 at playback pace, not free-running
+        assert after.steps - before.steps < 150  # idle waits, not thousands of empty plans
+        core.cancel(gid)
+        events.wait_for(lambda ev: events.ended([gid]))  # a command still wakes it at once
+    finally:
+        core.stop()

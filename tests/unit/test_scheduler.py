@@ -308,3 +308,15 @@ def test_bad_policy_is_refused():
     from orpheus_svc.core.scheduler import SchedulerSettings
     with pytest.raises(ValueError, match="policy"):
         SchedulerSettings(policy="random")
+
+
+def test_plan_says_how_long_to_idle_when_every_generation_is_beyond_the_horizon():
+    from orpheus_svc.core.scheduler import SchedulerSettings
+    s = make_scheduler(slots=1, batch=1)
+    s.settings = SchedulerSettings(max_batch_size=1, max_waiting=8, max_ahead_s=0.5)
+    g = make_gen()
+    s.add(g)
+    now = run_until_frames(s, g, 10, 0.0)
+    buffered = s.buffered_seconds("s", now)
+    plan = s.schedule(now)
+    assert plan.empty and abs(plan.idle_s - (buffered - 0.5)) < 1e-6
