@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	_ "google.golang.org/grpc/health" // registers client-side health checking
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -41,16 +42,28 @@ const DefaultLBPolicy = "round_robin"
 // Client is a connection to one orpheus-svc deployment; safe for concurrent use.
 type Client struct {
 	conn   *grpc.ClientConn
+	probe  *grpc.ClientConn // without health checking: reaches a NOT_SERVING server; nil = conn
 	tts    ttsv1.TTSServiceClient
 	health healthpb.HealthClient
+	status ttsv1.TTSServiceClient
 	target string
 }
 
 type dialOptions struct {
-	lbPolicy string
-	creds    credentials.TransportCredentials
-	extra    []grpc.DialOption
+	lbPolicy    string
+	healthCheck *bool
+	creds       credentials.TransportCredentials
+	extra       []grpc.DialOption
 }
+
+// HealthCheckService is the service whose health the client watches when health checking
+// is on: a replica that reports NOT_SERVING (loading, draining) gets no new calls.
+const HealthCheckService = "orpheus.tts.v1.TTSService"
+
+// WithHealthCheck turns client-side health checking on or off. Default: on for targets that
+// name replicas (a comma list or dns:///...), off for a single host:port, so that a lone
+// server's own "still loading" message reaches the caller instead of a generic UNAVAILABLE.
+func WithHealthCheck(on bool) DialOption { return func(o *dialOptions) { o.healthCheck = &on } }
 
 // DialOption configures Dial.
 type DialOption func(*dialOptions)
@@ -115,16 +128,23 @@ func Dial(target string, opts ...DialOption) (*Client, error) {
 	if target == "" {
 		target = DefaultTarget
 	}
-	dopts := []grpc.DialOption{grpc.WithTransportCredentials(o.creds)}
-	if o.lbPolicy != "" {
-		dopts = append(dopts, grpc.WithDefaultServiceConfig(
-			fmt.Sprintf(`{"loadBalancingConfig":[{%q:{}}]}`, o.lbPolicy)))
-	}
-	grpcTarget := target
 	addrs, err := SplitTargetList(target)
 	if err != nil {
 		return nil, err
 	}
+	healthCheck := addrs != nil || strings.HasPrefix(target, "dns:")
+	if o.healthCheck != nil {
+		healthCheck = *o.healthCheck
+	}
+	dopts := []grpc.DialOption{grpc.WithTransportCredentials(o.creds)}
+	if sc := serviceConfig(o.lbPolicy, healthCheck); sc != "" {
+		dopts = append(dopts, grpc.WithDefaultServiceConfig(sc))
+	}
+	probeOpts := []grpc.DialOption{grpc.WithTransportCredentials(o.creds)}
+	if sc := serviceConfig(o.lbPolicy, false); sc != "" {
+		probeOpts = append(probeOpts, grpc.WithDefaultServiceConfig(sc))
+	}
+	grpcTarget := target
 	if addrs != nil {
 		// A private manual resolver holds the static list; its scheme is unique per client.
 		r := manual.NewBuilderWithScheme(fmt.Sprintf("orpheus-static-%d", staticSchemeSeq.Add(1)))
@@ -135,18 +155,48 @@ func Dial(target string, opts ...DialOption) (*Client, error) {
 		}
 		r.InitialState(state)
 		dopts = append(dopts, grpc.WithResolvers(r))
+		probeOpts = append(probeOpts, grpc.WithResolvers(r))
 		grpcTarget = r.Scheme() + ":///replicas"
 	}
 	conn, err := grpc.NewClient(grpcTarget, append(dopts, o.extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("orpheus: dial %q: %w", target, err)
 	}
-	return &Client{conn: conn, tts: ttsv1.NewTTSServiceClient(conn),
-		health: healthpb.NewHealthClient(conn), target: target}, nil
+	c := &Client{conn: conn, tts: ttsv1.NewTTSServiceClient(conn), target: target}
+	probe := conn
+	if healthCheck {
+		if probe, err = grpc.NewClient(grpcTarget, append(probeOpts, o.extra...)...); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("orpheus: dial %q: %w", target, err)
+		}
+		c.probe = probe
+	}
+	c.health, c.status = healthpb.NewHealthClient(probe), ttsv1.NewTTSServiceClient(probe)
+	return c, nil
 }
 
-// Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+// serviceConfig is the JSON service config for the policy and health checking ("" = none).
+func serviceConfig(lbPolicy string, healthCheck bool) string {
+	var parts []string
+	if lbPolicy != "" {
+		parts = append(parts, fmt.Sprintf(`"loadBalancingConfig":[{%q:{}}]`, lbPolicy))
+	}
+	if healthCheck {
+		parts = append(parts, fmt.Sprintf(`"healthCheckConfig":{"serviceName":%q}`, HealthCheckService))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// Close closes the connection(s).
+func (c *Client) Close() error {
+	if c.probe != nil {
+		c.probe.Close()
+	}
+	return c.conn.Close()
+}
 
 // Conn is the underlying connection (for other services on the same server).
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
@@ -161,7 +211,7 @@ func (c *Client) ListVoices(ctx context.Context) (*ttsv1.ListVoicesResponse, err
 
 // Status returns the server's scheduler and KV slot figures (GetStatus).
 func (c *Client) Status(ctx context.Context) (*ttsv1.GetStatusResponse, error) {
-	return c.tts.GetStatus(ctx, &ttsv1.GetStatusRequest{})
+	return c.status.GetStatus(ctx, &ttsv1.GetStatusRequest{})
 }
 
 // Health runs grpc.health.v1.Health/Check; service "" is the whole server.

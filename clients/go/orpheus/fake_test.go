@@ -198,3 +198,44 @@ func TestFakePickFirstKeepsSessionsOnOneReplica(t *testing.T) {
 		t.Fatalf("pick_first spread calls: %v", counts)
 	}
 }
+
+func TestFakeReplicaReportingNotServingGetsNoNewSessions(t *testing.T) {
+	a, b := startFake(t, "a"), startFake(t, "b")
+	c := dial(t, a.Addr+","+b.Addr)
+	ctx := testCtx(t)
+	for i := 0; i < 200 && (len(a.Calls()) == 0 || len(b.Calls()) == 0); i++ {
+		if _, err := c.Synthesize(ctx, "Hi.", "tara"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.SetServing(false) // draining: health checking takes it out of the rotation
+	for i := 0; i < 200; i++ {
+		if st, err := c.Health(ctx, HealthCheckService); err == nil && st != healthpb.HealthCheckResponse_SERVING {
+			break // seen through the probe connection; the watch stream sees it too
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	nb := len(b.Calls())
+	for range 8 {
+		if _, err := c.Synthesize(ctx, "Hi.", "tara"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(b.Calls()) - nb; got != 0 {
+		t.Fatalf("%d sessions went to the NOT_SERVING replica", got)
+	}
+	if _, err := c.Status(ctx); err != nil { // the probe still reaches whichever replica
+		t.Fatal(err)
+	}
+}
+
+func TestServiceConfigCombinesPolicyAndHealthCheck(t *testing.T) {
+	if got := serviceConfig("round_robin", true); got != `{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckConfig":{"serviceName":"orpheus.tts.v1.TTSService"}}` {
+		t.Fatal(got)
+	}
+	if serviceConfig("", false) != "" {
+		t.Fatal("empty config expected")
+	}
+}

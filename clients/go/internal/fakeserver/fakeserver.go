@@ -58,8 +58,9 @@ type Server struct {
 	Addr string
 	grpc *grpc.Server
 
-	mu    sync.Mutex
-	calls []Call
+	health *health.Server
+	mu     sync.Mutex
+	calls  []Call
 	// SegmentSent receives a value each time a segment's SegmentEnd has been sent.
 	SegmentSent chan struct{}
 }
@@ -80,9 +81,22 @@ func Start(name string) (*Server, error) {
 	s := &Server{Name: name, Addr: lis.Addr().String(), grpc: grpc.NewServer(),
 		SegmentSent: make(chan struct{}, 1024)}
 	ttsv1.RegisterTTSServiceServer(s.grpc, s)
-	healthpb.RegisterHealthServer(s.grpc, health.NewServer()) // "" is SERVING
+	s.health = health.NewServer() // "" is SERVING
+	s.health.SetServingStatus(ttsv1.TTSService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
 	go func() { _ = s.grpc.Serve(lis) }()
 	return s, nil
+}
+
+// SetServing sets the health of "" and the TTS service, as the real server does while it
+// loads (false) or drains (false).
+func (s *Server) SetServing(on bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if on {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(ttsv1.TTSService_ServiceDesc.ServiceName, st)
 }
 
 // Stop stops the server now.
