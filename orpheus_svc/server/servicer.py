@@ -106,6 +106,7 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
             yield TextIn(request.text)
 
         if not request.text.strip():
+            self.state.count_error("INVALID_ARGUMENT")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "text is empty or only whitespace; nothing to speak")
         async for resp in self._run(context, (request.voice, request.audio_format,
