@@ -129,9 +129,11 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
         try:
             first = await request_iterator.__anext__()
         except StopAsyncIteration:
+            self.state.count_error("INVALID_ARGUMENT")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "empty stream: send a SynthesisConfig, then text")
         if first.WhichOneof("request") != "config":
+            self.state.count_error("FAILED_PRECONDITION")
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 "the first message must be a SynthesisConfig (voice, audio format); "
                                 f"got {first.WhichOneof('request') or 'an empty message'} first")
