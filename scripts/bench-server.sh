@@ -1,0 +1,21 @@
+# Sourced by the benchmark scripts: start and stop a sim-paced server pinned to one core.
+# Needs OUT, PORT, SERVER_CORE, SLOTS, PY and SERVER_CMD set by the caller.
+
+start_server() {  # $1 = profile (conversational | longform); further args go to the server
+  local profile=$1; shift
+  taskset -c "$SERVER_CORE" $SERVER_CMD --port "$PORT" --profile "$profile" \
+    --set engine.max_sessions="$SLOTS" --set engine.max_batch_size="$SLOTS" \
+    --set engine.max_waiting="$SLOTS" "$@" \
+    >"$OUT/server-$profile${LOG_SUFFIX:-}.log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 120); do
+    if "$PY" -c "import grpc,sys; from orpheus.tts.v1 import tts_pb2 as p, tts_pb2_grpc as g
+c=grpc.insecure_channel('localhost:$PORT'); s=g.TTSServiceStub(c).GetStatus(p.GetStatusRequest(), timeout=1)
+sys.exit(0 if s.serving else 1)" 2>/dev/null; then return 0; fi
+    sleep 1
+  done
+  echo "server did not start; see $OUT/server-$profile${LOG_SUFFIX:-}.log" >&2
+  return 1
+}
+
+stop_server() { kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; }
