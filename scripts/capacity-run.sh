@@ -9,7 +9,8 @@
 # and plots, then stop the server. Everything else running on the machine competes for
 # the same cores: run it on a quiet machine; the JSON records how busy the machine was.
 #
-# Environment: SETS ("conversational longform"), INPUTS ("whole streaming"), PROFILE (h100-fp8), PORT (50071), SERVER_CORE (0), LOAD_CORE (1), SLOTS (1024),
+# Environment: SETS ("conversational longform"), INPUTS ("whole streaming"), START (64: first
+# concurrency tried), PROFILE (h100-fp8), PORT (50071), SERVER_CORE (0), LOAD_CORE (1), SLOTS (1024),
 # SERVER_CMD (default: orpheus-svc serve --backend sim ...; scheduler variants with
 # --set engine.scheduler_policy=fifo|round_robin or engine.max_ahead_seconds=S),
 # EXTRA (extra orpheus-bench flags), PYSPY=1 to record
@@ -37,7 +38,7 @@ for set in ${SETS:-conversational longform}; do
     start_server "$set"
     name="$set-$input"
     taskset -c "$LOAD_CORE" $BENCH tuning --target "localhost:$PORT" --text-set "$set" \
-      --input "$input" --rounds "$rounds" --start 64 --factor 2 --resolution 0.1 \
+      --input "$input" --rounds "$rounds" --start "${START:-64}" --factor 2 --resolution 0.1 \
       --server-pid "$SERVER_PID" --sim-profile "$PROFILE" --label "capacity $name" \
       --output "$OUT/$name.json" --plot "$OUT/plots-$name" ${EXTRA:-} 2>&1 | tee "$OUT/$name.txt"
     if [ "${PYSPY:-0}" = 1 ]; then

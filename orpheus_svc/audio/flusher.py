@@ -3,7 +3,9 @@
 Each iteration: drain the commands pushed since the last one, plan every generation's due
 windows (audio/windows.py), decode windows of equal length together in as few SNAC calls as
 max_decode_frames allows, cut each window's exact samples and hand all events of the
-iteration to the sink in one call. push() and drop() only append to a queue under a lock,
+iteration to the sink in one call. Windows are decoded most urgent first (first chunks, then
+the listeners with the least audio buffered), and an iteration starts no SNAC call after
+max_iteration_s: what is left waits for the next iteration, which follows at once. push() and drop() only append to a queue under a lock,
 so the producer never waits for a decode.
 
 Guarantees per generation: offsets are contiguous from 0; F frames give exactly F*2048
@@ -46,12 +48,22 @@ class _Stream:
     emitted: int = 0
     first_audio_at: float | None = None  # flusher clock when its first audio went out
 
+    def buffered(self, now: float) -> float:
+        """Samples the listener has yet to play, assuming playback began at the first audio."""
+        if self.first_audio_at is None:
+            return 0.0
+        return self.emitted - (now - self.first_audio_at) * SAMPLE_RATE
+
     def hungry(self, now: float, low_water_samples: int) -> bool:
         """Is the listener about to run dry? Assumes playback started with the first audio."""
+        return self.first_audio_at is not None and self.buffered(now) < low_water_samples
+
+    def urgency(self, now: float) -> tuple[int, float]:
+        """Sort key, most urgent first: no audio sent yet (time to first audio), then the
+        least audio buffered (closest to running dry)."""
         if self.first_audio_at is None:
-            return False
-        played = (now - self.first_audio_at) * SAMPLE_RATE
-        return self.emitted - played < low_water_samples
+            return (0, 0.0)
+        return (1, self.buffered(now))
 
     def codes(self) -> np.ndarray:
         if len(self.frames) > 1:
@@ -86,6 +98,7 @@ class Flusher:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._wake_at: float | None = None  # clock time a withheld chunk becomes due
+        self.backlog = False  # the last iteration left due windows undecoded (time limit)
         # Counters (flusher thread only; read them for metrics, never reset them).
         self.num_decode_calls = 0
         self.num_decoded_samples = 0  # window lengths decoded, context included
@@ -137,7 +150,7 @@ class Flusher:
         stream = torch.cuda.Stream(self.codec.device) if self.codec.device.type == "cuda" else None
         while True:
             with self._lock:
-                while not self._commands and not self._stopping:
+                while not self._commands and not self._stopping and not self.backlog:
                     timeout = None if self._wake_at is None else self._wake_at - self.clock()
                     if timeout is not None and timeout <= 0:
                         break  # a listener is due to run dry: release its withheld audio
@@ -166,6 +179,7 @@ class Flusher:
         planned = [(gid, st, plan_windows(st.num_frames, st.final, st.emitted, self.settings,
                                           hungry=st.hungry(now, low)))
                    for gid, st in self._streams.items()]
+        planned.sort(key=lambda p: p[1].urgency(now))  # stable: arrival order among equals
         events: list[AudioEvent] = []
         jobs: list[tuple[int, _Stream, Window]] = []
         for gid, st, windows in planned:
@@ -174,10 +188,14 @@ class Flusher:
                 events.append(AudioEvent(gid, np.zeros(0, np.float32), st.emitted, final=True))
                 continue
             jobs.extend((gid, st, w) for w in windows)
-        pcm = self._decode(jobs)
+        pcm, self.backlog = self._decode(jobs, deadline=now + self.settings.max_iteration_s)
         sent_at = self.clock()
+        cut: set[int] = set()  # generations with a window left undecoded this time
         for (gid, st, w), audio in zip(jobs, pcm):
             if gid not in self._streams:  # its decode failed
+                continue
+            if audio is None or gid in cut:  # out of time: it and what follows wait
+                cut.add(gid)
                 continue
             if st.first_audio_at is None:
                 st.first_audio_at = sent_at
@@ -241,31 +259,42 @@ class Flusher:
         if len(self._closed) > _CLOSED_MEMORY:
             self._closed.popitem(last=False)
 
-    def _decode(self, jobs: list[tuple[int, _Stream, Window]]) -> list[np.ndarray]:
-        """PCM of each job's kept samples, decoding equal-length windows together."""
+    def _decode(self, jobs: list[tuple[int, _Stream, Window]],
+                deadline: float) -> tuple[list[np.ndarray | None], bool]:
+        """PCM of each job's kept samples, decoding equal-length windows together, and
+        whether time ran out.
+
+        Jobs come most urgent first, and calls are made in the order of their most urgent
+        window. No call starts after `deadline` (flusher clock): those jobs get None.
+        """
         out: list[np.ndarray | None] = [None] * len(jobs)
         # Same length and same kept span inside the window: one tensor, one crop. In steady
         # state every generation's windows look alike (full left context, max chunk).
         groups: dict[tuple[int, int, int], list[int]] = {}
         for i, (_, _, w) in enumerate(jobs):
             groups.setdefault((w.num_steps, w.keep.start, w.keep.stop), []).append(i)
+        calls = []
         for (num_steps, lo, hi), members in groups.items():
             per_call = max(1, (self.settings.max_decode_frames * 4) // num_steps)
-            for k in range(0, len(members), per_call):
-                part = members[k:k + per_call]
-                try:
-                    z = torch.cat([self._latent(jobs[i][1], jobs[i][2]) for i in part])
-                    pcm = self.codec.decode_latents(z, keep=(lo, hi))
-                    self.num_decode_calls += 1
-                    if self.on_decode is not None:
-                        self.on_decode(len(part))
-                    self.num_decoded_samples += len(part) * num_steps * HOP
-                except Exception as exc:
-                    self._fail([jobs[i][0] for i in part], exc)
-                    continue
-                for row, i in enumerate(part):
-                    out[i] = pcm[row].copy()
-        return out
+            calls.extend((members[k:k + per_call], num_steps, lo, hi)
+                         for k in range(0, len(members), per_call))
+        calls.sort(key=lambda call: call[0][0])  # by the call's most urgent window
+        for n, (part, num_steps, lo, hi) in enumerate(calls):
+            if n and self.clock() >= deadline:
+                return out, True
+            try:
+                z = torch.cat([self._latent(jobs[i][1], jobs[i][2]) for i in part])
+                pcm = self.codec.decode_latents(z, keep=(lo, hi))
+                self.num_decode_calls += 1
+                if self.on_decode is not None:
+                    self.on_decode(len(part))
+                self.num_decoded_samples += len(part) * num_steps * HOP
+            except Exception as exc:
+                self._fail([jobs[i][0] for i in part], exc)
+                continue
+            for row, i in enumerate(part):
+                out[i] = pcm[row].copy()
+        return out, False
 
     def _latent(self, st: _Stream, w: Window) -> torch.Tensor:
         codes = st.codes()[w.frame_lo:w.frame_hi]

@@ -53,6 +53,12 @@ class FlusherSettings:
     max_decode_frames: cap on windows x window frames in one SNAC call (on CPU the cost
         per frame rises past ~24 frames per call as activations leave the cache; raise it
         on a GPU, where one large call beats several small ones).
+    max_iteration_s: once an iteration has decoded this long, it starts no further SNAC
+        call: it emits what it has and the next iteration (at once) plans again. Windows
+        are decoded most urgent first: first chunks, then listeners with the least audio
+        buffered. So when the codec cannot keep up (the CPU demo under load), a new
+        generation's first audio waits for at most about one SNAC call, not for the whole
+        backlog. A GPU decodes each iteration's windows well within it, so it never binds.
     """
 
     first_chunk_samples: int = 512
@@ -63,6 +69,7 @@ class FlusherSettings:
     chunk_growth: float = 1.0
     low_water_samples: int = 1024
     max_decode_frames: int = 24
+    max_iteration_s: float = 0.1
 
     def __post_init__(self) -> None:
         def fail(field: str, why: str) -> None:
@@ -85,10 +92,11 @@ class FlusherSettings:
             fail("max_chunk_samples", f"must be a positive multiple of {HOP}")
         if self.max_chunk_samples < self.min_chunk_samples:
             fail("max_chunk_samples", f"must be >= min_chunk_samples ({self.min_chunk_samples})")
-        growth = self.chunk_growth
-        if isinstance(growth, bool) or not isinstance(growth, (int, float)) \
-                or not math.isfinite(growth) or growth < 0:
-            fail("chunk_growth", "must be a finite number >= 0")
+        for name, floor in (("chunk_growth", ">= 0"), ("max_iteration_s", "> 0")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value < 0 or (floor == "> 0" and value == 0):
+                fail(name, f"must be a finite number {floor}")
         if self.low_water_samples < 0:
             fail("low_water_samples", "must be >= 0")
         if self.max_decode_frames < 1:

@@ -297,3 +297,96 @@ def test_withheld_audio_is_released_when_the_listener_runs_low_even_without_new_
     finally:
         flusher.stop()
     assert sum(e.num_samples for e in sink.events(1)) == 10 * 2048 - 2560
+
+
+class Ticking:
+    """A codec whose every SNAC call takes `seconds` of an injected clock (no real waiting)."""
+
+    def __init__(self, codec, seconds: float = 1.0):
+        self.codec, self.seconds, self.now = codec, seconds, 0.0
+        self.device = codec.device
+
+    def clock(self) -> float:
+        return self.now
+
+    def latents(self, batch):
+        return self.codec.latents(batch)
+
+    def decode_latents(self, z, keep=None):
+        self.now += self.seconds
+        return self.codec.decode_latents(z, keep)
+
+
+def run_until_idle(flusher: Flusher, limit: int = 1000) -> None:
+    for _ in range(limit):
+        flusher.run_once()
+        if not flusher.backlog:
+            return
+    raise AssertionError("flusher never caught up")
+
+
+def test_out_of_time_a_new_generations_first_chunk_goes_before_the_backlog(tiny_codec):
+    codec = Ticking(tiny_codec)
+    sink = Collect()
+    # one SNAC call per iteration: every call takes 1 s of the clock, the limit is 0.5 s
+    flusher = Flusher(codec, FlusherSettings(max_iteration_s=0.5), sink, clock=codec.clock)
+    a, b = random_frames(40, seed=11), random_frames(3, seed=12)
+    flusher.push(1, a[:1])
+    flusher.run_once()  # 1's first chunk
+    flusher.push(1, a[1:30])  # a burst: 1 now has a backlog of several windows
+    flusher.push(2, b[:1])  # and 2 arrives with its first frame
+    flusher.run_once()
+    assert [e.gen_id for e in sink.calls[-1]] == [2], "the first chunk must not wait"
+    assert sink.calls[-1][0].num_samples == FlusherSettings().first_chunk_samples
+    assert flusher.backlog
+    flusher.push(1, a[30:], final=True)
+    flusher.push(2, b[1:], final=True)
+    run_until_idle(flusher)
+    check_accounting(sink.events(1), 40)
+    check_accounting(sink.events(2), 3)
+
+
+def test_out_of_time_the_listener_with_less_audio_buffered_goes_first(tiny_codec):
+    codec = Ticking(tiny_codec, seconds=1e-6)  # the listeners barely drain meanwhile
+    sink = Collect()
+    settings = FlusherSettings(max_iteration_s=1e-7, max_decode_frames=1)  # 1 window per call
+    flusher = Flusher(codec, settings, sink, clock=codec.clock)
+    rich, poor = random_frames(20, seed=13), random_frames(20, seed=14)
+    flusher.push(1, rich[:12])
+    flusher.push(2, poor[:4])
+    run_until_idle(flusher)
+    sent = {g: sum(e.num_samples for e in sink.events(g)) for g in (1, 2)}
+    assert sent[1] > sent[2] > 0
+    before = len(sink.calls)
+    flusher.push(1, rich[12:], final=True)  # both have windows due now; 2 has less buffered
+    flusher.push(2, poor[4:], final=True)
+    flusher.run_once()
+    assert [e.gen_id for e in sink.calls[before]] == [2]
+    run_until_idle(flusher)
+    check_accounting(sink.events(1), 20)
+    check_accounting(sink.events(2), 20)
+
+
+def test_the_thread_goes_on_with_a_backlog_without_waiting_for_new_frames(tiny_codec):
+    codec = Ticking(tiny_codec)
+    done = threading.Event()
+    sink = Collect()
+
+    def on_events(events):
+        sink(events)
+        if {e.gen_id for e in sink.events() if e.final} == {1, 2, 3}:
+            done.set()
+
+    # one window per call and one call per iteration; the streams that were left over have
+    # sent no audio yet, so nothing but the backlog can wake the thread for them
+    settings = FlusherSettings(max_iteration_s=0.5, max_decode_frames=1)
+    flusher = Flusher(codec, settings, on_events, clock=codec.clock)
+    for g in (1, 2, 3):
+        flusher.push(g, random_frames(1, seed=g), final=True)
+    flusher.start()
+    try:
+        assert done.wait(30), "a backlogged generation waited for frames that never came"
+    finally:
+        flusher.stop()
+    for g in (1, 2, 3):
+        check_accounting(sink.events(g), 1)
