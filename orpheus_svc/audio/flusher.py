@@ -5,8 +5,9 @@ windows (audio/windows.py), decode windows of equal length together in as few SN
 max_decode_frames allows, cut each window's exact samples and hand all events of the
 iteration to the sink in one call. Windows are decoded most urgent first (first chunks, then
 the listeners with the least audio buffered), and an iteration starts no SNAC call after
-max_iteration_s: what is left waits for the next iteration, which follows at once. push() and drop() only append to a queue under a lock,
-so the producer never waits for a decode.
+max_iteration_s: what is left waits for the next iteration, which follows at once.
+push() and drop() only append to a queue under a lock, so the producer never waits for a
+decode.
 
 Guarantees per generation: offsets are contiguous from 0; F frames give exactly F*2048
 samples; the last event has final=True (a generation with no frames gets one empty final
