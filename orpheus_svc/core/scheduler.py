@@ -15,6 +15,7 @@ When everything fits in the batch, everything runs.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from .generation import Generation
@@ -117,8 +118,19 @@ class Scheduler:
         self.pool = pool
         self.settings = settings
         self._waiting: list[Generation] = []
-        self._running: dict[int, Generation] = {}
+        self._running: dict[int, Generation] = {}  # holding a slot
+        # Per-step work is O(candidates), not O(running): a generation beyond the playout
+        # horizon is parked until its slack can first fall back under it (time lowers the
+        # slack by at most 1 s per s; an earlier segment ending can lower it at once, so
+        # that unparks its session). Parked: gen_id -> wake time; heap entries may be stale.
+        self._candidates: dict[int, Generation] = {}  # running and not parked
+        self._parked: dict[int, float] = {}
+        self._wakeups: list[tuple[float, int]] = []
+        self._parked_under: SchedulerSettings | None = None  # new settings: judge all afresh
+        self._cancelled: list[Generation] = []  # running ones, released at the next step
         self._sessions: dict[str, SessionPlayout] = {}
+        # (when its audio has played, session id) for sessions left without generations
+        self._idle_at: list[tuple[float, str]] = []
         self._step = 0
         self._counts = dict(submitted=0, finished=0, cancelled=0, rejected=0, tokens=0,
                             grammar_violations=0)
@@ -155,6 +167,7 @@ class Scheduler:
         if gen is None or gen.cancelled:
             return None
         gen.cancelled = True
+        self._cancelled.append(gen)
         return None
 
     # -- the step -------------------------------------------------------------------------
@@ -162,19 +175,26 @@ class Scheduler:
     def schedule(self, now: float) -> StepPlan:
         self._step += 1
         plan = StepPlan(step=self._step)
-        for gen in [g for g in self._running.values() if g.cancelled]:
-            self._finish(gen, "cancelled", now)
-            plan.released.append(gen)
+        cancelled, self._cancelled = self._cancelled, []
+        for gen in cancelled:
+            if gen.gen_id in self._running:  # not ended on its own since
+                self._finish(gen, "cancelled", now)
+                plan.released.append(gen)
         self._admit(plan, now)
         self._forget_idle_sessions(now)
-        keyed = [(self._priority(g, now), g) for g in self._running.values()]
         horizon = self.settings.max_ahead_s
-        if horizon > 0:
-            ahead = [k[1] for k, _ in keyed if k[0] == 2 and k[1] > horizon]
-            keyed = [(k, g) for k, g in keyed if not (k[0] == 2 and k[1] > horizon)]
-            if ahead and not keyed:
-                plan.idle_s = min(ahead) - horizon
-        keyed.sort(key=lambda kg: kg[0])
+        self._unpark(now, everything=horizon <= 0 or self.settings is not self._parked_under)
+        self._parked_under = self.settings
+        keyed = []
+        for gen in list(self._candidates.values()):
+            key = self._priority(gen, now)
+            if horizon > 0 and key[0] == 2 and key[1] > horizon:
+                self._park(gen, now + key[1] - horizon)
+            else:
+                keyed.append((key, gen))
+        if not keyed and self._parked:
+            plan.idle_s = max(self._next_wakeup() - now, 0.0)
+        keyed.sort(key=lambda kg: (kg[0], kg[1].gen_id))  # ties: submission order
         prefill_budget = self.settings.max_prefill_tokens
         for _, gen in keyed:
             if len(plan.prefill) + len(plan.decode) >= self.settings.max_batch_size:
@@ -282,6 +302,7 @@ class Scheduler:
             gen = self._waiting.pop(0)
             gen.slot = self.pool.allocate(gen.gen_id)
             self._running[gen.gen_id] = gen
+            self._candidates[gen.gen_id] = gen
             plan.admitted.append(gen)
 
     def _finish(self, gen: Generation, reason: str, now: float) -> None:
@@ -290,12 +311,44 @@ class Scheduler:
         if gen.slot is not None:
             self.pool.free(gen.slot, gen.gen_id)
             del self._running[gen.gen_id]
-        self._sessions[gen.request.session_id].remove(gen, now)
+            self._candidates.pop(gen.gen_id, None)
+            self._parked.pop(gen.gen_id, None)
+        session = self._sessions[gen.request.session_id]
+        session.remove(gen, now)
+        for other in session.gens:  # their slack may have dropped: judge them afresh
+            if self._parked.pop(other.gen_id, None) is not None:
+                self._candidates[other.gen_id] = other
+        if not session.gens:
+            heapq.heappush(self._idle_at, (session.playout_end or now, session.session_id))
+
+    def _park(self, gen: Generation, wake: float) -> None:
+        del self._candidates[gen.gen_id]
+        self._parked[gen.gen_id] = wake
+        heapq.heappush(self._wakeups, (wake, gen.gen_id))
+
+    def _unpark(self, now: float, everything: bool = False) -> None:
+        if everything:
+            self._candidates.update((gid, self._running[gid]) for gid in self._parked)
+            self._parked.clear()
+            self._wakeups.clear()
+            return
+        while self._wakeups and self._wakeups[0][0] <= now:
+            wake, gid = heapq.heappop(self._wakeups)
+            if self._parked.get(gid) == wake:
+                del self._parked[gid]
+                self._candidates[gid] = self._running[gid]
+
+    def _next_wakeup(self) -> float:
+        while self._parked.get(self._wakeups[0][1]) != self._wakeups[0][0]:
+            heapq.heappop(self._wakeups)  # stale: unparked or ended since
+        return self._wakeups[0][0]
 
     def _forget_idle_sessions(self, now: float) -> None:
         # A session's clock outlives its generations while its audio plays: a segment that
         # arrives during playback is queued behind it, not treated as a fresh request.
-        idle = [sid for sid, s in self._sessions.items()
-                if not s.gens and s.buffered_seconds(now) == 0.0]
-        for sid in idle:
-            del self._sessions[sid]
+        while self._idle_at and self._idle_at[0][0] <= now:
+            _, sid = heapq.heappop(self._idle_at)
+            s = self._sessions.get(sid)
+            if s is not None and not s.gens and s.buffered_seconds(now) == 0.0:
+                del self._sessions[sid]
+            # else: gone already, or busy again (pushed anew when it next runs out of work)
