@@ -1,11 +1,12 @@
 # Sourced by the benchmark scripts: start and stop a sim-paced server pinned to one core.
-# Needs OUT, PORT, SERVER_CORE, SLOTS, PY and SERVER_CMD set by the caller.
+# Needs OUT, PORT, SERVER_CORE, SLOTS, PY and SERVER_CMD set by the caller; WAITING (default
+# SLOTS) sizes the admission queue.
 
 start_server() {  # $1 = profile (conversational | longform); further args go to the server
   local profile=$1; shift
   taskset -c "$SERVER_CORE" $SERVER_CMD --port "$PORT" --profile "$profile" \
     --set engine.max_sessions="$SLOTS" --set engine.max_batch_size="$SLOTS" \
-    --set engine.max_waiting="$SLOTS" "$@" \
+    --set engine.max_waiting="${WAITING:-$SLOTS}" "$@" \
     >"$OUT/server-$profile${LOG_SUFFIX:-}.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 120); do

@@ -10,7 +10,8 @@
 # the same cores: run it on a quiet machine; the JSON records how busy the machine was.
 #
 # Environment: SETS ("conversational longform"), INPUTS ("whole streaming"), START (64: first
-# concurrency tried), PROFILE (h100-fp8), PORT (50071), SERVER_CORE (0), LOAD_CORE (1), SLOTS (1024),
+# concurrency tried), PROFILE (h100-fp8), PORT (50071), SERVER_CORE (0), LOAD_CORE (1), SLOTS (1024:
+# KV slots and batch cap), WAITING (admission queue, default SLOTS),
 # SERVER_CMD (default: orpheus-svc serve --backend sim ...; scheduler variants with
 # --set engine.scheduler_policy=fifo|round_robin or engine.max_ahead_seconds=S),
 # EXTRA (extra orpheus-bench flags), PYSPY=1 to record
