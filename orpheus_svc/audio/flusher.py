@@ -48,21 +48,30 @@ class _Stream:
     final: bool = False
     emitted: int = 0
     first_audio_at: float | None = None  # flusher clock when its first audio went out
+    starts_at: float | None = None  # when the listener reaches this audio, if the engine knows
+
+    def playback_from(self) -> float | None:
+        """When playback of this generation begins: at its first audio, or later when the
+        engine said the listener gets to it later (a segment queued behind another)."""
+        if self.first_audio_at is None:
+            return self.starts_at
+        return self.first_audio_at if self.starts_at is None else max(self.first_audio_at,
+                                                                        self.starts_at)
 
     def buffered(self, now: float) -> float:
-        """Samples the listener has yet to play, assuming playback began at the first audio."""
-        if self.first_audio_at is None:
-            return 0.0
-        return self.emitted - (now - self.first_audio_at) * SAMPLE_RATE
+        """Samples the listener has yet to play of what was sent (0 when nothing is known)."""
+        start = self.playback_from()
+        return 0.0 if start is None else self.emitted - (now - start) * SAMPLE_RATE
 
     def hungry(self, now: float, low_water_samples: int) -> bool:
-        """Is the listener about to run dry? Assumes playback started with the first audio."""
+        """Is the listener about to run dry? Only once its first audio went out."""
         return self.first_audio_at is not None and self.buffered(now) < low_water_samples
 
     def urgency(self, now: float) -> tuple[int, float]:
-        """Sort key, most urgent first: no audio sent yet (time to first audio), then the
-        least audio buffered (closest to running dry)."""
-        if self.first_audio_at is None:
+        """Sort key, most urgent first: a listener waiting for its first audio now (time to
+        first audio), then the least audio buffered (closest to running dry); a segment
+        whose playback starts later ranks by how soon it does."""
+        if self.first_audio_at is None and (self.starts_at is None or self.starts_at <= now):
             return (0, 0.0)
         return (1, self.buffered(now))
 
@@ -92,7 +101,8 @@ class Flusher:
         self.on_decode = on_decode  # called with the windows of each SNAC call (metrics)
         self._name = name
         self._lock = threading.Condition(threading.Lock())
-        self._commands: list[tuple[int, np.ndarray | None, bool]] = []  # frames None = drop
+        # (gen_id, frames, final, starts_at); frames None = drop
+        self._commands: list[tuple[int, np.ndarray | None, bool, float | None]] = []
         self._dropped: set[int] = set()  # dropped since the last drain: filter in-flight output
         self._streams: dict[int, _Stream] = {}
         self._closed: OrderedDict[int, None] = OrderedDict()
@@ -106,8 +116,11 @@ class Flusher:
         self.num_iterations = 0
 
     # -- producer side (any thread) -------------------------------------------------------
-    def push(self, gen_id: int, frames: np.ndarray, final: bool = False) -> None:
+    def push(self, gen_id: int, frames: np.ndarray, final: bool = False,
+             starts_at: float | None = None) -> None:
         """Append frames ([n, 7] codes, n may be 0) to a generation; final: no more will come.
+        starts_at (flusher clock): when the listener will reach this generation's audio, if
+        later than its first audio goes out; given with the first frames, kept after.
 
         Raises ValueError at once (in the caller's thread, where the bug is) for a wrong
         shape or a code outside 0..4095; otherwise never waits for the flusher.
@@ -120,13 +133,13 @@ class Flusher:
         if frames.size and (frames.min() < 0 or frames.max() >= CODES_PER_POSITION):
             raise ValueError(f"codes must be 0..{CODES_PER_POSITION - 1} (generation {gen_id})")
         with self._lock:
-            self._commands.append((gen_id, frames, final))
+            self._commands.append((gen_id, frames, final, starts_at))
             self._lock.notify()
 
     def drop(self, gen_id: int) -> None:
         """Forget a cancelled generation: no audio of it is emitted by later sink calls."""
         with self._lock:
-            self._commands.append((gen_id, None, True))
+            self._commands.append((gen_id, None, True, None))
             self._dropped.add(gen_id)
             self._lock.notify()
 
@@ -224,7 +237,7 @@ class Flusher:
             if st.first_audio_at is None:
                 continue
             if ready_end(st.num_frames, st.final, self.settings) > st.emitted:
-                t = st.first_audio_at + (st.emitted - low) / SAMPLE_RATE
+                t = st.playback_from() + (st.emitted - low) / SAMPLE_RATE
                 due = t if due is None else min(due, t)
         return due
 
@@ -232,7 +245,7 @@ class Flusher:
         with self._lock:
             commands, self._commands = self._commands, []
             self._dropped.clear()  # their drop commands are in `commands`
-        for gid, frames, final in commands:
+        for gid, frames, final, starts_at in commands:
             if frames is None:
                 self._streams.pop(gid, None)
                 self._remember_closed(gid)
@@ -250,6 +263,8 @@ class Flusher:
                 st.frames.append(frames)
                 st.num_frames += len(frames)
             st.final = final
+            if starts_at is not None and st.starts_at is None:
+                st.starts_at = starts_at
 
     def _close(self, gid: int) -> None:
         self._streams.pop(gid, None)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from .generation import Generation
 from .playout import SessionPlayout
 from .slots import SlotPool
-from .tokens import END_OF_SPEECH_ID, AudioGrammarError
+from .tokens import END_OF_SPEECH_ID, FRAME_SECONDS, AudioGrammarError
 
 
 @dataclass(frozen=True)
@@ -269,6 +269,15 @@ class Scheduler:
             free_slots=self.pool.num_free, used_slots=self.pool.num_used,
             total_slots=self.pool.num_slots, steps=self._step, underrun_risk=risk,
             **self._counts)
+
+    def playback_start(self, gen: Generation, now: float) -> float | None:
+        """Estimated wall time at which the listener reaches `gen`'s first frame: a session
+        plays its segments in order, so a later segment starts when the audio before it has
+        played. None once `gen` has ended (its session no longer tracks it)."""
+        session = self._sessions.get(gen.request.session_id)
+        if session is None or gen not in session.gens:
+            return None
+        return now + session.slack(gen, now) - gen.num_frames * FRAME_SECONDS
 
     def buffered_seconds(self, session_id: str, now: float) -> float:
         s = self._sessions.get(session_id)

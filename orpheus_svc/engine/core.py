@@ -52,7 +52,8 @@ class Backend(Protocol):
 
 
 class FrameSink(Protocol):
-    def push(self, gen_id: int, frames: np.ndarray, final: bool) -> None: ...
+    def push(self, gen_id: int, frames: np.ndarray, final: bool,
+             starts_at: float | None = None) -> None: ...
 
     def drop(self, gen_id: int) -> None: ...
 
@@ -199,10 +200,16 @@ class EngineCore:
         self.step_count += 1
         if self._on_step is not None:
             self._on_step(len(plan.batch))
-        outcome = self._scheduler.update(plan, result, self._clock())
+        now = self._clock()
+        outcome = self._scheduler.update(plan, result, now)
         for gen, frames in outcome.frames:
             ended = gen.finish_reason in ("stop", "length")
-            self.flusher.push(gen.gen_id, np.asarray(frames, dtype=np.int64), ended)
+            # With its first frames the flusher learns when the listener will reach them (a
+            # later segment plays after the audio before it), so its playout estimate, and
+            # with it the chunk sizes and the decode order, follow the session's real buffer.
+            starts_at = (self._scheduler.playback_start(gen, now)
+                         if gen.num_frames == len(frames) else None)
+            self.flusher.push(gen.gen_id, np.asarray(frames, dtype=np.int64), ended, starts_at)
         with_frames = {g.gen_id for g, _ in outcome.frames}
         for gen in outcome.finished:
             if gen.finish_reason in ("stop", "length"):

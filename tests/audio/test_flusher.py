@@ -390,3 +390,44 @@ def test_the_thread_goes_on_with_a_backlog_without_waiting_for_new_frames(tiny_c
         flusher.stop()
     for g in (1, 2, 3):
         check_accounting(sink.events(g), 1)
+
+
+def _real_time_stream(tiny_codec, starts_in):
+    """A generation that makes its frames at exactly playback pace (as the playout horizon
+    paces one) and is heard `starts_in` seconds after its first frame; returns its events."""
+    now = [0.0]
+    sink = Collect()
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink, clock=lambda: now[0])
+    frames = random_frames(40, seed=15)
+    for f in range(40):
+        flusher.push(1, frames[f:f + 1], final=f == 39,
+                     starts_at=now[0] + starts_in if f == 0 else None)
+        flusher.run_once()
+        now[0] += 2048 / 24000
+    check_accounting(sink.events(1), 40)
+    return sink.events(1)
+
+
+def test_a_segment_heard_later_is_not_mistaken_for_a_listener_about_to_run_dry(tiny_codec):
+    # Without the hint the flusher assumes playback began at the first audio: a generation
+    # at playback pace then always looks about to run dry and goes out frame by frame.
+    now_heard = _real_time_stream(tiny_codec, starts_in=0.0)
+    heard_later = _real_time_stream(tiny_codec, starts_in=3.0)
+    assert len(heard_later) * 3 <= len(now_heard), (len(heard_later), len(now_heard))
+
+
+def test_first_audio_of_a_segment_heard_later_yields_to_a_listener_running_dry(tiny_codec):
+    codec = Ticking(tiny_codec, seconds=1e-6)
+    sink = Collect()
+    settings = FlusherSettings(max_iteration_s=1e-7, max_decode_frames=1)  # 1 window per call
+    flusher = Flusher(codec, settings, sink, clock=codec.clock)
+    dry = random_frames(3, seed=16)
+    flusher.push(1, dry[:1])
+    run_until_idle(flusher)  # 1 has sent its first 21 ms: about to run dry
+    flusher.push(2, random_frames(1, seed=17), starts_at=codec.now + 5.0)  # heard in 5 s
+    flusher.push(1, dry[1:], final=True)
+    before = len(sink.calls)
+    flusher.run_once()
+    assert [e.gen_id for e in sink.calls[before]] == [1]
+    run_until_idle(flusher)
+    assert sink.events(2)

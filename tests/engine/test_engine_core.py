@@ -136,7 +136,7 @@ def test_a_failing_step_fails_its_generations_and_frees_their_slots():
 
 
 class _ExplodingFlusher(RecordingFlusher):
-    def push(self, gen_id, frames, final):
+    def push(self, gen_id, frames, final, starts_at=None):
         raise RuntimeError("flusher bug")
 
 
@@ -221,5 +221,20 @@ def test_engine_waits_instead_of_spinning_when_everything_is_far_ahead():
         assert after.steps - before.steps < 150  # idle waits, not thousands of empty plans
         core.cancel(gid)
         events.wait_for(lambda ev: events.ended([gid]))  # a command still wakes it at once
+    finally:
+        core.stop()
+
+
+def test_a_later_segment_tells_the_flusher_it_plays_after_the_one_before():
+    core, flusher, events = _engine()
+    try:
+        reqs = [GenerationRequest(session_id="a", segment_index=k, prompt_ids=PROMPT,
+                                  max_tokens=70, sampling=SamplingParams(seed=k))
+                for k in range(2)]
+        ids = [core.submit(r) for r in reqs]
+        events.wait_for(lambda ev: events.ended(ids))
+        first, second = (flusher.starts_at[g] for g in ids)
+        # segment 1 is heard after at least segment 0's first frame (85.3 ms of audio)
+        assert second >= first + 0.0853 - 1e-6
     finally:
         core.stop()
