@@ -1,6 +1,15 @@
 # Sourced by the benchmark scripts: start and stop a sim-paced server pinned to one core.
-# Needs OUT, PORT, SERVER_CORE, SLOTS, PY and SERVER_CMD set by the caller; WAITING (default
+# The caller sets OUT (created here) and PORT; the rest default below. WAITING (default
 # SLOTS) sizes the admission queue.
+PROFILE=${PROFILE:-h100-fp8}
+SERVER_CORE=${SERVER_CORE:-0}
+LOAD_CORE=${LOAD_CORE:-1}
+SLOTS=${SLOTS:-1024}
+PY=${PY:-.venv/bin/python}
+SERVER_CMD=${SERVER_CMD:-.venv/bin/orpheus-svc serve --backend sim --sim-profile $PROFILE}
+BENCH=${BENCH:-.venv/bin/orpheus-bench}
+mkdir -p "$OUT"
+export PYTHONPATH=${PYTHONPATH:-bench}
 
 start_server() {  # $1 = profile (conversational | longform); further args go to the server
   local profile=$1; shift

@@ -19,17 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench/results/capacity-$(date +%Y%m%d-%H%M)}
-PROFILE=${PROFILE:-h100-fp8}
 PORT=${PORT:-50071}
-SERVER_CORE=${SERVER_CORE:-0}
-LOAD_CORE=${LOAD_CORE:-1}
-SLOTS=${SLOTS:-1024}
-PY=${PY:-.venv/bin/python}
-SERVER_CMD=${SERVER_CMD:-.venv/bin/orpheus-svc serve --backend sim --sim-profile $PROFILE}
-BENCH=${BENCH:-.venv/bin/orpheus-bench}
-mkdir -p "$OUT"
-export PYTHONPATH=${PYTHONPATH:-bench}
-
 . scripts/bench-server.sh
 trap stop_server EXIT
 
