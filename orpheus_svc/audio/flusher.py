@@ -190,18 +190,19 @@ class Flusher:
         self._drain()
         now = self.clock()
         low = self.settings.low_water_samples
-        planned = [(gid, st, plan_windows(st.num_frames, st.final, st.emitted, self.settings,
-                                          hungry=st.hungry(now, low)))
-                   for gid, st in self._streams.items()]
-        planned.sort(key=lambda p: p[1].urgency(now))  # stable: arrival order among equals
         events: list[AudioEvent] = []
-        jobs: list[tuple[int, _Stream, Window]] = []
-        for gid, st, windows in planned:
-            if st.final and not windows and st.emitted == st.num_frames * SAMPLES_PER_FRAME:
+        due: list[tuple[int, _Stream, list[Window]]] = []
+        for gid, st in self._streams.items():
+            windows = plan_windows(st.num_frames, st.final, st.emitted, self.settings,
+                                   hungry=st.hungry(now, low))
+            if windows:
+                due.append((gid, st, windows))
+            elif st.final and st.emitted == st.num_frames * SAMPLES_PER_FRAME:
                 # Nothing left to decode (no frames at all, or all sent before `final` came).
                 events.append(AudioEvent(gid, np.zeros(0, np.float32), st.emitted, final=True))
-                continue
-            jobs.extend((gid, st, w) for w in windows)
+        # Only generations with windows due are ranked (stable: arrival order among equals).
+        due.sort(key=lambda d: d[1].urgency(now))
+        jobs = [(gid, st, w) for gid, st, windows in due for w in windows]
         pcm, self.backlog = self._decode(jobs, deadline=now + self.settings.max_iteration_s)
         sent_at = self.clock()
         cut: set[int] = set()  # generations with a window left undecoded this time

@@ -191,12 +191,12 @@ class Scheduler:
             if horizon > 0 and key[0] == 2 and key[1] > horizon:
                 self._park(gen, now + key[1] - horizon)
             else:
-                keyed.append((key, gen))
+                keyed.append((key, gen.gen_id, gen))
         if not keyed and self._parked:
             plan.idle_s = max(self._next_wakeup() - now, 0.0)
-        keyed.sort(key=lambda kg: (kg[0], kg[1].gen_id))  # ties: submission order
+        keyed.sort()  # ties: submission order (gen ids are unique, so gens never compare)
         prefill_budget = self.settings.max_prefill_tokens
-        for _, gen in keyed:
+        for _, _, gen in keyed:
             if len(plan.prefill) + len(plan.decode) >= self.settings.max_batch_size:
                 gen.steps_waited += 1
                 continue
