@@ -19,7 +19,7 @@ start_server() {  # $1 = profile (conversational | longform); further args go to
     >"$OUT/server-$profile${LOG_SUFFIX:-}.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 120); do
-    if "$PY" -c "import grpc,sys; from orpheus.tts.v1 import tts_pb2 as p, tts_pb2_grpc as g
+    if "$PY" -c "import grpc,sys; from orpheus_tts_client.proto.v1 import tts_pb2 as p, tts_pb2_grpc as g
 c=grpc.insecure_channel('localhost:$PORT'); s=g.TTSServiceStub(c).GetStatus(p.GetStatusRequest(), timeout=1)
 sys.exit(0 if s.serving else 1)" 2>/dev/null; then return 0; fi
     sleep 1

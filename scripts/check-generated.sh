@@ -4,9 +4,9 @@
 #   2. optional `buf breaking` when BUF_BREAKING_AGAINST is set, e.g.
 #        BUF_BREAKING_AGAINST='.git#branch=main,subdir=proto' scripts/check-generated.sh
 #   3. regenerate Go + Python stubs into a temp dir (scripts/gen-proto.sh) and fail if the
-#      committed ones (clients/go/gen, clients/python/src/orpheus/tts/v1/*_pb2*) differ
+#      committed ones (clients/go/gen, clients/python/src/orpheus_tts_client/proto/v1/*_pb2*) differ
 #   4. the client's protobuf/grpcio lower bounds match the generated code's versions
-# Needs the tools from scripts/install-tools.sh and grpcio-tools in PYTHON (default .venv).
+# Needs the tools from scripts/install-tools.sh; gen-proto.sh makes its pinned grpcio-tools venv.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,7 +26,7 @@ TMP="$(mktemp -d)"
 trap 'rm -rf "${TMP}"' EXIT
 scripts/gen-proto.sh "${TMP}" >/dev/null
 
-PY_REL="clients/python/src/orpheus/tts/v1"
+PY_REL="clients/python/src/orpheus_tts_client/proto/v1"
 GO_REL="clients/go/gen"
 fail=0
 if ! diff -r "${TMP}/${GO_REL}" "${GO_REL}" >"${TMP}/go.diff" 2>&1; then
@@ -57,7 +57,7 @@ pb_gen="$(sed -n 's/^# Protobuf Python Version: \([0-9.]*\).*/\1/p' "${TMP}/${PY
 grpc_gen="$(sed -n "s/^GRPC_GENERATED_VERSION = '\([0-9.]*\)'.*/\1/p" "${TMP}/${PY_REL}/tts_pb2_grpc.py")"
 grep -q "\"protobuf>=${pb_gen}," "${PYPROJECT}" || {
   fail=1; echo "check-generated: ${PYPROJECT} must require protobuf>=${pb_gen} (the gencode version)" >&2; }
-grep -q "\"grpcio>=${grpc_gen}\"" "${PYPROJECT}" || {
+grep -Eq "\"grpcio>=${grpc_gen}[,\"]" "${PYPROJECT}" || {
   fail=1; echo "check-generated: ${PYPROJECT} must require grpcio>=${grpc_gen} (GRPC_GENERATED_VERSION)" >&2; }
 
 if [[ "${fail}" != 0 ]]; then

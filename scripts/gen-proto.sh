@@ -3,32 +3,44 @@
 #
 #   Go:     clients/go/gen/orpheus/tts/v1/{tts.pb.go,tts_grpc.pb.go}
 #           via `buf generate` with the LOCAL pinned plugins in .tools/bin (buf.gen.yaml)
-#   Python: clients/python/src/orpheus/tts/v1/{tts_pb2.py,tts_pb2.pyi,tts_pb2_grpc.py}
-#           via `python -m grpc_tools.protoc` (imports as orpheus.tts.v1.tts_pb2)
+#   Python: clients/python/src/orpheus_tts_client/proto/v1/{tts_pb2.py,tts_pb2.pyi,tts_pb2_grpc.py}
+#           (imports as orpheus_tts_client.proto.v1.tts_pb2; the proto package and the
+#           descriptor's file name stay orpheus.tts.v1 / orpheus/tts/v1/tts.proto on the wire)
+#           via `python -m grpc_tools.protoc` from a PINNED grpcio-tools (below) in its own
+#           throwaway venv, so the stubs do not follow whatever grpcio-tools the dev venv has.
 #
 # Usage: scripts/gen-proto.sh [OUTPUT_ROOT]
 #   OUTPUT_ROOT defaults to the repository root; scripts/check-generated.sh passes a temp copy.
-# Env:   PYTHON (default: .venv/bin/python, else python3) must have grpcio-tools installed.
-#        BUF    (default: .tools/bin/buf; run scripts/install-tools.sh first).
+# Env:   BUF (default: .tools/bin/buf; run scripts/install-tools.sh first).
+#        PYTHON (default: python3) only creates the generator venv (.tools/py-gen-<version>).
 #
-# After bumping grpcio-tools, update the protobuf/grpcio lower bounds in
-# clients/python/pyproject.toml to the "Protobuf Python Version" / GRPC_GENERATED_VERSION
-# written into the generated files (check-generated.sh verifies they agree).
+# Why grpcio-tools 1.63.2: its protoc writes protobuf gencode 5.26.1 WITHOUT the
+# `ValidateProtobufRuntimeVersion` call that later generators add (gencode 5.27.2+ calls it,
+# and protobuf 5.x/6.x runtimes reject or warn about gencode of another major version), so the
+# stubs import cleanly on every protobuf runtime from 5.26.1 to 7.x; the grpc plugin's
+# GRPC_GENERATED_VERSION check only warns below grpcio 1.63.2. Pipecat pins protobuf<7,
+# the server runs 7.x: one set of stubs serves both. The client's lower bounds in
+# clients/python/pyproject.toml are these versions (scripts/check-generated.sh checks them),
+# and scripts/test-client-compat.sh proves the range in fresh venvs.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT_ROOT="$(cd "${1:-${ROOT}}" && pwd)"
 TOOLS="${ROOT}/.tools/bin"
 BUF="${BUF:-${TOOLS}/buf}"
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x "${ROOT}/.venv/bin/python" ]]; then PYTHON="${ROOT}/.venv/bin/python"; else PYTHON="python3"; fi
-fi
-
+GRPC_TOOLS_VERSION="1.63.2"
+GEN_VENV="${ROOT}/.tools/py-gen-${GRPC_TOOLS_VERSION}"
+PYTHON="${PYTHON:-python3}"
 for t in "${BUF}" "${TOOLS}/protoc-gen-go" "${TOOLS}/protoc-gen-go-grpc"; do
   [[ -x "${t}" ]] || { echo "gen-proto: ${t} missing; run scripts/install-tools.sh" >&2; exit 1; }
 done
-"${PYTHON}" -c "import grpc_tools.protoc" 2>/dev/null \
-  || { echo "gen-proto: ${PYTHON} lacks grpcio-tools (pip install grpcio-tools)" >&2; exit 1; }
+if ! "${GEN_VENV}/bin/python" -c "import grpc_tools.protoc" 2>/dev/null; then
+  echo "gen-proto: creating the generator venv ${GEN_VENV} (grpcio-tools==${GRPC_TOOLS_VERSION})" >&2
+  rm -rf "${GEN_VENV}"
+  "${PYTHON}" -m venv "${GEN_VENV}"
+  "${GEN_VENV}/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "grpcio-tools==${GRPC_TOOLS_VERSION}" "setuptools<81"
+fi
 
 cd "${ROOT}"
 
@@ -36,17 +48,33 @@ cd "${ROOT}"
 # (clean: true removes stale files there first). Local plugins are found on PATH.
 PATH="${TOOLS}:${PATH}" "${BUF}" generate --template buf.gen.yaml -o "${OUT_ROOT}"
 
-# Python: the proto path root is proto/, so files land at orpheus/tts/v1/ under src/.
-PY_OUT="${OUT_ROOT}/clients/python/src"
-PY_PKG="${PY_OUT}/orpheus/tts/v1"
-mkdir -p "${PY_PKG}"
-rm -f "${PY_PKG}"/*_pb2.py "${PY_PKG}"/*_pb2.pyi "${PY_PKG}"/*_pb2_grpc.py
+# Python: protoc writes orpheus/tts/v1/*_pb2*.py under a scratch dir (the proto path root is
+# proto/, which keeps the descriptor's file name orpheus/tts/v1/tts.proto); the files move to
+# orpheus_tts_client/proto/v1/ and the generated cross-file imports (and the module name the
+# message classes report, which pickling imports) are rewritten to match:
+# the top-level name `orpheus` belongs to an unrelated PyPI distribution.
+PY_PKG="${OUT_ROOT}/clients/python/src/orpheus_tts_client/proto"
+SCRATCH="$(mktemp -d)"
+trap 'rm -rf "${SCRATCH}"' EXIT
 mapfile -t PROTOS < <(cd proto && find . -name '*.proto' | sed 's|^\./||' | LC_ALL=C sort)
-(cd proto && "${PYTHON}" -m grpc_tools.protoc -I. \
-  --python_out="${PY_OUT}" --pyi_out="${PY_OUT}" --grpc_python_out="${PY_OUT}" "${PROTOS[@]}")
-# Package markers so `orpheus.tts.v1` imports as regular packages (kept if already present).
-for d in "${PY_OUT}/orpheus" "${PY_OUT}/orpheus/tts" "${PY_PKG}"; do
-  [[ -f "${d}/__init__.py" ]] || echo '"""Generated protobuf/gRPC stubs for the orpheus.tts API (see proto/)."""' > "${d}/__init__.py"
+(cd proto && "${GEN_VENV}/bin/python" -m grpc_tools.protoc -I. \
+  --python_out="${SCRATCH}" --pyi_out="${SCRATCH}" --grpc_python_out="${SCRATCH}" "${PROTOS[@]}")
+for vdir in "${SCRATCH}"/orpheus/tts/*/; do
+  v="$(basename "${vdir}")"
+  mkdir -p "${PY_PKG}/${v}"
+  rm -f "${PY_PKG}/${v}"/*_pb2.py "${PY_PKG}/${v}"/*_pb2.pyi "${PY_PKG}/${v}"/*_pb2_grpc.py
+  for f in "${vdir}"*_pb2.py "${vdir}"*_pb2.pyi "${vdir}"*_pb2_grpc.py; do
+    [[ -e "${f}" ]] || continue
+    sed -e 's/^from orpheus\.tts\./from orpheus_tts_client.proto./' \
+        -e 's/^import orpheus\.tts\./import orpheus_tts_client.proto./' \
+        -e "s/^\(_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, '\)orpheus\.tts\./\1orpheus_tts_client.proto./" \
+        "${f}" >"${PY_PKG}/${v}/$(basename "${f}")"
+  done
+  # Package marker (kept if already present: it is hand-kept, not compared).
+  [[ -f "${PY_PKG}/${v}/__init__.py" ]] \
+    || echo '"""Generated protobuf/gRPC stubs for orpheus.tts.'"${v}"' (see proto/; scripts/gen-proto.sh)."""' >"${PY_PKG}/${v}/__init__.py"
 done
+[[ -f "${PY_PKG}/__init__.py" ]] \
+  || echo '"""Generated protobuf/gRPC stubs for the orpheus.tts API (see proto/; scripts/gen-proto.sh)."""' >"${PY_PKG}/__init__.py"
 
 echo "gen-proto: Go -> ${OUT_ROOT}/clients/go/gen, Python -> ${PY_PKG}"

@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 
 import grpc
-from orpheus.tts.v1 import tts_pb2, tts_pb2_grpc
+from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
 
 from .metrics import SessionTrace, playout, summarize
 from .texts import make_texts, word_fragments

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 import grpc
-from orpheus.tts.v1 import tts_pb2, tts_pb2_grpc
+from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
 
 from . import procstat
 from .load import WorkerSpec, run_worker, spec_dict, worker_process

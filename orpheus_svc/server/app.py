@@ -20,7 +20,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from orpheus.tts.v1 import tts_pb2, tts_pb2_grpc
+from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
 
 from orpheus_svc.config import Config
 from orpheus_svc.runtime import build_runtime

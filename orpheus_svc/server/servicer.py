@@ -8,11 +8,11 @@ from typing import AsyncIterator
 
 import grpc
 import structlog
-from orpheus.tts.v1 import tts_pb2, tts_pb2_grpc
+from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
 
 from orpheus_svc.audio.pcm import MULAW_RATES, PCM16_RATES
 from orpheus_svc.core.generation import SamplingParams
-from orpheus_svc.core.tokens import EMOTION_TAGS, VOICES
+from orpheus_svc.core.voices import VoiceRegistry, english_registry
 
 from .session import (
     AudioOut,
@@ -30,7 +30,6 @@ from .state import ServerState
 
 log = structlog.get_logger("orpheus_svc.session")
 
-DEFAULT_VOICE = "tara"
 _ENCODINGS = {
     tts_pb2.AUDIO_ENCODING_UNSPECIFIED: "pcm16",
     tts_pb2.AUDIO_ENCODING_PCM16: "pcm16",
@@ -42,10 +41,11 @@ _ENCODINGS = {
 def _options(state: ServerState, voice: str, fmt: tts_pb2.AudioFormat,
              sampling: tts_pb2.SamplingOptions, *, allow_wav: bool) -> SessionOptions:
     """Validate a request's settings; SessionError(INVALID_ARGUMENT) says what to change."""
-    voice = voice or DEFAULT_VOICE
-    if voice not in VOICES:
-        raise SessionError("INVALID_ARGUMENT",
-                           f"unknown voice {voice!r}; known voices: {', '.join(VOICES)}")
+    voices = state.runtime.voices if state.runtime is not None else english_registry()
+    entry = voices.resolve(voice)  # any case; empty = the model's default voice
+    if entry is None:
+        raise SessionError("INVALID_ARGUMENT", voices.unknown_message(voice))
+    voice = entry.name  # the model's own spelling goes into the prompt
     encoding = _ENCODINGS.get(fmt.encoding)
     if encoding is None:
         raise SessionError("INVALID_ARGUMENT", f"unknown audio encoding {fmt.encoding}")
@@ -91,6 +91,14 @@ def _to_proto(out, response_cls):
         num_samples=out.num_samples, wall_ms=out.wall_ms))
 
 
+def voice_list(voices: VoiceRegistry) -> tts_pb2.ListVoicesResponse:
+    """ListVoices' answer: the served model's voices, its default, every emotion tag."""
+    return tts_pb2.ListVoicesResponse(
+        voices=[tts_pb2.Voice(name=v.name, language=v.language, is_default=v.name == voices.default)
+                for v in voices.voices],
+        emotion_tags=voices.emotion_tags)
+
+
 class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
     def __init__(self, state: ServerState) -> None:
         self.state = state
@@ -115,10 +123,12 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
             yield resp
 
     async def ListVoices(self, request, context):
-        return tts_pb2.ListVoicesResponse(
-            voices=[tts_pb2.Voice(name=v, language="en", is_default=v == DEFAULT_VOICE)
-                    for v in VOICES],
-            emotion_tags=list(EMOTION_TAGS))
+        runtime = self.state.runtime
+        if runtime is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                "the model is still loading, so its voices are not known yet; "
+                                "retry shortly (health reports SERVING when ready)")
+        return voice_list(runtime.voices)
 
     async def GetStatus(self, request, context):
         return tts_pb2.GetStatusResponse(**dataclasses.asdict(self.state.status()))

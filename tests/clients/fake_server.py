@@ -18,8 +18,8 @@ from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
-from orpheus.tts.v1 import tts_pb2 as pb
-from orpheus.tts.v1 import tts_pb2_grpc
+from orpheus_tts_client.proto.v1 import tts_pb2 as pb
+from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 VOICES = ("tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe")
 TAGS = ("<laugh>", "<chuckle>", "<sigh>", "<cough>", "<sniffle>", "<groan>", "<yawn>", "<gasp>")

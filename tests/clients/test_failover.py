@@ -15,7 +15,7 @@ from concurrent import futures
 import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from orpheus.tts.v1 import tts_pb2_grpc
+from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from orpheus_tts_client import AsyncClient, Client, TTSError
 from orpheus_tts_client._target import TTS_SERVICE, channel_options, service_config

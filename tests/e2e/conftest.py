@@ -1,5 +1,5 @@
 import pytest
-from orpheus.tts.v1 import tts_pb2_grpc
+from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from .server_proc import ServerProcess
 

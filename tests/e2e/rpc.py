@@ -1,6 +1,6 @@
 """Small helpers to drive the generated stubs in tests."""
 
-from orpheus.tts.v1 import tts_pb2 as pb
+from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 
 FLUSH = object()
 

@@ -2,7 +2,7 @@
 
 import grpc
 import pytest
-from orpheus.tts.v1 import tts_pb2 as pb
+from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 
 from .rpc import requests
 

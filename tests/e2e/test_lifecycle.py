@@ -7,8 +7,8 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from orpheus.tts.v1 import tts_pb2 as pb
-from orpheus.tts.v1 import tts_pb2_grpc
+from orpheus_tts_client.proto.v1 import tts_pb2 as pb
+from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from .rpc import check_stream_invariants, requests
 from .server_proc import ServerProcess

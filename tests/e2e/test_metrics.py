@@ -4,8 +4,8 @@ import re
 import threading
 import urllib.request
 
-from orpheus.tts.v1 import tts_pb2 as pb
-from orpheus.tts.v1 import tts_pb2_grpc
+from orpheus_tts_client.proto.v1 import tts_pb2 as pb
+from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from .rpc import requests
 from .server_proc import ServerProcess, free_port

@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from grpc_health.v1 import health_pb2
-from orpheus.tts.v1 import tts_pb2 as pb
-from orpheus.tts.v1 import tts_pb2_grpc
+from orpheus_tts_client.proto.v1 import tts_pb2 as pb
+from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from orpheus_tts_client import Client
 

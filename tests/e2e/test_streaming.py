@@ -5,7 +5,7 @@ import time
 
 import grpc
 import pytest
-from orpheus.tts.v1 import tts_pb2 as pb
+from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 
 from .rpc import FLUSH, check_stream_invariants, requests
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from orpheus.tts.v1 import tts_pb2 as pb
+from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 
 from .types import (
     FLUSH, AudioChunk, Encoding, Event, Sampling, SegmentEnd, SegmentStart, ServerStatus,

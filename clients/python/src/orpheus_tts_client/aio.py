@@ -13,8 +13,8 @@ from typing import Any, AsyncIterable, AsyncIterator, Iterable
 
 import grpc
 import grpc.aio
-from orpheus.tts.v1 import tts_pb2 as pb
-from orpheus.tts.v1 import tts_pb2_grpc
+from orpheus_tts_client.proto.v1 import tts_pb2 as pb
+from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from . import _convert
 from ._base import _UNSET, DEFAULT_TARGET, DEFAULT_VOICE, Metadata, _ClientBase

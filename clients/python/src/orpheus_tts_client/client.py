@@ -12,8 +12,8 @@ import threading
 from typing import Any, Iterable, Iterator
 
 import grpc
-from orpheus.tts.v1 import tts_pb2 as pb
-from orpheus.tts.v1 import tts_pb2_grpc
+from orpheus_tts_client.proto.v1 import tts_pb2 as pb
+from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from . import _convert
 from ._base import _UNSET, DEFAULT_TARGET, DEFAULT_VOICE, Metadata, _ClientBase

@@ -3,10 +3,12 @@
 import grpc
 import warnings
 
-from orpheus.tts.v1 import tts_pb2 as orpheus_dot_tts_dot_v1_dot_tts__pb2
+from orpheus_tts_client.proto.v1 import tts_pb2 as orpheus_dot_tts_dot_v1_dot_tts__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.63.2'
 GRPC_VERSION = grpc.__version__
+EXPECTED_ERROR_RELEASE = '1.65.0'
+SCHEDULED_RELEASE_DATE = 'June 25, 2024'
 _version_not_supported = False
 
 try:
@@ -16,16 +18,19 @@ except ImportError:
     _version_not_supported = True
 
 if _version_not_supported:
-    raise RuntimeError(
+    warnings.warn(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in orpheus/tts/v1/tts_pb2_grpc.py depends on'
+        + f' but the generated code in orpheus/tts/v1/tts_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
+        + f' This warning will become an error in {EXPECTED_ERROR_RELEASE},'
+        + f' scheduled for release on {SCHEDULED_RELEASE_DATE}.',
+        RuntimeWarning
     )
 
 
-class TTSServiceStub:
+class TTSServiceStub(object):
     """TTSService synthesizes speech with Orpheus TTS.
     """
 
@@ -57,7 +62,7 @@ class TTSServiceStub:
                 _registered_method=True)
 
 
-class TTSServiceServicer:
+class TTSServiceServicer(object):
     """TTSService synthesizes speech with Orpheus TTS.
     """
 
@@ -116,11 +121,10 @@ def add_TTSServiceServicer_to_server(servicer, server):
     generic_handler = grpc.method_handlers_generic_handler(
             'orpheus.tts.v1.TTSService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('orpheus.tts.v1.TTSService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
-class TTSService:
+class TTSService(object):
     """TTSService synthesizes speech with Orpheus TTS.
     """
 

@@ -2,8 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -166,7 +165,7 @@ class Voice(_message.Message):
     name: str
     language: str
     is_default: bool
-    def __init__(self, name: _Optional[str] = ..., language: _Optional[str] = ..., is_default: _Optional[bool] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., language: _Optional[str] = ..., is_default: bool = ...) -> None: ...
 
 class ListVoicesResponse(_message.Message):
     __slots__ = ("voices", "emotion_tags")
@@ -216,4 +215,4 @@ class GetStatusResponse(_message.Message):
     grammar_violations: int
     audio_seconds_total: float
     uptime_seconds: float
-    def __init__(self, serving: _Optional[bool] = ..., backend: _Optional[str] = ..., model: _Optional[str] = ..., active_sessions: _Optional[int] = ..., active_generations: _Optional[int] = ..., waiting_generations: _Optional[int] = ..., free_slots: _Optional[int] = ..., total_slots: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., sessions_total: _Optional[int] = ..., generations_total: _Optional[int] = ..., rejected_total: _Optional[int] = ..., tokens_total: _Optional[int] = ..., steps_total: _Optional[int] = ..., grammar_violations: _Optional[int] = ..., audio_seconds_total: _Optional[float] = ..., uptime_seconds: _Optional[float] = ...) -> None: ...
+    def __init__(self, serving: bool = ..., backend: _Optional[str] = ..., model: _Optional[str] = ..., active_sessions: _Optional[int] = ..., active_generations: _Optional[int] = ..., waiting_generations: _Optional[int] = ..., free_slots: _Optional[int] = ..., total_slots: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., sessions_total: _Optional[int] = ..., generations_total: _Optional[int] = ..., rejected_total: _Optional[int] = ..., tokens_total: _Optional[int] = ..., steps_total: _Optional[int] = ..., grammar_violations: _Optional[int] = ..., audio_seconds_total: _Optional[float] = ..., uptime_seconds: _Optional[float] = ...) -> None: ...

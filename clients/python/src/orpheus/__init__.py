@@ -1,1 +1,0 @@
-"""Generated protobuf/gRPC stubs for the orpheus.tts API (see proto/)."""
