@@ -7,7 +7,7 @@
         for ev in tts.stream(["Hel", "lo. How are", " you?", FLUSH]):
             ...
 
-Generated stubs are importable as ``orpheus.tts.v1.tts_pb2`` / ``tts_pb2_grpc``.
+Generated stubs are importable as ``orpheus_tts_client.proto.v1.tts_pb2`` / ``tts_pb2_grpc``.
 """
 
 from .aio import AsyncClient

@@ -1,7 +1,7 @@
 """Plain data types of the client API: events, results, options, errors.
 
 The client converts proto messages to these at its edge, so callers never touch generated
-code (it is still available as ``orpheus.tts.v1.tts_pb2`` for those who want it).
+code (it is still available as ``orpheus_tts_client.proto.v1.tts_pb2`` for those who want it).
 """
 
 from __future__ import annotations
