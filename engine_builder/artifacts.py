@@ -17,8 +17,10 @@ from orpheus_svc.engine.trtllm_manifest import Limits, Manifest
 from .plan import BuildPlan
 
 # The runtime encodes prompts itself (TensorRT-LLM gets token ids), so the artifact must
-# carry the tokenizer it was built from.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+# carry the tokenizer it was built from; and the model's voice list when it has one
+# (voices.json, read by orpheus_svc/models/voices.py).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "voices.json")
 _NEEDS = {"tensorrt": ("tensorrt_llm",), "pytorch": ("modelopt", "transformers")}
 
 

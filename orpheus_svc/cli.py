@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth = sub.add_parser("synth", help="synthesize text to a WAV file without a server")
     _common(synth)
     synth.add_argument("--text", required=True, help="text to speak")
-    synth.add_argument("--voice", default="tara")
+    synth.add_argument("--voice", default="", help="voice (default: the model's default voice)")
     synth.add_argument("--out", required=True, type=Path, help="output WAV (24 kHz mono 16-bit)")
     synth.add_argument("--seed", type=int, help="sampling seed (reproducible audio)")
     return parser

@@ -41,6 +41,10 @@ class ModelConfig:
     dtype: str = "auto"   # auto (float32 on CPU, bfloat16 on CUDA) | float32 | float16 | bfloat16
     # Intra-op threads torch may use on CPU (0 = torch's default).
     cpu_threads: int = 0
+    # The voice list, overriding the model's own (docs/voices.md): a voices.json path, or
+    # "name:lang, name:lang" with the default first. None = voices.json of the checkpoint,
+    # a known preset, else the eight English voices.
+    voices: str | None = None
 
 
 @dataclass(frozen=True)

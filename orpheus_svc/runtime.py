@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -22,6 +24,7 @@ from orpheus_svc.config import Config, ConfigError
 from orpheus_svc.core.events import AudioEvent, EngineEvent, EventSink, Finished, Rejected
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.prompt import build_prompt, max_tokens_for_text
+from orpheus_svc.core.voices import VoiceRegistry, english_registry
 from orpheus_svc.engine.core import EngineCore
 
 log = logging.getLogger(__name__)
@@ -101,6 +104,8 @@ class Runtime:
     model_name: str
     is_demo: bool
     device: torch.device
+    # The served model's voices (models/voices.py): validation, ListVoices, the default.
+    voices: VoiceRegistry = field(default_factory=english_registry)
     _started: bool = field(default=False, repr=False)
 
     def start(self) -> None:
@@ -145,7 +150,7 @@ class Runtime:
         gen_id = self.core.new_id()
         self.router.register(gen_id, on_event)
         try:
-            req = self.request("warm-up", 0, "tara", "Hello.")
+            req = self.request("warm-up", 0, self.voices.default, "Hello.")
             req = dataclasses.replace(req, max_tokens=14)
             self.core.submit(req, gen_id)
             if not done.wait(timeout):
@@ -186,8 +191,9 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
                             "speech; set model.snac to hubertsiuzdak/snac_24khz or a local copy")
             snac_ref = str(demo.snac_dir)
     settings = e.scheduler_settings()
+    model_dir = None
     if e.backend == "torch":
-        backend, encode = _torch_backend(config, model_ref, device, dtype)
+        backend, encode, model_dir = _torch_backend(config, model_ref, device, dtype)
         model_name = "demo" if is_demo else str(model_ref)
     elif e.backend == "trtllm":
         from orpheus_svc.engine.trtllm import build_trtllm_backend, trtllm_scheduler_settings
@@ -204,7 +210,8 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
                       on_decode=on_decode)
     core = EngineCore(backend, flusher, router, settings=settings, seed=e.seed, on_step=on_step)
     return Runtime(config=config, core=core, flusher=flusher, router=router, encode=encode,
-                   model_name=model_name, is_demo=is_demo, device=device)
+                   model_name=model_name, is_demo=is_demo, device=device,
+                   voices=_voices(config, model_dir))
 
 
 def _torch_backend(config: Config, model_ref: str, device: torch.device, dtype: torch.dtype):
@@ -216,4 +223,24 @@ def _torch_backend(config: Config, model_ref: str, device: torch.device, dtype: 
     e = config.engine
     model = SlotLlama(ckpt.spec, ckpt.state_dict, num_slots=e.max_sessions,
                       max_seq_len=e.max_seq_len, device=device, dtype=dtype)
-    return TorchBackend(model), ckpt.tokenizer.encode
+    return TorchBackend(model), ckpt.tokenizer.encode, ckpt.path
+
+
+def _voices(config: Config, model_dir) -> VoiceRegistry:
+    """The served model's voice list (order of sources: models/voices.py)."""
+    from orpheus_svc.core.voices import VoiceRegistryError
+    from orpheus_svc.models.voices import load_voice_registry
+
+    m, e = config.model, config.engine
+    if model_dir is None and m.path and os.path.isdir(os.path.expanduser(m.path)):
+        model_dir = os.path.expanduser(m.path)  # sim / trtllm: read it, never download it
+    try:
+        registry = load_voice_registry(
+            setting=m.voices, model_ref=m.path, model_dir=Path(model_dir) if model_dir else None,
+            engine_dir=Path(e.trtllm_engine_dir) if e.backend == "trtllm" and e.trtllm_engine_dir
+            else None)
+    except VoiceRegistryError as exc:
+        raise ConfigError(f"voices: {exc}") from exc
+    log.info("voices (%s): %s; default %s", registry.source or "model", ", ".join(registry.names),
+             registry.default)
+    return registry

@@ -14,7 +14,7 @@ import numpy as np
 from orpheus_svc.audio.pcm import float_to_pcm16
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Finished, Rejected
 from orpheus_svc.core.generation import SamplingParams
-from orpheus_svc.core.tokens import SAMPLE_RATE, VOICES
+from orpheus_svc.core.tokens import SAMPLE_RATE
 from orpheus_svc.runtime import Runtime
 from orpheus_svc.server.segmenter import SentenceBuffer
 
@@ -34,11 +34,13 @@ class SynthResult:
         return len(self.pcm) / SAMPLE_RATE
 
 
-def synthesize(runtime: Runtime, text: str, voice: str = "tara", seed: int | None = None,
+def synthesize(runtime: Runtime, text: str, voice: str = "", seed: int | None = None,
                progress: bool = False) -> SynthResult:
     """Speak `text` (segmented like streamed text); all segments generate concurrently."""
-    if voice not in VOICES:
-        raise SynthesisError(f"unknown voice {voice!r}; known voices: {', '.join(VOICES)}")
+    entry = runtime.voices.resolve(voice)  # any case; empty = the model's default voice
+    if entry is None:
+        raise SynthesisError(runtime.voices.unknown_message(voice))
+    voice = entry.name
     buf = SentenceBuffer(max_chars=runtime.config.text.max_segment_chars)
     segments = buf.push(text) + buf.close()
     if not segments:

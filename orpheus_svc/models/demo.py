@@ -138,6 +138,23 @@ def _build(tmp: Path, seed: int) -> None:
                                 encoding="utf-8")
 
 
+def write_demo_model(out_dir: str | os.PathLike[str], voices=None,
+                     cache_dir: Path | None = None) -> Path:
+    """A copy of the demo model in `out_dir` (HF layout) that ships `voices` (a
+    core.voices.VoiceRegistry) as its voices.json, so a server given model.path=out_dir
+    serves exactly those voices: how tests stand in for a multilingual checkpoint. Without
+    `voices` the copy has no voices.json (the English fallback applies). Returns out_dir."""
+    from orpheus_svc.models.voices import write_voices_file
+
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out}: not empty; write the demo model into an empty directory")
+    shutil.copytree(ensure_demo_checkpoint(cache_dir).model_dir, out, dirs_exist_ok=True)
+    if voices is not None:
+        write_voices_file(out, voices)
+    return out
+
+
 def ensure_demo_checkpoint(cache_dir: Path | None = None) -> DemoPaths:
     """Return the demo checkpoint under `cache_dir` (default: default_cache_dir()),
     building it first if it is missing or incomplete. Safe to call from racing processes.

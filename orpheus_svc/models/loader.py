@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 CHECKPOINT_PATTERNS = ("config.json", "*.safetensors", INDEX_FILE, "tokenizer.json",
-                       "tokenizer_config.json", "special_tokens_map.json")
+                       "tokenizer_config.json", "special_tokens_map.json",
+                       "voices.json")  # the model's voice list, when it ships one (models/voices.py)
 # Buffers older transformers versions saved next to the weights; recomputed from the config.
 _IGNORED_RE = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")
 _FLOAT_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}

@@ -57,7 +57,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	}
 	fs.StringVar(&c.output, "o", "out.wav", "WAV file to write")
 	fs.StringVar(&c.output, "output", "out.wav", "WAV file to write (same as -o)")
-	fs.StringVar(&c.voice, "voice", "tara", "voice")
+	fs.StringVar(&c.voice, "voice", "", "voice, any case (default: the served model's default voice)")
 	fs.StringVar(&c.server, "server", defServer, "host:port, dns:///host:port or h1:p1,h2:p2 (default $ORPHEUS_SERVER_ADDR)")
 	fs.BoolVar(&c.stream, "stream", false, "stream stdin line by line through StreamingSynthesize")
 	fs.IntVar(&c.rate, "rate", 24000, "output sample rate: 24000, 48000, 16000 or 8000")

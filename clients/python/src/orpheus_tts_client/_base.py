@@ -10,7 +10,7 @@ from . import _health
 from ._target import channel_options, names_replicas, resolve_target
 
 DEFAULT_TARGET = "localhost:50051"
-DEFAULT_VOICE = "tara"
+DEFAULT_VOICE = ""  # empty: the server's model picks its own default voice (see list_voices())
 
 #: "use the client's default" for per-call arguments
 _UNSET: Any = object()

@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="orpheus-say", description=__doc__.split("\n\n")[0])
     p.add_argument("text", nargs="?", help='text to speak ("-" or absent: read stdin)')
     p.add_argument("-o", "--output", default="out.wav", help="WAV file to write (default out.wav)")
-    p.add_argument("--voice", default=DEFAULT_VOICE, help=f"voice (default {DEFAULT_VOICE})")
+    p.add_argument("--voice", default=DEFAULT_VOICE,
+                   help="voice, any case (default: the served model's default voice)")
     p.add_argument("--server", default=os.environ.get("ORPHEUS_SERVER_ADDR", DEFAULT_TARGET),
                    help="host:port, dns:///host:port or h1:p1,h2:p2 "
                         "(default $ORPHEUS_SERVER_ADDR or %(default)s)")
