@@ -103,6 +103,9 @@ class ServerConfig:
     # closes, so load balancers and readiness probes see it while calls still connect.
     drain_delay_seconds: float = 1.0
     metrics_port: int = 0  # 0 = off
+    # The HTTP edge (OpenAI-shaped /v1/audio/speech, WebSocket streaming, playground page)
+    # on the same Runtime and event loop as gRPC (docs/http.md). 0 = off.
+    http_port: int = 0
     # >0: ask clients to reconnect after this long (GOAWAY), so dns:/// round_robin clients
     # re-resolve and find replicas added by a scale-up; calls in flight may run on for
     # max_connection_age_grace_seconds. 0 = connections live as long as clients keep them.
@@ -283,6 +286,7 @@ def validate(config: Config) -> None:
          "must be between 0 and text.max_segment_chars"),
         (0 <= s.port <= 65535, "server.port", "must be 0..65535"),
         (0 <= s.metrics_port <= 65535, "server.metrics_port", "must be 0..65535"),
+        (0 <= s.http_port <= 65535, "server.http_port", "must be 0..65535"),
         (s.grace_seconds >= 0, "server.grace_seconds", "must be >= 0"),
         (s.max_connection_age_seconds >= 0, "server.max_connection_age_seconds", "must be >= 0"),
         (s.max_connection_age_grace_seconds >= 0, "server.max_connection_age_grace_seconds",

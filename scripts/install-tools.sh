@@ -58,4 +58,22 @@ install protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc       "
 install grpcurl            github.com/fullstorydev/grpcurl/cmd/grpcurl         "${GRPCURL_VERSION}"
 install kustomize          sigs.k8s.io/kustomize/kustomize/v5                  "${KUSTOMIZE_VERSION}"
 
+# Debian packages the tests use as independent references (never needed for serving):
+# ffmpeg decodes every audio encoding we emit; chromium runs the playground page test.
+apt_install() {
+  local missing=()
+  for pair in "$@"; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")
+  done
+  ((${#missing[@]})) || { echo "install-tools: ${*%%:*} already installed"; return; }
+  if ! command -v apt-get >/dev/null 2>&1 || [[ "$(id -u)" != 0 ]]; then
+    echo "install-tools: please install ${missing[*]} (needed by the tests)" >&2
+    return
+  fi
+  echo "install-tools: apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+}
+apt_install ffmpeg:ffmpeg chromium:chromium
+
 echo "install-tools: done; tools are in ${GOBIN} (add it to PATH or use the scripts)"
