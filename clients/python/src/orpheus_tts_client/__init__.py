@@ -6,10 +6,16 @@
         result = tts.synthesize("Hello there.", voice="tara")      # PCM16, 24 kHz
         for ev in tts.stream(["Hel", "lo. How are", " you?", FLUSH]):
             ...
+        with tts.session(voice="tara") as s:      # drive a session by hand
+            s.send("Hel"); s.send("lo."); s.flush(); s.end()
+            for ev in s:
+                ...
 
 Generated stubs are importable as ``orpheus_tts_client.proto.v1.tts_pb2`` / ``tts_pb2_grpc``.
 """
 
+from ._aio_session import AsyncSession
+from ._session import Session
 from .aio import AsyncClient
 from .client import Client, collect
 from .types import (
@@ -20,7 +26,7 @@ from .types import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncClient", "AudioChunk", "Client", "Encoding", "Event", "FLUSH", "Sampling",
-    "SegmentEnd", "SegmentStart", "ServerStatus", "Summary", "SynthesisResult", "TTSError",
+    "AsyncClient", "AsyncSession", "AudioChunk", "Client", "Encoding", "Event", "FLUSH", "Sampling",
+    "SegmentEnd", "SegmentStart", "ServerStatus", "Session", "Summary", "SynthesisResult", "TTSError",
     "Voice", "VoiceList", "collect", "mulaw_to_pcm16", "wav_payload",
 ]

@@ -17,8 +17,11 @@ from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from . import _convert
+from ._aio_session import AsyncSession
 from ._base import _UNSET, DEFAULT_TARGET, DEFAULT_VOICE, Metadata, _ClientBase
-from .types import Encoding, Event, Sampling, ServerStatus, SynthesisResult, TTSError, VoiceList
+from .types import (
+    FLUSH, Encoding, Event, Sampling, ServerStatus, SynthesisResult, TTSError, VoiceList,
+)
 
 TextSource = AsyncIterable[Any] | Iterable[Any] | str
 
@@ -74,6 +77,20 @@ class AsyncClient(_ClientBase):
 
     # -- synthesis ---------------------------------------------------------------------------
 
+    def session(self, voice: str = DEFAULT_VOICE, *,
+                encoding: Encoding | str = Encoding.PCM16, sample_rate: int | None = None,
+                sampling: Sampling | None = None, timeout: float | None = _UNSET,
+                metadata: Metadata | None = None) -> AsyncSession:
+        """Open a StreamingSynthesize session driven by hand: ``send(text)``, ``flush()``,
+        ``end()``, ``cancel()``, and ``async for ev in session`` (see AsyncSession).
+
+        ``async with client.session(voice="tara") as s: ...`` cancels it on exit if unfinished.
+        """
+        config = _convert.config_request(voice, encoding, sample_rate, sampling)
+        call = self._stub.StreamingSynthesize(**self._call_kwargs(timeout, metadata))
+        enc = _convert.as_encoding(encoding)
+        return AsyncSession(call, config, enc, int(sample_rate or _convert.default_rate(enc)))
+
     def stream(self, text: TextSource, voice: str = DEFAULT_VOICE, *,
                encoding: Encoding | str = Encoding.PCM16, sample_rate: int | None = None,
                sampling: Sampling | None = None, timeout: float | None = _UNSET,
@@ -83,54 +100,48 @@ class AsyncClient(_ClientBase):
         ``text`` is a str, or a sync or async iterable of str fragments and ``FLUSH`` items,
         sent as they come (a task writes while you read). A sync iterable runs on the event
         loop, so it must not block; wrap a blocking source in an async generator. Its end
-        half-closes the input; leaving the loop early cancels the call.
+        half-closes the input; leaving the loop early cancels the call. A convenience over
+        ``session()``.
         """
-        config = _convert.config_request(voice, encoding, sample_rate, sampling)
-        return self._stream(config, text, self._call_kwargs(timeout, metadata))
+        return self._stream(self.session(voice, encoding=encoding, sample_rate=sample_rate,
+                                         sampling=sampling, timeout=timeout,
+                                         metadata=metadata), text)
 
-    async def _stream(self, config, text: TextSource, kwargs) -> AsyncIterator[Event]:
-        call = self._stub.StreamingSynthesize(**kwargs)
+    async def _stream(self, session: AsyncSession, text: TextSource) -> AsyncIterator[Event]:
         writer_error: list[BaseException] = []
 
         async def write() -> None:
             try:
-                await call.write(config)
+                await session.start()
                 async for item in _items(text):
-                    req = _convert.fragment_request(item)
-                    if req is not None:
-                        await call.write(req)
-                await call.done_writing()
-            except (grpc.RpcError, asyncio.InvalidStateError):
+                    if item is FLUSH:
+                        await session.flush()
+                    elif isinstance(item, str):
+                        await session.send(item)
+                    else:
+                        raise TypeError(f"text iterables yield str or orpheus_tts_client.FLUSH, "
+                                        f"got {type(item).__name__}")
+                await session.end()
+            except TTSError:
                 return  # the call already ended; the reader reports its status
             except Exception as e:  # noqa: BLE001 - re-raised on the reader's side
                 writer_error.append(e)
-                call.cancel()
+                session.cancel()
 
         writer = asyncio.ensure_future(write())
         try:
-            while True:
-                try:
-                    msg = await call.read()
-                except grpc.RpcError as e:
-                    if writer_error:
-                        raise writer_error[0] from None
-                    raise TTSError.from_rpc_error(e) from None
-                except asyncio.CancelledError:
-                    # the writer cancelled the call because the text source failed
-                    if writer_error:
-                        raise writer_error[0] from None
-                    raise
-                if msg is grpc.aio.EOF:
-                    break
-                ev = _convert.event(msg)
-                if ev is not None:
-                    yield ev
+            async for ev in session:
+                yield ev
             if writer_error:
                 raise writer_error[0]
+        except TTSError:
+            if writer_error:
+                raise writer_error[0] from None
+            raise
         finally:
             if not writer.done():
                 writer.cancel()
-            call.cancel()
+            session.cancel()
 
     def synthesize_events(self, text: str, voice: str = DEFAULT_VOICE, *,
                           encoding: Encoding | str = Encoding.PCM16,

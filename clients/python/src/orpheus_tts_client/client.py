@@ -17,39 +17,8 @@ from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from . import _convert
 from ._base import _UNSET, DEFAULT_TARGET, DEFAULT_VOICE, Metadata, _ClientBase
+from ._session import Session
 from .types import Encoding, Event, Sampling, ServerStatus, SynthesisResult, TTSError, VoiceList
-
-
-class _Requests:
-    """The request iterator grpc consumes on its own thread: config, then the text items.
-
-    When the caller's iterable raises, the call is cancelled and the exception is kept so
-    that the response side re-raises it (instead of a bare CANCELLED status), and the input
-    is never half-closed as if it had ended normally.
-    """
-
-    def __init__(self, config: pb.StreamingSynthesizeRequest, text: Iterable) -> None:
-        self._config = config
-        self._text = text
-        self.error: BaseException | None = None
-        self._call = None
-        self._call_set = threading.Event()
-
-    def set_call(self, call) -> None:
-        self._call = call
-        self._call_set.set()
-
-    def __iter__(self) -> Iterator[pb.StreamingSynthesizeRequest]:
-        yield self._config
-        try:
-            for item in self._text:
-                req = _convert.fragment_request(item)
-                if req is not None:
-                    yield req
-        except Exception as e:  # noqa: BLE001 - handed to the caller's thread
-            self.error = e
-            self._call_set.wait()
-            self._call.cancel()
 
 
 class Client(_ClientBase):
@@ -126,6 +95,17 @@ class Client(_ClientBase):
 
     # -- synthesis ---------------------------------------------------------------------------
 
+    def session(self, voice: str = DEFAULT_VOICE, *,
+                encoding: Encoding | str = Encoding.PCM16, sample_rate: int | None = None,
+                sampling: Sampling | None = None, timeout: float | None = _UNSET,
+                metadata: Metadata | None = None) -> Session:
+        """Open a StreamingSynthesize session driven by hand: ``send(text)``, ``flush()``,
+        ``end()``, ``cancel()``, and ``for ev in session`` (see Session).
+
+        ``with client.session(voice="tara") as s: ...`` cancels it on exit if unfinished.
+        """
+        return self._session(voice, encoding, sample_rate, sampling, timeout, metadata, None)
+
     def stream(self, text: Iterable[str | Any] | str, voice: str = DEFAULT_VOICE, *,
                encoding: Encoding | str = Encoding.PCM16, sample_rate: int | None = None,
                sampling: Sampling | None = None, timeout: float | None = _UNSET,
@@ -135,17 +115,23 @@ class Client(_ClientBase):
         ``text`` is a str or an iterable of str fragments (any size, mid-word is fine) and
         ``FLUSH`` items; it is consumed on a gRPC thread as the session runs, so it may block
         (e.g. read a pipe). Its end half-closes the input. Breaking out of the loop cancels.
+        A convenience over ``session()``.
         """
-        config = _convert.config_request(voice, encoding, sample_rate, sampling)
-        requests = _Requests(config, [text] if isinstance(text, str) else text)
-        kwargs = self._call_kwargs(timeout, metadata)
+        source = [text] if isinstance(text, str) else text
 
         def run() -> Iterator[Event]:
-            call = self._stub.StreamingSynthesize(iter(requests), **kwargs)
-            requests.set_call(call)
-            yield from _events(call, requests)
+            session = self._session(voice, encoding, sample_rate, sampling, timeout, metadata,
+                                    source)
+            yield from session.events()
 
         return run()
+
+    def _session(self, voice, encoding, sample_rate, sampling, timeout, metadata,
+                 source) -> Session:
+        config = _convert.config_request(voice, encoding, sample_rate, sampling)
+        enc = _convert.as_encoding(encoding)
+        return Session(self._stub, config, self._call_kwargs(timeout, metadata), enc,
+                       int(sample_rate or _convert.default_rate(enc)), source)
 
     def synthesize_events(self, text: str, voice: str = DEFAULT_VOICE, *,
                           encoding: Encoding | str = Encoding.PCM16,
@@ -157,7 +143,7 @@ class Client(_ClientBase):
         kwargs = self._call_kwargs(timeout, metadata)
 
         def run() -> Iterator[Event]:
-            yield from _events(self._stub.Synthesize(request, **kwargs), None)
+            yield from _events(self._stub.Synthesize(request, **kwargs))
 
         return run()
 
@@ -219,15 +205,13 @@ def _unary(method, request, kwargs):
         raise TTSError.from_rpc_error(e) from None
 
 
-def _events(call, requests: _Requests | None) -> Iterator[Event]:
+def _events(call) -> Iterator[Event]:
     try:
         for msg in call:
             ev = _convert.event(msg)
             if ev is not None:
                 yield ev
     except grpc.RpcError as e:
-        if requests is not None and requests.error is not None:
-            raise requests.error from None
         raise TTSError.from_rpc_error(e) from None
     finally:
         call.cancel()  # no-op once finished; frees the server's slot if the caller stopped early
