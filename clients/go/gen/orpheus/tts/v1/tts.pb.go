@@ -43,6 +43,18 @@ const (
 	// header's size fields are 0xFFFFFFFF because the length is unknown when it is sent; the
 	// summary gives the final sample count.
 	AudioEncoding_AUDIO_ENCODING_WAV AudioEncoding = 3
+	// AUDIO_ENCODING_ALAW: G.711 A-law, 8000 Hz only.
+	AudioEncoding_AUDIO_ENCODING_ALAW AudioEncoding = 4
+	// AUDIO_ENCODING_OGG_OPUS: Opus in an Ogg stream (RFC 7845), 64 kbit/s, 20 ms frames, one
+	// page per frame. The compressed encodings below are one continuous stream over the whole
+	// call: concatenate every chunk's bytes. A chunk may carry samples but no bytes yet (the
+	// encoder holds up to one frame back), and the stream's tail comes in one last AudioChunk
+	// with num_samples 0 after the last segment_end, before the summary.
+	AudioEncoding_AUDIO_ENCODING_OGG_OPUS AudioEncoding = 5
+	// AUDIO_ENCODING_MP3: MPEG audio layer III (LAME), 64 kbit/s, no ID3 or Xing header.
+	AudioEncoding_AUDIO_ENCODING_MP3 AudioEncoding = 6
+	// AUDIO_ENCODING_FLAC: FLAC stream (lossless, 1152-sample blocks).
+	AudioEncoding_AUDIO_ENCODING_FLAC AudioEncoding = 7
 )
 
 // Enum value maps for AudioEncoding.
@@ -52,12 +64,20 @@ var (
 		1: "AUDIO_ENCODING_PCM16",
 		2: "AUDIO_ENCODING_MULAW",
 		3: "AUDIO_ENCODING_WAV",
+		4: "AUDIO_ENCODING_ALAW",
+		5: "AUDIO_ENCODING_OGG_OPUS",
+		6: "AUDIO_ENCODING_MP3",
+		7: "AUDIO_ENCODING_FLAC",
 	}
 	AudioEncoding_value = map[string]int32{
 		"AUDIO_ENCODING_UNSPECIFIED": 0,
 		"AUDIO_ENCODING_PCM16":       1,
 		"AUDIO_ENCODING_MULAW":       2,
 		"AUDIO_ENCODING_WAV":         3,
+		"AUDIO_ENCODING_ALAW":        4,
+		"AUDIO_ENCODING_OGG_OPUS":    5,
+		"AUDIO_ENCODING_MP3":         6,
+		"AUDIO_ENCODING_FLAC":        7,
 	}
 )
 
@@ -93,7 +113,7 @@ type AudioFormat struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// encoding; unspecified means PCM16.
 	Encoding AudioEncoding `protobuf:"varint,1,opt,name=encoding,proto3,enum=orpheus.tts.v1.AudioEncoding" json:"encoding,omitempty"`
-	// sample_rate_hz; 0 means 24000 for PCM16/WAV and 8000 for mu-law. The model speaks at 24000 Hz;
+	// sample_rate_hz; 0 means 8000 for mu-law and A-law and 24000 for the rest. The model speaks at 24000 Hz;
 	// other rates are resampled on the server.
 	SampleRateHz  int32 `protobuf:"varint,2,opt,name=sample_rate_hz,json=sampleRateHz,proto3" json:"sample_rate_hz,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1560,12 +1580,16 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"stepsTotal\x12-\n" +
 	"\x12grammar_violations\x18\x0f \x01(\x04R\x11grammarViolations\x12.\n" +
 	"\x13audio_seconds_total\x18\x10 \x01(\x01R\x11audioSecondsTotal\x12%\n" +
-	"\x0euptime_seconds\x18\x11 \x01(\x01R\ruptimeSeconds*{\n" +
+	"\x0euptime_seconds\x18\x11 \x01(\x01R\ruptimeSeconds*\xe2\x01\n" +
 	"\rAudioEncoding\x12\x1e\n" +
 	"\x1aAUDIO_ENCODING_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14AUDIO_ENCODING_PCM16\x10\x01\x12\x18\n" +
 	"\x14AUDIO_ENCODING_MULAW\x10\x02\x12\x16\n" +
-	"\x12AUDIO_ENCODING_WAV\x10\x032\xfe\x02\n" +
+	"\x12AUDIO_ENCODING_WAV\x10\x03\x12\x17\n" +
+	"\x13AUDIO_ENCODING_ALAW\x10\x04\x12\x1b\n" +
+	"\x17AUDIO_ENCODING_OGG_OPUS\x10\x05\x12\x16\n" +
+	"\x12AUDIO_ENCODING_MP3\x10\x06\x12\x17\n" +
+	"\x13AUDIO_ENCODING_FLAC\x10\a2\xfe\x02\n" +
 	"\n" +
 	"TTSService\x12r\n" +
 	"\x13StreamingSynthesize\x12*.orpheus.tts.v1.StreamingSynthesizeRequest\x1a+.orpheus.tts.v1.StreamingSynthesizeResponse(\x010\x01\x12U\n" +

@@ -12,10 +12,18 @@ class AudioEncoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     AUDIO_ENCODING_PCM16: _ClassVar[AudioEncoding]
     AUDIO_ENCODING_MULAW: _ClassVar[AudioEncoding]
     AUDIO_ENCODING_WAV: _ClassVar[AudioEncoding]
+    AUDIO_ENCODING_ALAW: _ClassVar[AudioEncoding]
+    AUDIO_ENCODING_OGG_OPUS: _ClassVar[AudioEncoding]
+    AUDIO_ENCODING_MP3: _ClassVar[AudioEncoding]
+    AUDIO_ENCODING_FLAC: _ClassVar[AudioEncoding]
 AUDIO_ENCODING_UNSPECIFIED: AudioEncoding
 AUDIO_ENCODING_PCM16: AudioEncoding
 AUDIO_ENCODING_MULAW: AudioEncoding
 AUDIO_ENCODING_WAV: AudioEncoding
+AUDIO_ENCODING_ALAW: AudioEncoding
+AUDIO_ENCODING_OGG_OPUS: AudioEncoding
+AUDIO_ENCODING_MP3: AudioEncoding
+AUDIO_ENCODING_FLAC: AudioEncoding
 
 class AudioFormat(_message.Message):
     __slots__ = ("encoding", "sample_rate_hz")
