@@ -48,6 +48,11 @@ grpcurl -plaintext -d '{"service":""}' "${ADDR}" grpc.health.v1.Health/Check | g
 
 (cd clients/go && ORPHEUS_SERVER_ADDR="${ADDR}" go test -count=1 ./...)
 
+# Fresh venvs: the client with protobuf 5.26.1 / grpcio 1.63.2 (its lower bounds), with the
+# current pipecat-ai and with the current livekit-agents; client tests in each, and the
+# plugin tests against this live server.
+ORPHEUS_SERVER_ADDR="${ADDR}" scripts/test-client-compat.sh
+
 grpcurl -plaintext "${ADDR}" list | tee /dev/stderr | grep -qx 'orpheus.tts.v1.TTSService'
 grpcurl -plaintext "${ADDR}" describe orpheus.tts.v1.TTSService | grep -q 'rpc StreamingSynthesize'
 grpcurl -plaintext -d '{"text":"Hello there.","voice":"tara"}' "${ADDR}" \

@@ -73,7 +73,11 @@ func (o synthOptions) outputRate() int {
 }
 
 // Session is one running synthesis call. Read it with Recv or Events until io.EOF (or an
-// error); Close cancels it early and frees the server's slot.
+// error); Close (or Cancel) cancels it early and frees the server's slot.
+//
+// A session from OpenSession is also driven by hand: Send, Flush, End (half-close), Cancel.
+// Sending and reading may happen in different goroutines; Send, Flush and End are safe to call
+// from several goroutines.
 type Session struct {
 	recv       func() (response, error)
 	cancel     context.CancelFunc
@@ -82,6 +86,87 @@ type Session struct {
 	sampleRate int
 	done       bool
 	closeOnce  sync.Once
+
+	// input side; nil for sessions that are not driven by hand
+	stream ttsv1.TTSService_StreamingSynthesizeClient
+	sendMu sync.Mutex
+	ended  bool
+}
+
+// ErrNotStreaming is returned by Send, Flush and End on a session that was not opened by
+// OpenSession (a Synthesize call, or a Stream fed from a channel).
+var ErrNotStreaming = errors.New("orpheus: this session does not take text (use OpenSession)")
+
+// ErrEnded is returned by Send and Flush after End.
+var ErrEnded = errors.New("orpheus: the session's input has ended (End was called)")
+
+// OpenSession starts a StreamingSynthesize call and sends its config; then Send text
+// fragments (any size; mid-word is fine), Flush to end a segment now, End when there is no
+// more text, and read the events with Recv or Events. Cancelling ctx or calling Cancel stops
+// the call and frees the server's slot.
+func (c *Client) OpenSession(ctx context.Context, voice string, opts ...SynthOption) (*Session, error) {
+	o := newSynthOptions(opts)
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := c.tts.StreamingSynthesize(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s := &Session{recv: func() (response, error) { return stream.Recv() }, cancel: cancel,
+		started: time.Now(), encoding: o.encoding, sampleRate: o.outputRate(), stream: stream}
+	config := &ttsv1.StreamingSynthesizeRequest{Request: &ttsv1.StreamingSynthesizeRequest_Config{
+		Config: &ttsv1.SynthesisConfig{Voice: voice, AudioFormat: o.format(), Sampling: o.sampling}}}
+	if err := s.send(config); err != nil && !errors.Is(err, io.EOF) {
+		cancel()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Send sends one text fragment; an empty one is skipped. io.EOF means the call has already
+// ended: Recv reports its status.
+func (s *Session) Send(text string) error {
+	if text == "" {
+		return nil
+	}
+	return s.send(&ttsv1.StreamingSynthesizeRequest{
+		Request: &ttsv1.StreamingSynthesizeRequest_Text{Text: text}})
+}
+
+// Flush ends the current segment now, even mid-sentence.
+func (s *Session) Flush() error {
+	return s.send(&ttsv1.StreamingSynthesizeRequest{
+		Request: &ttsv1.StreamingSynthesizeRequest_Flush{Flush: &ttsv1.Flush{}}})
+}
+
+// End half-closes the input: the server speaks what is left and sends the summary.
+// Calling it again is a no-op.
+func (s *Session) End() error {
+	if s.stream == nil {
+		return ErrNotStreaming
+	}
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if s.ended {
+		return nil
+	}
+	s.ended = true
+	return s.stream.CloseSend()
+}
+
+// Cancel stops the call now and frees the server's slot (same as Close).
+func (s *Session) Cancel() { s.Close() }
+
+func (s *Session) send(req *ttsv1.StreamingSynthesizeRequest) error {
+	if s.stream == nil {
+		return ErrNotStreaming
+	}
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if s.ended {
+		return ErrEnded
+	}
+	return s.stream.Send(req)
 }
 
 // SampleRate is the output sample rate of this session's audio.
@@ -130,50 +215,42 @@ func (s *Session) Close() { s.closeOnce.Do(s.cancel) }
 
 // Stream starts a StreamingSynthesize session: the config first, then every string read
 // from text as one text message (fragments of any size; send Flush to end a segment);
-// closing text half-closes the input. Cancelling ctx cancels the call.
+// closing text half-closes the input. Cancelling ctx cancels the call. A convenience over
+// OpenSession: a goroutine feeds the channel's strings to Send / Flush / End.
 func (c *Client) Stream(ctx context.Context, voice string, text <-chan string, opts ...SynthOption) (*Session, error) {
-	o := newSynthOptions(opts)
-	ctx, cancel := context.WithCancel(ctx)
-	stream, err := c.tts.StreamingSynthesize(ctx)
+	s, err := c.OpenSession(ctx, voice, opts...)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	config := &ttsv1.StreamingSynthesizeRequest{Request: &ttsv1.StreamingSynthesizeRequest_Config{
-		Config: &ttsv1.SynthesisConfig{Voice: voice, AudioFormat: o.format(), Sampling: o.sampling}}}
+	in := s.stream
 	go func() {
 		// Send errors mean the call has ended; Recv reports its status.
-		if stream.Send(config) != nil {
-			return
-		}
 		for {
 			select {
-			case <-ctx.Done():
+			case <-in.Context().Done():
 				return
 			case frag, ok := <-text:
 				if !ok {
-					_ = stream.CloseSend()
+					_ = s.End()
 					return
 				}
-				var req *ttsv1.StreamingSynthesizeRequest
-				switch frag {
-				case Flush:
-					req = &ttsv1.StreamingSynthesizeRequest{
-						Request: &ttsv1.StreamingSynthesizeRequest_Flush{Flush: &ttsv1.Flush{}}}
-				case "":
-					continue
-				default:
-					req = &ttsv1.StreamingSynthesizeRequest{
-						Request: &ttsv1.StreamingSynthesizeRequest_Text{Text: frag}}
+				var err error
+				if frag == Flush {
+					err = s.Flush()
+				} else {
+					err = s.Send(frag)
 				}
-				if stream.Send(req) != nil {
+				if err != nil {
 					return
 				}
 			}
 		}
 	}()
-	return &Session{recv: func() (response, error) { return stream.Recv() }, cancel: cancel,
-		started: time.Now(), encoding: o.encoding, sampleRate: o.outputRate()}, nil
+	// Text comes only from the channel: Send / Flush / End on the returned session would race
+	// with the goroutine's order, so they are refused.
+	fed := &Session{recv: s.recv, cancel: s.cancel, started: s.started, encoding: s.encoding,
+		sampleRate: s.sampleRate}
+	return fed, nil
 }
 
 // SynthesizeEvents starts a Synthesize call (the whole text in one request).

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Proves that the Python client installs and works beside the voice-agent frameworks and across
+# the protobuf/grpcio range that clients/python/pyproject.toml declares. Each case gets a FRESH
+# virtual environment (under a temp dir, removed afterwards), installs ./clients/python (not
+# editable: what a user gets) with the named packages, prints the protobuf/grpcio it resolved,
+# and runs the client tests (tests/clients, against the in-process fake server) there:
+#
+#   low      protobuf==5.26.1, grpcio==1.63.2   the declared lower bounds (gencode versions)
+#   pipecat  ./clients/python[pipecat] + current pipecat-ai   (pipecat needs protobuf<7)
+#   livekit  ./clients/python[livekit] + current livekit-agents
+#
+# With ORPHEUS_SERVER_ADDR set (scripts/test.sh sets it to its live demo server), the pipecat
+# and livekit cases also run their plugin tests (tests/plugins) against that server, with
+# ORPHEUS_REQUIRE_PLUGIN_TESTS=1 so that a missing framework fails instead of skipping.
+#
+# Usage: scripts/test-client-compat.sh [low|pipecat|livekit ...]   (default: all three)
+# Env:   PYTHON (default python3) makes the venvs. Needs the package index (pip).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${ROOT}"
+PYTHON="${PYTHON:-python3}"
+CASES=("$@")
+[[ ${#CASES[@]} -gt 0 ]] || CASES=(low pipecat livekit)
+
+WORK="$(mktemp -d -t orpheus-compat-XXXX)"
+trap 'rm -rf "${WORK}"' EXIT
+
+run_case() {
+  local name="$1"; shift
+  local venv="${WORK}/${name}"
+  echo "== client compat: ${name}: pip install $*"
+  "${PYTHON}" -m venv "${venv}"
+  "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check "$@" \
+    pytest grpcio-health-checking
+  "${venv}/bin/python" -c '
+import importlib.metadata as md
+found = []
+for n in ("orpheus-tts-client", "protobuf", "grpcio", "pipecat-ai", "livekit-agents"):
+    try:
+        found.append(f"{n} {md.version(n)}")
+    except md.PackageNotFoundError:
+        pass
+print("   resolved:", ", ".join(found))'
+  # Run from a copy of tests/ so the checkout's clients/python/src is never on sys.path:
+  # the installed distribution is what is tested.
+  mkdir -p "${WORK}/${name}-tests/tests"
+  cp tests/__init__.py "${WORK}/${name}-tests/tests/"
+  cp -r tests/clients "${WORK}/${name}-tests/tests/"
+  local targets=("tests/clients")
+  if [[ -n "${ORPHEUS_SERVER_ADDR:-}" && -d "tests/plugins" && "${name}" != low ]]; then
+    cp -r tests/plugins "${WORK}/${name}-tests/tests/"
+    targets+=("tests/plugins")
+    [[ -d examples ]] && cp -r examples "${WORK}/${name}-tests/"
+  fi
+  (cd "${WORK}/${name}-tests" && ORPHEUS_REQUIRE_PLUGIN_TESTS=1 PYTHONWARNINGS="error::UserWarning:google.protobuf" \
+    "${venv}/bin/python" -m pytest -q -p no:cacheprovider -o addopts=-ra "${targets[@]}")
+}
+
+for c in "${CASES[@]}"; do
+  case "${c}" in
+    low)     run_case low "./clients/python" "protobuf==5.26.1" "grpcio==1.63.2" "grpcio-health-checking==1.63.2" ;;
+    pipecat) run_case pipecat "./clients/python[pipecat]" ;;
+    livekit) run_case livekit "./clients/python[livekit]" ;;
+    *) echo "test-client-compat: unknown case ${c} (low|pipecat|livekit)" >&2; exit 2 ;;
+  esac
+done
+echo "client compat: OK (${CASES[*]})"
