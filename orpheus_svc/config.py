@@ -91,6 +91,9 @@ class TextConfig:
     # first audio need not wait for a long first sentence to stream in (0 = sentence ends only)
     first_clause_min_chars: int = 0
     max_segments_in_flight: int = 2  # segments of one session generating at once
+    # Default of SynthesisConfig.normalize_text for sessions that leave it unset: speak
+    # "$3.50" as "three dollars and fifty cents" (English voices only; docs/api.md).
+    normalize: bool = True
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import numpy as np
 from orpheus_svc.audio.pcm import float_to_pcm16
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Finished, Rejected
 from orpheus_svc.core.generation import SamplingParams
+from orpheus_svc.core.normalize import has_normalizer, normalize_text
 from orpheus_svc.core.tokens import SAMPLE_RATE
 from orpheus_svc.runtime import Runtime
 from orpheus_svc.server.segmenter import SentenceBuffer
@@ -35,12 +36,16 @@ class SynthResult:
 
 
 def synthesize(runtime: Runtime, text: str, voice: str = "", seed: int | None = None,
-               progress: bool = False) -> SynthResult:
-    """Speak `text` (segmented like streamed text); all segments generate concurrently."""
+               progress: bool = False, normalize: bool | None = None) -> SynthResult:
+    """Speak `text` (segmented like streamed text); all segments generate concurrently.
+    `normalize` None follows text.normalize (English voices only, as in the server)."""
     entry = runtime.voices.resolve(voice)  # any case; empty = the model's default voice
     if entry is None:
         raise SynthesisError(runtime.voices.unknown_message(voice))
     voice = entry.name
+    if normalize is None:
+        normalize = runtime.config.text.normalize
+    normalize = normalize and has_normalizer(entry.language)
     buf = SentenceBuffer(max_chars=runtime.config.text.max_segment_chars)
     segments = buf.push(text) + buf.close()
     if not segments:
@@ -54,7 +59,8 @@ def synthesize(runtime: Runtime, text: str, voice: str = "", seed: int | None = 
                                   None if seed is None else seed + i)
         gid = runtime.core.new_id()
         runtime.router.register(gid, events.put)
-        runtime.core.submit(runtime.request(session, i, voice, seg, sampling), gid)
+        spoken = normalize_text(seg, entry.language) if normalize else seg
+        runtime.core.submit(runtime.request(session, i, voice, spoken, sampling), gid)
         ids.append(gid)
     audio: dict[int, list[np.ndarray]] = {g: [] for g in ids}
     tokens, pending = 0, set(ids)

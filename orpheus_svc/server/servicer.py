@@ -12,6 +12,7 @@ from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
 
 from orpheus_svc.audio.pcm import MULAW_RATES, PCM16_RATES
 from orpheus_svc.core.generation import SamplingParams
+from orpheus_svc.core.normalize import has_normalizer
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
 
 from .session import (
@@ -39,7 +40,8 @@ _ENCODINGS = {
 
 
 def _options(state: ServerState, voice: str, fmt: tts_pb2.AudioFormat,
-             sampling: tts_pb2.SamplingOptions, *, allow_wav: bool) -> SessionOptions:
+             sampling: tts_pb2.SamplingOptions, *, allow_wav: bool,
+             normalize: bool | None = None) -> SessionOptions:
     """Validate a request's settings; SessionError(INVALID_ARGUMENT) says what to change."""
     voices = state.runtime.voices if state.runtime is not None else english_registry()
     entry = voices.resolve(voice)  # any case; empty = the model's default voice
@@ -69,7 +71,11 @@ def _options(state: ServerState, voice: str, fmt: tts_pb2.AudioFormat,
         params.validate()
     except ValueError as exc:
         raise SessionError("INVALID_ARGUMENT", f"sampling: {exc}") from exc
-    return SessionOptions(voice, encoding, rate, params)
+    # normalize_text unset: the server's default; never for a language without a normaliser
+    wanted = state.config.text.normalize if normalize is None else normalize
+    return SessionOptions(voice, encoding, rate, params,
+                          normalize_text=wanted and has_normalizer(entry.language),
+                          language=entry.language)
 
 
 def _to_proto(out, response_cls):
@@ -91,11 +97,16 @@ def _to_proto(out, response_cls):
         num_samples=out.num_samples, wall_ms=out.wall_ms))
 
 
+def _normalize(msg) -> bool | None:
+    """SynthesisConfig / SynthesizeRequest normalize_text; None when the client left it unset."""
+    return msg.normalize_text if msg.HasField("normalize_text") else None
+
+
 def voice_list(voices: VoiceRegistry) -> tts_pb2.ListVoicesResponse:
     """ListVoices' answer: the served model's voices, its default, every emotion tag."""
     return tts_pb2.ListVoicesResponse(
-        voices=[tts_pb2.Voice(name=v.name, language=v.language, is_default=v.name == voices.default)
-                for v in voices.voices],
+        voices=[tts_pb2.Voice(name=v.name, language=v.language, is_default=v.name == voices.default,
+                              emotion_tags=v.emotion_tags) for v in voices.voices],
         emotion_tags=voices.emotion_tags)
 
 
@@ -118,7 +129,8 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "text is empty or only whitespace; nothing to speak")
         async for resp in self._run(context, (request.voice, request.audio_format,
-                                              request.sampling, True), inputs(),
+                                              request.sampling, True, _normalize(request)),
+                                    inputs(),
                                     tts_pb2.SynthesizeResponse, whole=True):
             yield resp
 
@@ -148,10 +160,10 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
                                 "the first message must be a SynthesisConfig (voice, audio format); "
                                 f"got {first.WhichOneof('request') or 'an empty message'} first")
         c = first.config
-        return (c.voice, c.audio_format, c.sampling, False)
+        return (c.voice, c.audio_format, c.sampling, False, _normalize(c))
 
     async def _run(self, context, settings, inputs, response_cls, whole: bool = False):
-        voice, fmt, sampling, allow_wav = settings
+        voice, fmt, sampling, allow_wav, normalize = settings
         runtime = self.state.runtime_or_none()
         if runtime is None:
             self.state.count_error("UNAVAILABLE")
@@ -159,7 +171,8 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
                                 "the model is still loading or the server is shutting down; "
                                 "retry shortly (health reports SERVING when ready)")
         try:
-            options = _options(self.state, voice, fmt, sampling, allow_wav=allow_wav)
+            options = _options(self.state, voice, fmt, sampling, allow_wav=allow_wav,
+                               normalize=normalize)
         except SessionError as exc:
             self.state.count_error(exc.code)
             await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
@@ -172,7 +185,8 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
         outcome = "ok"
         try:
             log.info("session started", rpc=response_cls.__name__.removesuffix("Response"),
-                     voice=options.voice, encoding=options.encoding, rate=options.sample_rate)
+                     voice=options.voice, encoding=options.encoding, rate=options.sample_rate,
+                     normalize=options.normalize_text)
             async for out in session.run(source):
                 if isinstance(out, Summary):
                     self.state.add_audio_seconds(out.num_samples / options.sample_rate)

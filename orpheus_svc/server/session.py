@@ -23,13 +23,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Union
 
+import structlog
+
 from orpheus_svc.audio.pcm import Encoder
 from orpheus_svc.config import TextConfig
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Finished, Rejected
 from orpheus_svc.core.generation import SamplingParams
+from orpheus_svc.core.normalize import normalize_text
 from orpheus_svc.runtime import Runtime
 
 from .segmenter import SentenceBuffer
+
+_log = structlog.get_logger("orpheus_svc.session")
 
 
 class SessionError(Exception):
@@ -45,6 +50,10 @@ class SessionOptions:
     encoding: str  # pcm16 | mulaw | wav
     sample_rate: int
     sampling: SamplingParams
+    # speak numbers, dates, currency... as words (core/normalize.py); the servicer turns it
+    # off for voices whose language has no normaliser
+    normalize_text: bool = False
+    language: str = "en"  # of the session's voice (BCP 47)
 
 
 @dataclass(frozen=True)
@@ -211,13 +220,24 @@ class StreamSession:
                                           sampling.repetition_penalty, sampling.seed + seg.index)
             try:
                 req = self.runtime.request(self.session_id, seg.index, self.options.voice,
-                                           seg.text, sampling)
+                                           self._spoken(seg), sampling)
             except ValueError as exc:  # e.g. control tokens spelled in the text
                 raise SessionError("INVALID_ARGUMENT", f"segment {seg.index}: {exc}") from exc
             seg.gen_id = self.runtime.core.new_id()
             self._by_gen[seg.gen_id] = seg
             self.runtime.router.register(seg.gen_id, self._inbox.put_nowait, loop)
             self.runtime.core.submit(req, seg.gen_id)
+
+    def _spoken(self, seg: _Segment) -> str:
+        """The text the model gets for `seg`: normalised when the session asked for it.
+        Clients keep seeing seg.text (segment events); the spoken form is logged at debug."""
+        if not self.options.normalize_text:
+            return seg.text
+        spoken = normalize_text(seg.text, self.options.language)
+        if spoken != seg.text:
+            _log.debug("segment normalised", session_id=self.session_id, segment=seg.index,
+                       spoken=spoken)
+        return spoken
 
     def _on_engine_event(self, ev: EngineEvent) -> None:
         seg = self._by_gen.get(ev.gen_id)

@@ -108,6 +108,73 @@ func (AudioEncoding) EnumDescriptor() ([]byte, []int) {
 	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{0}
 }
 
+// SegmentEndCause says why the server ended a segment where it did.
+type SegmentEndCause int32
+
+const (
+	// SEGMENT_END_CAUSE_UNSPECIFIED: not reported (a server older than this field).
+	SegmentEndCause_SEGMENT_END_CAUSE_UNSPECIFIED SegmentEndCause = 0
+	// SEGMENT_END_CAUSE_SENTENCE: a sentence end (. ! ? ...) or a newline.
+	SegmentEndCause_SEGMENT_END_CAUSE_SENTENCE SegmentEndCause = 1
+	// SEGMENT_END_CAUSE_FLUSH: the client sent a Flush.
+	SegmentEndCause_SEGMENT_END_CAUSE_FLUSH SegmentEndCause = 2
+	// SEGMENT_END_CAUSE_MAX_LENGTH: the segment reached the server's maximum length
+	// (text.max_segment_chars) and was cut at a clause mark or a space.
+	SegmentEndCause_SEGMENT_END_CAUSE_MAX_LENGTH SegmentEndCause = 3
+	// SEGMENT_END_CAUSE_END_OF_INPUT: the client half-closed (or the whole Synthesize text ended).
+	SegmentEndCause_SEGMENT_END_CAUSE_END_OF_INPUT SegmentEndCause = 4
+	// SEGMENT_END_CAUSE_CLAUSE: the session's first segment ended early at a clause mark
+	// (, ; : dash) so that the first audio does not wait for a long sentence.
+	SegmentEndCause_SEGMENT_END_CAUSE_CLAUSE SegmentEndCause = 5
+)
+
+// Enum value maps for SegmentEndCause.
+var (
+	SegmentEndCause_name = map[int32]string{
+		0: "SEGMENT_END_CAUSE_UNSPECIFIED",
+		1: "SEGMENT_END_CAUSE_SENTENCE",
+		2: "SEGMENT_END_CAUSE_FLUSH",
+		3: "SEGMENT_END_CAUSE_MAX_LENGTH",
+		4: "SEGMENT_END_CAUSE_END_OF_INPUT",
+		5: "SEGMENT_END_CAUSE_CLAUSE",
+	}
+	SegmentEndCause_value = map[string]int32{
+		"SEGMENT_END_CAUSE_UNSPECIFIED":  0,
+		"SEGMENT_END_CAUSE_SENTENCE":     1,
+		"SEGMENT_END_CAUSE_FLUSH":        2,
+		"SEGMENT_END_CAUSE_MAX_LENGTH":   3,
+		"SEGMENT_END_CAUSE_END_OF_INPUT": 4,
+		"SEGMENT_END_CAUSE_CLAUSE":       5,
+	}
+)
+
+func (x SegmentEndCause) Enum() *SegmentEndCause {
+	p := new(SegmentEndCause)
+	*p = x
+	return p
+}
+
+func (x SegmentEndCause) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SegmentEndCause) Descriptor() protoreflect.EnumDescriptor {
+	return file_orpheus_tts_v1_tts_proto_enumTypes[1].Descriptor()
+}
+
+func (SegmentEndCause) Type() protoreflect.EnumType {
+	return &file_orpheus_tts_v1_tts_proto_enumTypes[1]
+}
+
+func (x SegmentEndCause) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SegmentEndCause.Descriptor instead.
+func (SegmentEndCause) EnumDescriptor() ([]byte, []int) {
+	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{1}
+}
+
 // AudioFormat selects the encoding and sample rate of the audio the server sends.
 type AudioFormat struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -241,12 +308,19 @@ func (x *SamplingOptions) GetSeed() uint64 {
 // SynthesisConfig is the first message of a StreamingSynthesize call.
 type SynthesisConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// voice: one of ListVoices (tara, leah, jess, leo, dan, mia, zac, zoe). Empty means tara.
+	// voice: one of ListVoices, in any case ("Tara" is tara). Empty means the model's default
+	// voice (ListVoices' is_default; tara on the English checkpoints).
 	Voice string `protobuf:"bytes,1,opt,name=voice,proto3" json:"voice,omitempty"`
 	// audio_format of the audio the server sends back.
 	AudioFormat *AudioFormat `protobuf:"bytes,2,opt,name=audio_format,json=audioFormat,proto3" json:"audio_format,omitempty"`
 	// sampling overrides.
-	Sampling      *SamplingOptions `protobuf:"bytes,3,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	Sampling *SamplingOptions `protobuf:"bytes,3,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	// normalize_text: speak written forms as words before they reach the model ("$3.50" ->
+	// "three dollars and fifty cents"; numbers, dates, times, currency, units, URLs, e-mail,
+	// common abbreviations; emotion tags untouched). Unset means the server's default
+	// (text.normalize, on unless configured off). Only voices whose language has a normaliser
+	// (English) are normalised; for others it is off. Segment events carry the text as sent.
+	NormalizeText *bool `protobuf:"varint,4,opt,name=normalize_text,json=normalizeText,proto3,oneof" json:"normalize_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -302,9 +376,22 @@ func (x *SynthesisConfig) GetSampling() *SamplingOptions {
 	return nil
 }
 
+func (x *SynthesisConfig) GetNormalizeText() bool {
+	if x != nil && x.NormalizeText != nil {
+		return *x.NormalizeText
+	}
+	return false
+}
+
 // Flush asks the server to end the current segment with the text received so far.
 type Flush struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id, if set, is echoed as flush_id on the SegmentStart and SegmentEnd of the segment
+	// this flush closes, so a client can match its flushes to segments. A flush with no text
+	// pending closes no segment: its id goes to the segment cut last before it if that
+	// segment's SegmentEnd has not been sent yet (a later flush id replaces an earlier one),
+	// otherwise it is not echoed.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -337,6 +424,13 @@ func (x *Flush) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Flush.ProtoReflect.Descriptor instead.
 func (*Flush) Descriptor() ([]byte, []int) {
 	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Flush) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
 }
 
 // StreamingSynthesizeRequest is one client message of a StreamingSynthesize call.
@@ -533,7 +627,17 @@ type SegmentStart struct {
 	// text of the segment as the server cut it.
 	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	// sample_offset at which the segment's audio starts, at the output rate.
-	SampleOffset  uint64 `protobuf:"varint,3,opt,name=sample_offset,json=sampleOffset,proto3" json:"sample_offset,omitempty"`
+	SampleOffset uint64 `protobuf:"varint,3,opt,name=sample_offset,json=sampleOffset,proto3" json:"sample_offset,omitempty"`
+	// text_start and text_end: the segment's range [start, end) in the session's text (all
+	// text fragments of the call concatenated), in Unicode code points; text is that range
+	// with surrounding whitespace excluded.
+	TextStart uint64 `protobuf:"varint,4,opt,name=text_start,json=textStart,proto3" json:"text_start,omitempty"`
+	// text_end: see text_start.
+	TextEnd uint64 `protobuf:"varint,5,opt,name=text_end,json=textEnd,proto3" json:"text_end,omitempty"`
+	// cause: why the segment ended (known when it is cut, so sent here too).
+	Cause SegmentEndCause `protobuf:"varint,6,opt,name=cause,proto3,enum=orpheus.tts.v1.SegmentEndCause" json:"cause,omitempty"`
+	// flush_id: the Flush.id that closed this segment, if any.
+	FlushId       string `protobuf:"bytes,7,opt,name=flush_id,json=flushId,proto3" json:"flush_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -589,6 +693,34 @@ func (x *SegmentStart) GetSampleOffset() uint64 {
 	return 0
 }
 
+func (x *SegmentStart) GetTextStart() uint64 {
+	if x != nil {
+		return x.TextStart
+	}
+	return 0
+}
+
+func (x *SegmentStart) GetTextEnd() uint64 {
+	if x != nil {
+		return x.TextEnd
+	}
+	return 0
+}
+
+func (x *SegmentStart) GetCause() SegmentEndCause {
+	if x != nil {
+		return x.Cause
+	}
+	return SegmentEndCause_SEGMENT_END_CAUSE_UNSPECIFIED
+}
+
+func (x *SegmentStart) GetFlushId() string {
+	if x != nil {
+		return x.FlushId
+	}
+	return ""
+}
+
 // SegmentEnd is sent after a segment's last audio chunk.
 type SegmentEnd struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -601,7 +733,15 @@ type SegmentEnd struct {
 	// num_tokens the model generated for the segment.
 	NumTokens uint32 `protobuf:"varint,4,opt,name=num_tokens,json=numTokens,proto3" json:"num_tokens,omitempty"`
 	// finish_reason: "stop" (end of speech) or "length" (hit the segment's token budget).
-	FinishReason  string `protobuf:"bytes,5,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
+	FinishReason string `protobuf:"bytes,5,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
+	// text_start and text_end: as in SegmentStart.
+	TextStart uint64 `protobuf:"varint,6,opt,name=text_start,json=textStart,proto3" json:"text_start,omitempty"`
+	// text_end: see text_start.
+	TextEnd uint64 `protobuf:"varint,7,opt,name=text_end,json=textEnd,proto3" json:"text_end,omitempty"`
+	// cause: why the segment ended where it did.
+	Cause SegmentEndCause `protobuf:"varint,8,opt,name=cause,proto3,enum=orpheus.tts.v1.SegmentEndCause" json:"cause,omitempty"`
+	// flush_id: the Flush.id that closed this segment, if any.
+	FlushId       string `protobuf:"bytes,9,opt,name=flush_id,json=flushId,proto3" json:"flush_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -667,6 +807,34 @@ func (x *SegmentEnd) GetNumTokens() uint32 {
 func (x *SegmentEnd) GetFinishReason() string {
 	if x != nil {
 		return x.FinishReason
+	}
+	return ""
+}
+
+func (x *SegmentEnd) GetTextStart() uint64 {
+	if x != nil {
+		return x.TextStart
+	}
+	return 0
+}
+
+func (x *SegmentEnd) GetTextEnd() uint64 {
+	if x != nil {
+		return x.TextEnd
+	}
+	return 0
+}
+
+func (x *SegmentEnd) GetCause() SegmentEndCause {
+	if x != nil {
+		return x.Cause
+	}
+	return SegmentEndCause_SEGMENT_END_CAUSE_UNSPECIFIED
+}
+
+func (x *SegmentEnd) GetFlushId() string {
+	if x != nil {
+		return x.FlushId
 	}
 	return ""
 }
@@ -897,12 +1065,14 @@ type SynthesizeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// text to speak; segmented at sentence ends like streamed text.
 	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
-	// voice; empty means tara.
+	// voice, in any case; empty means the model's default voice.
 	Voice string `protobuf:"bytes,2,opt,name=voice,proto3" json:"voice,omitempty"`
 	// audio_format of the audio the server sends back; WAV is allowed here.
 	AudioFormat *AudioFormat `protobuf:"bytes,3,opt,name=audio_format,json=audioFormat,proto3" json:"audio_format,omitempty"`
 	// sampling overrides.
-	Sampling      *SamplingOptions `protobuf:"bytes,4,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	Sampling *SamplingOptions `protobuf:"bytes,4,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	// normalize_text: as SynthesisConfig.normalize_text.
+	NormalizeText *bool `protobuf:"varint,5,opt,name=normalize_text,json=normalizeText,proto3,oneof" json:"normalize_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -963,6 +1133,13 @@ func (x *SynthesizeRequest) GetSampling() *SamplingOptions {
 		return x.Sampling
 	}
 	return nil
+}
+
+func (x *SynthesizeRequest) GetNormalizeText() bool {
+	if x != nil && x.NormalizeText != nil {
+		return *x.NormalizeText
+	}
+	return false
 }
 
 // SynthesizeResponse is one server message of a Synthesize call.
@@ -1131,7 +1308,10 @@ type Voice struct {
 	// language of the voice (BCP 47).
 	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
 	// is_default is true for the voice used when none is given.
-	IsDefault     bool `protobuf:"varint,3,opt,name=is_default,json=isDefault,proto3" json:"is_default,omitempty"`
+	IsDefault bool `protobuf:"varint,3,opt,name=is_default,json=isDefault,proto3" json:"is_default,omitempty"`
+	// emotion_tags this voice was trained on, e.g. "<laugh>" (empty when the model's voice list
+	// names none).
+	EmotionTags   []string `protobuf:"bytes,4,rep,name=emotion_tags,json=emotionTags,proto3" json:"emotion_tags,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1185,6 +1365,13 @@ func (x *Voice) GetIsDefault() bool {
 		return x.IsDefault
 	}
 	return false
+}
+
+func (x *Voice) GetEmotionTags() []string {
+	if x != nil {
+		return x.EmotionTags
+	}
+	return nil
 }
 
 // ListVoicesResponse lists voices and emotion tags.
@@ -1485,12 +1672,15 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\x15\n" +
 	"\x13_repetition_penaltyB\a\n" +
-	"\x05_seed\"\xa4\x01\n" +
+	"\x05_seed\"\xe3\x01\n" +
 	"\x0fSynthesisConfig\x12\x14\n" +
 	"\x05voice\x18\x01 \x01(\tR\x05voice\x12>\n" +
 	"\faudio_format\x18\x02 \x01(\v2\x1b.orpheus.tts.v1.AudioFormatR\vaudioFormat\x12;\n" +
-	"\bsampling\x18\x03 \x01(\v2\x1f.orpheus.tts.v1.SamplingOptionsR\bsampling\"\a\n" +
-	"\x05Flush\"\xa7\x01\n" +
+	"\bsampling\x18\x03 \x01(\v2\x1f.orpheus.tts.v1.SamplingOptionsR\bsampling\x12*\n" +
+	"\x0enormalize_text\x18\x04 \x01(\bH\x00R\rnormalizeText\x88\x01\x01B\x11\n" +
+	"\x0f_normalize_text\"\x17\n" +
+	"\x05Flush\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xa7\x01\n" +
 	"\x1aStreamingSynthesizeRequest\x129\n" +
 	"\x06config\x18\x01 \x01(\v2\x1f.orpheus.tts.v1.SynthesisConfigH\x00R\x06config\x12\x14\n" +
 	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x12-\n" +
@@ -1503,11 +1693,16 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"\x0fsequence_number\x18\x03 \x01(\x04R\x0esequenceNumber\x12#\n" +
 	"\rsample_offset\x18\x04 \x01(\x04R\fsampleOffset\x12\x1f\n" +
 	"\vnum_samples\x18\x05 \x01(\rR\n" +
-	"numSamples\"l\n" +
+	"numSamples\"\xf8\x01\n" +
 	"\fSegmentStart\x12#\n" +
 	"\rsegment_index\x18\x01 \x01(\rR\fsegmentIndex\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12#\n" +
-	"\rsample_offset\x18\x03 \x01(\x04R\fsampleOffset\"\xaa\x01\n" +
+	"\rsample_offset\x18\x03 \x01(\x04R\fsampleOffset\x12\x1d\n" +
+	"\n" +
+	"text_start\x18\x04 \x01(\x04R\ttextStart\x12\x19\n" +
+	"\btext_end\x18\x05 \x01(\x04R\atextEnd\x125\n" +
+	"\x05cause\x18\x06 \x01(\x0e2\x1f.orpheus.tts.v1.SegmentEndCauseR\x05cause\x12\x19\n" +
+	"\bflush_id\x18\a \x01(\tR\aflushId\"\xb6\x02\n" +
 	"\n" +
 	"SegmentEnd\x12#\n" +
 	"\rsegment_index\x18\x01 \x01(\rR\fsegmentIndex\x12\x12\n" +
@@ -1516,7 +1711,12 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"numSamples\x12\x1d\n" +
 	"\n" +
 	"num_tokens\x18\x04 \x01(\rR\tnumTokens\x12#\n" +
-	"\rfinish_reason\x18\x05 \x01(\tR\ffinishReason\"\xfc\x01\n" +
+	"\rfinish_reason\x18\x05 \x01(\tR\ffinishReason\x12\x1d\n" +
+	"\n" +
+	"text_start\x18\x06 \x01(\x04R\ttextStart\x12\x19\n" +
+	"\btext_end\x18\a \x01(\x04R\atextEnd\x125\n" +
+	"\x05cause\x18\b \x01(\x0e2\x1f.orpheus.tts.v1.SegmentEndCauseR\x05cause\x12\x19\n" +
+	"\bflush_id\x18\t \x01(\tR\aflushId\"\xfc\x01\n" +
 	"\x10SynthesisSummary\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
@@ -1535,12 +1735,14 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"segmentEnd\x12<\n" +
 	"\asummary\x18\x04 \x01(\v2 .orpheus.tts.v1.SynthesisSummaryH\x00R\asummaryB\n" +
 	"\n" +
-	"\bresponse\"\xba\x01\n" +
+	"\bresponse\"\xf9\x01\n" +
 	"\x11SynthesizeRequest\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x14\n" +
 	"\x05voice\x18\x02 \x01(\tR\x05voice\x12>\n" +
 	"\faudio_format\x18\x03 \x01(\v2\x1b.orpheus.tts.v1.AudioFormatR\vaudioFormat\x12;\n" +
-	"\bsampling\x18\x04 \x01(\v2\x1f.orpheus.tts.v1.SamplingOptionsR\bsampling\"\x96\x02\n" +
+	"\bsampling\x18\x04 \x01(\v2\x1f.orpheus.tts.v1.SamplingOptionsR\bsampling\x12*\n" +
+	"\x0enormalize_text\x18\x05 \x01(\bH\x00R\rnormalizeText\x88\x01\x01B\x11\n" +
+	"\x0f_normalize_text\"\x96\x02\n" +
 	"\x12SynthesizeResponse\x122\n" +
 	"\x05audio\x18\x01 \x01(\v2\x1a.orpheus.tts.v1.AudioChunkH\x00R\x05audio\x12C\n" +
 	"\rsegment_start\x18\x02 \x01(\v2\x1c.orpheus.tts.v1.SegmentStartH\x00R\fsegmentStart\x12=\n" +
@@ -1549,12 +1751,13 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"\asummary\x18\x04 \x01(\v2 .orpheus.tts.v1.SynthesisSummaryH\x00R\asummaryB\n" +
 	"\n" +
 	"\bresponse\"\x13\n" +
-	"\x11ListVoicesRequest\"V\n" +
+	"\x11ListVoicesRequest\"y\n" +
 	"\x05Voice\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x1d\n" +
 	"\n" +
-	"is_default\x18\x03 \x01(\bR\tisDefault\"f\n" +
+	"is_default\x18\x03 \x01(\bR\tisDefault\x12!\n" +
+	"\femotion_tags\x18\x04 \x03(\tR\vemotionTags\"f\n" +
 	"\x12ListVoicesResponse\x12-\n" +
 	"\x06voices\x18\x01 \x03(\v2\x15.orpheus.tts.v1.VoiceR\x06voices\x12!\n" +
 	"\femotion_tags\x18\x02 \x03(\tR\vemotionTags\"\x12\n" +
@@ -1589,7 +1792,14 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"\x13AUDIO_ENCODING_ALAW\x10\x04\x12\x1b\n" +
 	"\x17AUDIO_ENCODING_OGG_OPUS\x10\x05\x12\x16\n" +
 	"\x12AUDIO_ENCODING_MP3\x10\x06\x12\x17\n" +
-	"\x13AUDIO_ENCODING_FLAC\x10\a2\xfe\x02\n" +
+	"\x13AUDIO_ENCODING_FLAC\x10\a*\xd5\x01\n" +
+	"\x0fSegmentEndCause\x12!\n" +
+	"\x1dSEGMENT_END_CAUSE_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aSEGMENT_END_CAUSE_SENTENCE\x10\x01\x12\x1b\n" +
+	"\x17SEGMENT_END_CAUSE_FLUSH\x10\x02\x12 \n" +
+	"\x1cSEGMENT_END_CAUSE_MAX_LENGTH\x10\x03\x12\"\n" +
+	"\x1eSEGMENT_END_CAUSE_END_OF_INPUT\x10\x04\x12\x1c\n" +
+	"\x18SEGMENT_END_CAUSE_CLAUSE\x10\x052\xfe\x02\n" +
 	"\n" +
 	"TTSService\x12r\n" +
 	"\x13StreamingSynthesize\x12*.orpheus.tts.v1.StreamingSynthesizeRequest\x1a+.orpheus.tts.v1.StreamingSynthesizeResponse(\x010\x01\x12U\n" +
@@ -1611,58 +1821,61 @@ func file_orpheus_tts_v1_tts_proto_rawDescGZIP() []byte {
 	return file_orpheus_tts_v1_tts_proto_rawDescData
 }
 
-var file_orpheus_tts_v1_tts_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_orpheus_tts_v1_tts_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_orpheus_tts_v1_tts_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_orpheus_tts_v1_tts_proto_goTypes = []any{
 	(AudioEncoding)(0),                  // 0: orpheus.tts.v1.AudioEncoding
-	(*AudioFormat)(nil),                 // 1: orpheus.tts.v1.AudioFormat
-	(*SamplingOptions)(nil),             // 2: orpheus.tts.v1.SamplingOptions
-	(*SynthesisConfig)(nil),             // 3: orpheus.tts.v1.SynthesisConfig
-	(*Flush)(nil),                       // 4: orpheus.tts.v1.Flush
-	(*StreamingSynthesizeRequest)(nil),  // 5: orpheus.tts.v1.StreamingSynthesizeRequest
-	(*AudioChunk)(nil),                  // 6: orpheus.tts.v1.AudioChunk
-	(*SegmentStart)(nil),                // 7: orpheus.tts.v1.SegmentStart
-	(*SegmentEnd)(nil),                  // 8: orpheus.tts.v1.SegmentEnd
-	(*SynthesisSummary)(nil),            // 9: orpheus.tts.v1.SynthesisSummary
-	(*StreamingSynthesizeResponse)(nil), // 10: orpheus.tts.v1.StreamingSynthesizeResponse
-	(*SynthesizeRequest)(nil),           // 11: orpheus.tts.v1.SynthesizeRequest
-	(*SynthesizeResponse)(nil),          // 12: orpheus.tts.v1.SynthesizeResponse
-	(*ListVoicesRequest)(nil),           // 13: orpheus.tts.v1.ListVoicesRequest
-	(*Voice)(nil),                       // 14: orpheus.tts.v1.Voice
-	(*ListVoicesResponse)(nil),          // 15: orpheus.tts.v1.ListVoicesResponse
-	(*GetStatusRequest)(nil),            // 16: orpheus.tts.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),           // 17: orpheus.tts.v1.GetStatusResponse
+	(SegmentEndCause)(0),                // 1: orpheus.tts.v1.SegmentEndCause
+	(*AudioFormat)(nil),                 // 2: orpheus.tts.v1.AudioFormat
+	(*SamplingOptions)(nil),             // 3: orpheus.tts.v1.SamplingOptions
+	(*SynthesisConfig)(nil),             // 4: orpheus.tts.v1.SynthesisConfig
+	(*Flush)(nil),                       // 5: orpheus.tts.v1.Flush
+	(*StreamingSynthesizeRequest)(nil),  // 6: orpheus.tts.v1.StreamingSynthesizeRequest
+	(*AudioChunk)(nil),                  // 7: orpheus.tts.v1.AudioChunk
+	(*SegmentStart)(nil),                // 8: orpheus.tts.v1.SegmentStart
+	(*SegmentEnd)(nil),                  // 9: orpheus.tts.v1.SegmentEnd
+	(*SynthesisSummary)(nil),            // 10: orpheus.tts.v1.SynthesisSummary
+	(*StreamingSynthesizeResponse)(nil), // 11: orpheus.tts.v1.StreamingSynthesizeResponse
+	(*SynthesizeRequest)(nil),           // 12: orpheus.tts.v1.SynthesizeRequest
+	(*SynthesizeResponse)(nil),          // 13: orpheus.tts.v1.SynthesizeResponse
+	(*ListVoicesRequest)(nil),           // 14: orpheus.tts.v1.ListVoicesRequest
+	(*Voice)(nil),                       // 15: orpheus.tts.v1.Voice
+	(*ListVoicesResponse)(nil),          // 16: orpheus.tts.v1.ListVoicesResponse
+	(*GetStatusRequest)(nil),            // 17: orpheus.tts.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),           // 18: orpheus.tts.v1.GetStatusResponse
 }
 var file_orpheus_tts_v1_tts_proto_depIdxs = []int32{
 	0,  // 0: orpheus.tts.v1.AudioFormat.encoding:type_name -> orpheus.tts.v1.AudioEncoding
-	1,  // 1: orpheus.tts.v1.SynthesisConfig.audio_format:type_name -> orpheus.tts.v1.AudioFormat
-	2,  // 2: orpheus.tts.v1.SynthesisConfig.sampling:type_name -> orpheus.tts.v1.SamplingOptions
-	3,  // 3: orpheus.tts.v1.StreamingSynthesizeRequest.config:type_name -> orpheus.tts.v1.SynthesisConfig
-	4,  // 4: orpheus.tts.v1.StreamingSynthesizeRequest.flush:type_name -> orpheus.tts.v1.Flush
-	6,  // 5: orpheus.tts.v1.StreamingSynthesizeResponse.audio:type_name -> orpheus.tts.v1.AudioChunk
-	7,  // 6: orpheus.tts.v1.StreamingSynthesizeResponse.segment_start:type_name -> orpheus.tts.v1.SegmentStart
-	8,  // 7: orpheus.tts.v1.StreamingSynthesizeResponse.segment_end:type_name -> orpheus.tts.v1.SegmentEnd
-	9,  // 8: orpheus.tts.v1.StreamingSynthesizeResponse.summary:type_name -> orpheus.tts.v1.SynthesisSummary
-	1,  // 9: orpheus.tts.v1.SynthesizeRequest.audio_format:type_name -> orpheus.tts.v1.AudioFormat
-	2,  // 10: orpheus.tts.v1.SynthesizeRequest.sampling:type_name -> orpheus.tts.v1.SamplingOptions
-	6,  // 11: orpheus.tts.v1.SynthesizeResponse.audio:type_name -> orpheus.tts.v1.AudioChunk
-	7,  // 12: orpheus.tts.v1.SynthesizeResponse.segment_start:type_name -> orpheus.tts.v1.SegmentStart
-	8,  // 13: orpheus.tts.v1.SynthesizeResponse.segment_end:type_name -> orpheus.tts.v1.SegmentEnd
-	9,  // 14: orpheus.tts.v1.SynthesizeResponse.summary:type_name -> orpheus.tts.v1.SynthesisSummary
-	14, // 15: orpheus.tts.v1.ListVoicesResponse.voices:type_name -> orpheus.tts.v1.Voice
-	5,  // 16: orpheus.tts.v1.TTSService.StreamingSynthesize:input_type -> orpheus.tts.v1.StreamingSynthesizeRequest
-	11, // 17: orpheus.tts.v1.TTSService.Synthesize:input_type -> orpheus.tts.v1.SynthesizeRequest
-	13, // 18: orpheus.tts.v1.TTSService.ListVoices:input_type -> orpheus.tts.v1.ListVoicesRequest
-	16, // 19: orpheus.tts.v1.TTSService.GetStatus:input_type -> orpheus.tts.v1.GetStatusRequest
-	10, // 20: orpheus.tts.v1.TTSService.StreamingSynthesize:output_type -> orpheus.tts.v1.StreamingSynthesizeResponse
-	12, // 21: orpheus.tts.v1.TTSService.Synthesize:output_type -> orpheus.tts.v1.SynthesizeResponse
-	15, // 22: orpheus.tts.v1.TTSService.ListVoices:output_type -> orpheus.tts.v1.ListVoicesResponse
-	17, // 23: orpheus.tts.v1.TTSService.GetStatus:output_type -> orpheus.tts.v1.GetStatusResponse
-	20, // [20:24] is the sub-list for method output_type
-	16, // [16:20] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	2,  // 1: orpheus.tts.v1.SynthesisConfig.audio_format:type_name -> orpheus.tts.v1.AudioFormat
+	3,  // 2: orpheus.tts.v1.SynthesisConfig.sampling:type_name -> orpheus.tts.v1.SamplingOptions
+	4,  // 3: orpheus.tts.v1.StreamingSynthesizeRequest.config:type_name -> orpheus.tts.v1.SynthesisConfig
+	5,  // 4: orpheus.tts.v1.StreamingSynthesizeRequest.flush:type_name -> orpheus.tts.v1.Flush
+	1,  // 5: orpheus.tts.v1.SegmentStart.cause:type_name -> orpheus.tts.v1.SegmentEndCause
+	1,  // 6: orpheus.tts.v1.SegmentEnd.cause:type_name -> orpheus.tts.v1.SegmentEndCause
+	7,  // 7: orpheus.tts.v1.StreamingSynthesizeResponse.audio:type_name -> orpheus.tts.v1.AudioChunk
+	8,  // 8: orpheus.tts.v1.StreamingSynthesizeResponse.segment_start:type_name -> orpheus.tts.v1.SegmentStart
+	9,  // 9: orpheus.tts.v1.StreamingSynthesizeResponse.segment_end:type_name -> orpheus.tts.v1.SegmentEnd
+	10, // 10: orpheus.tts.v1.StreamingSynthesizeResponse.summary:type_name -> orpheus.tts.v1.SynthesisSummary
+	2,  // 11: orpheus.tts.v1.SynthesizeRequest.audio_format:type_name -> orpheus.tts.v1.AudioFormat
+	3,  // 12: orpheus.tts.v1.SynthesizeRequest.sampling:type_name -> orpheus.tts.v1.SamplingOptions
+	7,  // 13: orpheus.tts.v1.SynthesizeResponse.audio:type_name -> orpheus.tts.v1.AudioChunk
+	8,  // 14: orpheus.tts.v1.SynthesizeResponse.segment_start:type_name -> orpheus.tts.v1.SegmentStart
+	9,  // 15: orpheus.tts.v1.SynthesizeResponse.segment_end:type_name -> orpheus.tts.v1.SegmentEnd
+	10, // 16: orpheus.tts.v1.SynthesizeResponse.summary:type_name -> orpheus.tts.v1.SynthesisSummary
+	15, // 17: orpheus.tts.v1.ListVoicesResponse.voices:type_name -> orpheus.tts.v1.Voice
+	6,  // 18: orpheus.tts.v1.TTSService.StreamingSynthesize:input_type -> orpheus.tts.v1.StreamingSynthesizeRequest
+	12, // 19: orpheus.tts.v1.TTSService.Synthesize:input_type -> orpheus.tts.v1.SynthesizeRequest
+	14, // 20: orpheus.tts.v1.TTSService.ListVoices:input_type -> orpheus.tts.v1.ListVoicesRequest
+	17, // 21: orpheus.tts.v1.TTSService.GetStatus:input_type -> orpheus.tts.v1.GetStatusRequest
+	11, // 22: orpheus.tts.v1.TTSService.StreamingSynthesize:output_type -> orpheus.tts.v1.StreamingSynthesizeResponse
+	13, // 23: orpheus.tts.v1.TTSService.Synthesize:output_type -> orpheus.tts.v1.SynthesizeResponse
+	16, // 24: orpheus.tts.v1.TTSService.ListVoices:output_type -> orpheus.tts.v1.ListVoicesResponse
+	18, // 25: orpheus.tts.v1.TTSService.GetStatus:output_type -> orpheus.tts.v1.GetStatusResponse
+	22, // [22:26] is the sub-list for method output_type
+	18, // [18:22] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_orpheus_tts_v1_tts_proto_init() }
@@ -1671,6 +1884,7 @@ func file_orpheus_tts_v1_tts_proto_init() {
 		return
 	}
 	file_orpheus_tts_v1_tts_proto_msgTypes[1].OneofWrappers = []any{}
+	file_orpheus_tts_v1_tts_proto_msgTypes[2].OneofWrappers = []any{}
 	file_orpheus_tts_v1_tts_proto_msgTypes[4].OneofWrappers = []any{
 		(*StreamingSynthesizeRequest_Config)(nil),
 		(*StreamingSynthesizeRequest_Text)(nil),
@@ -1682,6 +1896,7 @@ func file_orpheus_tts_v1_tts_proto_init() {
 		(*StreamingSynthesizeResponse_SegmentEnd)(nil),
 		(*StreamingSynthesizeResponse_Summary)(nil),
 	}
+	file_orpheus_tts_v1_tts_proto_msgTypes[10].OneofWrappers = []any{}
 	file_orpheus_tts_v1_tts_proto_msgTypes[11].OneofWrappers = []any{
 		(*SynthesizeResponse_Audio)(nil),
 		(*SynthesizeResponse_SegmentStart)(nil),
@@ -1693,7 +1908,7 @@ func file_orpheus_tts_v1_tts_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orpheus_tts_v1_tts_proto_rawDesc), len(file_orpheus_tts_v1_tts_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18orpheus/tts/v1/tts.proto\x12\x0eorpheus.tts.v1\"V\n\x0b\x41udioFormat\x12/\n\x08\x65ncoding\x18\x01 \x01(\x0e\x32\x1d.orpheus.tts.v1.AudioEncoding\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\x05\"\xad\x01\n\x0fSamplingOptions\x12\x18\n\x0btemperature\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x11\n\x04seed\x18\x04 \x01(\x04H\x03\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x15\n\x13_repetition_penaltyB\x07\n\x05_seed\"\x86\x01\n\x0fSynthesisConfig\x12\r\n\x05voice\x18\x01 \x01(\t\x12\x31\n\x0c\x61udio_format\x18\x02 \x01(\x0b\x32\x1b.orpheus.tts.v1.AudioFormat\x12\x31\n\x08sampling\x18\x03 \x01(\x0b\x32\x1f.orpheus.tts.v1.SamplingOptions\"\x07\n\x05\x46lush\"\x92\x01\n\x1aStreamingSynthesizeRequest\x12\x31\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.orpheus.tts.v1.SynthesisConfigH\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12&\n\x05\x66lush\x18\x03 \x01(\x0b\x32\x15.orpheus.tts.v1.FlushH\x00\x42\t\n\x07request\"w\n\nAudioChunk\x12\r\n\x05\x61udio\x18\x01 \x01(\x0c\x12\x15\n\rsegment_index\x18\x02 \x01(\r\x12\x17\n\x0fsequence_number\x18\x03 \x01(\x04\x12\x15\n\rsample_offset\x18\x04 \x01(\x04\x12\x13\n\x0bnum_samples\x18\x05 \x01(\r\"J\n\x0cSegmentStart\x12\x15\n\rsegment_index\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x15\n\rsample_offset\x18\x03 \x01(\x04\"q\n\nSegmentEnd\x12\x15\n\rsegment_index\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0bnum_samples\x18\x03 \x01(\x04\x12\x12\n\nnum_tokens\x18\x04 \x01(\r\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\"\xa8\x01\n\x10SynthesisSummary\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1e\n\x16time_to_first_audio_ms\x18\x02 \x01(\x01\x12\x10\n\x08\x61udio_ms\x18\x03 \x01(\x01\x12\x12\n\nnum_tokens\x18\x04 \x01(\x04\x12\x14\n\x0cnum_segments\x18\x05 \x01(\r\x12\x13\n\x0bnum_samples\x18\x06 \x01(\x04\x12\x0f\n\x07wall_ms\x18\x07 \x01(\x01\"\xf5\x01\n\x1bStreamingSynthesizeResponse\x12+\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x1a.orpheus.tts.v1.AudioChunkH\x00\x12\x35\n\rsegment_start\x18\x02 \x01(\x0b\x32\x1c.orpheus.tts.v1.SegmentStartH\x00\x12\x31\n\x0bsegment_end\x18\x03 \x01(\x0b\x32\x1a.orpheus.tts.v1.SegmentEndH\x00\x12\x33\n\x07summary\x18\x04 \x01(\x0b\x32 .orpheus.tts.v1.SynthesisSummaryH\x00\x42\n\n\x08response\"\x96\x01\n\x11SynthesizeRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05voice\x18\x02 \x01(\t\x12\x31\n\x0c\x61udio_format\x18\x03 \x01(\x0b\x32\x1b.orpheus.tts.v1.AudioFormat\x12\x31\n\x08sampling\x18\x04 \x01(\x0b\x32\x1f.orpheus.tts.v1.SamplingOptions\"\xec\x01\n\x12SynthesizeResponse\x12+\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x1a.orpheus.tts.v1.AudioChunkH\x00\x12\x35\n\rsegment_start\x18\x02 \x01(\x0b\x32\x1c.orpheus.tts.v1.SegmentStartH\x00\x12\x31\n\x0bsegment_end\x18\x03 \x01(\x0b\x32\x1a.orpheus.tts.v1.SegmentEndH\x00\x12\x33\n\x07summary\x18\x04 \x01(\x0b\x32 .orpheus.tts.v1.SynthesisSummaryH\x00\x42\n\n\x08response\"\x13\n\x11ListVoicesRequest\";\n\x05Voice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08language\x18\x02 \x01(\t\x12\x12\n\nis_default\x18\x03 \x01(\x08\"Q\n\x12ListVoicesResponse\x12%\n\x06voices\x18\x01 \x03(\x0b\x32\x15.orpheus.tts.v1.Voice\x12\x14\n\x0c\x65motion_tags\x18\x02 \x03(\t\"\x12\n\x10GetStatusRequest\"\x9e\x03\n\x11GetStatusResponse\x12\x0f\n\x07serving\x18\x01 \x01(\x08\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x17\n\x0f\x61\x63tive_sessions\x18\x04 \x01(\r\x12\x1a\n\x12\x61\x63tive_generations\x18\x05 \x01(\r\x12\x1b\n\x13waiting_generations\x18\x06 \x01(\r\x12\x12\n\nfree_slots\x18\x07 \x01(\r\x12\x13\n\x0btotal_slots\x18\x08 \x01(\r\x12\x16\n\x0emax_batch_size\x18\t \x01(\r\x12\x16\n\x0esessions_total\x18\n \x01(\x04\x12\x19\n\x11generations_total\x18\x0b \x01(\x04\x12\x16\n\x0erejected_total\x18\x0c \x01(\x04\x12\x14\n\x0ctokens_total\x18\r \x01(\x04\x12\x13\n\x0bsteps_total\x18\x0e \x01(\x04\x12\x1a\n\x12grammar_violations\x18\x0f \x01(\x04\x12\x1b\n\x13\x61udio_seconds_total\x18\x10 \x01(\x01\x12\x16\n\x0euptime_seconds\x18\x11 \x01(\x01*\xe2\x01\n\rAudioEncoding\x12\x1e\n\x1a\x41UDIO_ENCODING_UNSPECIFIED\x10\x00\x12\x18\n\x14\x41UDIO_ENCODING_PCM16\x10\x01\x12\x18\n\x14\x41UDIO_ENCODING_MULAW\x10\x02\x12\x16\n\x12\x41UDIO_ENCODING_WAV\x10\x03\x12\x17\n\x13\x41UDIO_ENCODING_ALAW\x10\x04\x12\x1b\n\x17\x41UDIO_ENCODING_OGG_OPUS\x10\x05\x12\x16\n\x12\x41UDIO_ENCODING_MP3\x10\x06\x12\x17\n\x13\x41UDIO_ENCODING_FLAC\x10\x07\x32\xfe\x02\n\nTTSService\x12r\n\x13StreamingSynthesize\x12*.orpheus.tts.v1.StreamingSynthesizeRequest\x1a+.orpheus.tts.v1.StreamingSynthesizeResponse(\x01\x30\x01\x12U\n\nSynthesize\x12!.orpheus.tts.v1.SynthesizeRequest\x1a\".orpheus.tts.v1.SynthesizeResponse0\x01\x12S\n\nListVoices\x12!.orpheus.tts.v1.ListVoicesRequest\x1a\".orpheus.tts.v1.ListVoicesResponse\x12P\n\tGetStatus\x12 .orpheus.tts.v1.GetStatusRequest\x1a!.orpheus.tts.v1.GetStatusResponseBHZFgithub.com/orpheus-svc/orpheus-svc/clients/go/gen/orpheus/tts/v1;ttsv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18orpheus/tts/v1/tts.proto\x12\x0eorpheus.tts.v1\"V\n\x0b\x41udioFormat\x12/\n\x08\x65ncoding\x18\x01 \x01(\x0e\x32\x1d.orpheus.tts.v1.AudioEncoding\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\x05\"\xad\x01\n\x0fSamplingOptions\x12\x18\n\x0btemperature\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x11\n\x04seed\x18\x04 \x01(\x04H\x03\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x15\n\x13_repetition_penaltyB\x07\n\x05_seed\"\xb6\x01\n\x0fSynthesisConfig\x12\r\n\x05voice\x18\x01 \x01(\t\x12\x31\n\x0c\x61udio_format\x18\x02 \x01(\x0b\x32\x1b.orpheus.tts.v1.AudioFormat\x12\x31\n\x08sampling\x18\x03 \x01(\x0b\x32\x1f.orpheus.tts.v1.SamplingOptions\x12\x1b\n\x0enormalize_text\x18\x04 \x01(\x08H\x00\x88\x01\x01\x42\x11\n\x0f_normalize_text\"\x13\n\x05\x46lush\x12\n\n\x02id\x18\x01 \x01(\t\"\x92\x01\n\x1aStreamingSynthesizeRequest\x12\x31\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.orpheus.tts.v1.SynthesisConfigH\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12&\n\x05\x66lush\x18\x03 \x01(\x0b\x32\x15.orpheus.tts.v1.FlushH\x00\x42\t\n\x07request\"w\n\nAudioChunk\x12\r\n\x05\x61udio\x18\x01 \x01(\x0c\x12\x15\n\rsegment_index\x18\x02 \x01(\r\x12\x17\n\x0fsequence_number\x18\x03 \x01(\x04\x12\x15\n\rsample_offset\x18\x04 \x01(\x04\x12\x13\n\x0bnum_samples\x18\x05 \x01(\r\"\xb2\x01\n\x0cSegmentStart\x12\x15\n\rsegment_index\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x15\n\rsample_offset\x18\x03 \x01(\x04\x12\x12\n\ntext_start\x18\x04 \x01(\x04\x12\x10\n\x08text_end\x18\x05 \x01(\x04\x12.\n\x05\x63\x61use\x18\x06 \x01(\x0e\x32\x1f.orpheus.tts.v1.SegmentEndCause\x12\x10\n\x08\x66lush_id\x18\x07 \x01(\t\"\xd9\x01\n\nSegmentEnd\x12\x15\n\rsegment_index\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0bnum_samples\x18\x03 \x01(\x04\x12\x12\n\nnum_tokens\x18\x04 \x01(\r\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\x12\x12\n\ntext_start\x18\x06 \x01(\x04\x12\x10\n\x08text_end\x18\x07 \x01(\x04\x12.\n\x05\x63\x61use\x18\x08 \x01(\x0e\x32\x1f.orpheus.tts.v1.SegmentEndCause\x12\x10\n\x08\x66lush_id\x18\t \x01(\t\"\xa8\x01\n\x10SynthesisSummary\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1e\n\x16time_to_first_audio_ms\x18\x02 \x01(\x01\x12\x10\n\x08\x61udio_ms\x18\x03 \x01(\x01\x12\x12\n\nnum_tokens\x18\x04 \x01(\x04\x12\x14\n\x0cnum_segments\x18\x05 \x01(\r\x12\x13\n\x0bnum_samples\x18\x06 \x01(\x04\x12\x0f\n\x07wall_ms\x18\x07 \x01(\x01\"\xf5\x01\n\x1bStreamingSynthesizeResponse\x12+\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x1a.orpheus.tts.v1.AudioChunkH\x00\x12\x35\n\rsegment_start\x18\x02 \x01(\x0b\x32\x1c.orpheus.tts.v1.SegmentStartH\x00\x12\x31\n\x0bsegment_end\x18\x03 \x01(\x0b\x32\x1a.orpheus.tts.v1.SegmentEndH\x00\x12\x33\n\x07summary\x18\x04 \x01(\x0b\x32 .orpheus.tts.v1.SynthesisSummaryH\x00\x42\n\n\x08response\"\xc6\x01\n\x11SynthesizeRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05voice\x18\x02 \x01(\t\x12\x31\n\x0c\x61udio_format\x18\x03 \x01(\x0b\x32\x1b.orpheus.tts.v1.AudioFormat\x12\x31\n\x08sampling\x18\x04 \x01(\x0b\x32\x1f.orpheus.tts.v1.SamplingOptions\x12\x1b\n\x0enormalize_text\x18\x05 \x01(\x08H\x00\x88\x01\x01\x42\x11\n\x0f_normalize_text\"\xec\x01\n\x12SynthesizeResponse\x12+\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x1a.orpheus.tts.v1.AudioChunkH\x00\x12\x35\n\rsegment_start\x18\x02 \x01(\x0b\x32\x1c.orpheus.tts.v1.SegmentStartH\x00\x12\x31\n\x0bsegment_end\x18\x03 \x01(\x0b\x32\x1a.orpheus.tts.v1.SegmentEndH\x00\x12\x33\n\x07summary\x18\x04 \x01(\x0b\x32 .orpheus.tts.v1.SynthesisSummaryH\x00\x42\n\n\x08response\"\x13\n\x11ListVoicesRequest\"Q\n\x05Voice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08language\x18\x02 \x01(\t\x12\x12\n\nis_default\x18\x03 \x01(\x08\x12\x14\n\x0c\x65motion_tags\x18\x04 \x03(\t\"Q\n\x12ListVoicesResponse\x12%\n\x06voices\x18\x01 \x03(\x0b\x32\x15.orpheus.tts.v1.Voice\x12\x14\n\x0c\x65motion_tags\x18\x02 \x03(\t\"\x12\n\x10GetStatusRequest\"\x9e\x03\n\x11GetStatusResponse\x12\x0f\n\x07serving\x18\x01 \x01(\x08\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x17\n\x0f\x61\x63tive_sessions\x18\x04 \x01(\r\x12\x1a\n\x12\x61\x63tive_generations\x18\x05 \x01(\r\x12\x1b\n\x13waiting_generations\x18\x06 \x01(\r\x12\x12\n\nfree_slots\x18\x07 \x01(\r\x12\x13\n\x0btotal_slots\x18\x08 \x01(\r\x12\x16\n\x0emax_batch_size\x18\t \x01(\r\x12\x16\n\x0esessions_total\x18\n \x01(\x04\x12\x19\n\x11generations_total\x18\x0b \x01(\x04\x12\x16\n\x0erejected_total\x18\x0c \x01(\x04\x12\x14\n\x0ctokens_total\x18\r \x01(\x04\x12\x13\n\x0bsteps_total\x18\x0e \x01(\x04\x12\x1a\n\x12grammar_violations\x18\x0f \x01(\x04\x12\x1b\n\x13\x61udio_seconds_total\x18\x10 \x01(\x01\x12\x16\n\x0euptime_seconds\x18\x11 \x01(\x01*\xe2\x01\n\rAudioEncoding\x12\x1e\n\x1a\x41UDIO_ENCODING_UNSPECIFIED\x10\x00\x12\x18\n\x14\x41UDIO_ENCODING_PCM16\x10\x01\x12\x18\n\x14\x41UDIO_ENCODING_MULAW\x10\x02\x12\x16\n\x12\x41UDIO_ENCODING_WAV\x10\x03\x12\x17\n\x13\x41UDIO_ENCODING_ALAW\x10\x04\x12\x1b\n\x17\x41UDIO_ENCODING_OGG_OPUS\x10\x05\x12\x16\n\x12\x41UDIO_ENCODING_MP3\x10\x06\x12\x17\n\x13\x41UDIO_ENCODING_FLAC\x10\x07*\xd5\x01\n\x0fSegmentEndCause\x12!\n\x1dSEGMENT_END_CAUSE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aSEGMENT_END_CAUSE_SENTENCE\x10\x01\x12\x1b\n\x17SEGMENT_END_CAUSE_FLUSH\x10\x02\x12 \n\x1cSEGMENT_END_CAUSE_MAX_LENGTH\x10\x03\x12\"\n\x1eSEGMENT_END_CAUSE_END_OF_INPUT\x10\x04\x12\x1c\n\x18SEGMENT_END_CAUSE_CLAUSE\x10\x05\x32\xfe\x02\n\nTTSService\x12r\n\x13StreamingSynthesize\x12*.orpheus.tts.v1.StreamingSynthesizeRequest\x1a+.orpheus.tts.v1.StreamingSynthesizeResponse(\x01\x30\x01\x12U\n\nSynthesize\x12!.orpheus.tts.v1.SynthesizeRequest\x1a\".orpheus.tts.v1.SynthesizeResponse0\x01\x12S\n\nListVoices\x12!.orpheus.tts.v1.ListVoicesRequest\x1a\".orpheus.tts.v1.ListVoicesResponse\x12P\n\tGetStatus\x12 .orpheus.tts.v1.GetStatusRequest\x1a!.orpheus.tts.v1.GetStatusResponseBHZFgithub.com/orpheus-svc/orpheus-svc/clients/go/gen/orpheus/tts/v1;ttsv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -22,42 +22,44 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'orpheus_tts_client.proto.v1
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'ZFgithub.com/orpheus-svc/orpheus-svc/clients/go/gen/orpheus/tts/v1;ttsv1'
-  _globals['_AUDIOENCODING']._serialized_start=2329
-  _globals['_AUDIOENCODING']._serialized_end=2555
+  _globals['_AUDIOENCODING']._serialized_start=2669
+  _globals['_AUDIOENCODING']._serialized_end=2895
+  _globals['_SEGMENTENDCAUSE']._serialized_start=2898
+  _globals['_SEGMENTENDCAUSE']._serialized_end=3111
   _globals['_AUDIOFORMAT']._serialized_start=44
   _globals['_AUDIOFORMAT']._serialized_end=130
   _globals['_SAMPLINGOPTIONS']._serialized_start=133
   _globals['_SAMPLINGOPTIONS']._serialized_end=306
   _globals['_SYNTHESISCONFIG']._serialized_start=309
-  _globals['_SYNTHESISCONFIG']._serialized_end=443
-  _globals['_FLUSH']._serialized_start=445
-  _globals['_FLUSH']._serialized_end=452
-  _globals['_STREAMINGSYNTHESIZEREQUEST']._serialized_start=455
-  _globals['_STREAMINGSYNTHESIZEREQUEST']._serialized_end=601
-  _globals['_AUDIOCHUNK']._serialized_start=603
-  _globals['_AUDIOCHUNK']._serialized_end=722
-  _globals['_SEGMENTSTART']._serialized_start=724
-  _globals['_SEGMENTSTART']._serialized_end=798
-  _globals['_SEGMENTEND']._serialized_start=800
-  _globals['_SEGMENTEND']._serialized_end=913
-  _globals['_SYNTHESISSUMMARY']._serialized_start=916
-  _globals['_SYNTHESISSUMMARY']._serialized_end=1084
-  _globals['_STREAMINGSYNTHESIZERESPONSE']._serialized_start=1087
-  _globals['_STREAMINGSYNTHESIZERESPONSE']._serialized_end=1332
-  _globals['_SYNTHESIZEREQUEST']._serialized_start=1335
-  _globals['_SYNTHESIZEREQUEST']._serialized_end=1485
-  _globals['_SYNTHESIZERESPONSE']._serialized_start=1488
-  _globals['_SYNTHESIZERESPONSE']._serialized_end=1724
-  _globals['_LISTVOICESREQUEST']._serialized_start=1726
-  _globals['_LISTVOICESREQUEST']._serialized_end=1745
-  _globals['_VOICE']._serialized_start=1747
-  _globals['_VOICE']._serialized_end=1806
-  _globals['_LISTVOICESRESPONSE']._serialized_start=1808
-  _globals['_LISTVOICESRESPONSE']._serialized_end=1889
-  _globals['_GETSTATUSREQUEST']._serialized_start=1891
-  _globals['_GETSTATUSREQUEST']._serialized_end=1909
-  _globals['_GETSTATUSRESPONSE']._serialized_start=1912
-  _globals['_GETSTATUSRESPONSE']._serialized_end=2326
-  _globals['_TTSSERVICE']._serialized_start=2558
-  _globals['_TTSSERVICE']._serialized_end=2940
+  _globals['_SYNTHESISCONFIG']._serialized_end=491
+  _globals['_FLUSH']._serialized_start=493
+  _globals['_FLUSH']._serialized_end=512
+  _globals['_STREAMINGSYNTHESIZEREQUEST']._serialized_start=515
+  _globals['_STREAMINGSYNTHESIZEREQUEST']._serialized_end=661
+  _globals['_AUDIOCHUNK']._serialized_start=663
+  _globals['_AUDIOCHUNK']._serialized_end=782
+  _globals['_SEGMENTSTART']._serialized_start=785
+  _globals['_SEGMENTSTART']._serialized_end=963
+  _globals['_SEGMENTEND']._serialized_start=966
+  _globals['_SEGMENTEND']._serialized_end=1183
+  _globals['_SYNTHESISSUMMARY']._serialized_start=1186
+  _globals['_SYNTHESISSUMMARY']._serialized_end=1354
+  _globals['_STREAMINGSYNTHESIZERESPONSE']._serialized_start=1357
+  _globals['_STREAMINGSYNTHESIZERESPONSE']._serialized_end=1602
+  _globals['_SYNTHESIZEREQUEST']._serialized_start=1605
+  _globals['_SYNTHESIZEREQUEST']._serialized_end=1803
+  _globals['_SYNTHESIZERESPONSE']._serialized_start=1806
+  _globals['_SYNTHESIZERESPONSE']._serialized_end=2042
+  _globals['_LISTVOICESREQUEST']._serialized_start=2044
+  _globals['_LISTVOICESREQUEST']._serialized_end=2063
+  _globals['_VOICE']._serialized_start=2065
+  _globals['_VOICE']._serialized_end=2146
+  _globals['_LISTVOICESRESPONSE']._serialized_start=2148
+  _globals['_LISTVOICESRESPONSE']._serialized_end=2229
+  _globals['_GETSTATUSREQUEST']._serialized_start=2231
+  _globals['_GETSTATUSREQUEST']._serialized_end=2249
+  _globals['_GETSTATUSRESPONSE']._serialized_start=2252
+  _globals['_GETSTATUSRESPONSE']._serialized_end=2666
+  _globals['_TTSSERVICE']._serialized_start=3114
+  _globals['_TTSSERVICE']._serialized_end=3496
 # @@protoc_insertion_point(module_scope)

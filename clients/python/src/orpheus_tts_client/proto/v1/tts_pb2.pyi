@@ -16,6 +16,15 @@ class AudioEncoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     AUDIO_ENCODING_OGG_OPUS: _ClassVar[AudioEncoding]
     AUDIO_ENCODING_MP3: _ClassVar[AudioEncoding]
     AUDIO_ENCODING_FLAC: _ClassVar[AudioEncoding]
+
+class SegmentEndCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEGMENT_END_CAUSE_UNSPECIFIED: _ClassVar[SegmentEndCause]
+    SEGMENT_END_CAUSE_SENTENCE: _ClassVar[SegmentEndCause]
+    SEGMENT_END_CAUSE_FLUSH: _ClassVar[SegmentEndCause]
+    SEGMENT_END_CAUSE_MAX_LENGTH: _ClassVar[SegmentEndCause]
+    SEGMENT_END_CAUSE_END_OF_INPUT: _ClassVar[SegmentEndCause]
+    SEGMENT_END_CAUSE_CLAUSE: _ClassVar[SegmentEndCause]
 AUDIO_ENCODING_UNSPECIFIED: AudioEncoding
 AUDIO_ENCODING_PCM16: AudioEncoding
 AUDIO_ENCODING_MULAW: AudioEncoding
@@ -24,6 +33,12 @@ AUDIO_ENCODING_ALAW: AudioEncoding
 AUDIO_ENCODING_OGG_OPUS: AudioEncoding
 AUDIO_ENCODING_MP3: AudioEncoding
 AUDIO_ENCODING_FLAC: AudioEncoding
+SEGMENT_END_CAUSE_UNSPECIFIED: SegmentEndCause
+SEGMENT_END_CAUSE_SENTENCE: SegmentEndCause
+SEGMENT_END_CAUSE_FLUSH: SegmentEndCause
+SEGMENT_END_CAUSE_MAX_LENGTH: SegmentEndCause
+SEGMENT_END_CAUSE_END_OF_INPUT: SegmentEndCause
+SEGMENT_END_CAUSE_CLAUSE: SegmentEndCause
 
 class AudioFormat(_message.Message):
     __slots__ = ("encoding", "sample_rate_hz")
@@ -46,18 +61,22 @@ class SamplingOptions(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class SynthesisConfig(_message.Message):
-    __slots__ = ("voice", "audio_format", "sampling")
+    __slots__ = ("voice", "audio_format", "sampling", "normalize_text")
     VOICE_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FORMAT_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZE_TEXT_FIELD_NUMBER: _ClassVar[int]
     voice: str
     audio_format: AudioFormat
     sampling: SamplingOptions
-    def __init__(self, voice: _Optional[str] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., sampling: _Optional[_Union[SamplingOptions, _Mapping]] = ...) -> None: ...
+    normalize_text: bool
+    def __init__(self, voice: _Optional[str] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., sampling: _Optional[_Union[SamplingOptions, _Mapping]] = ..., normalize_text: bool = ...) -> None: ...
 
 class Flush(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class StreamingSynthesizeRequest(_message.Message):
     __slots__ = ("config", "text", "flush")
@@ -84,28 +103,44 @@ class AudioChunk(_message.Message):
     def __init__(self, audio: _Optional[bytes] = ..., segment_index: _Optional[int] = ..., sequence_number: _Optional[int] = ..., sample_offset: _Optional[int] = ..., num_samples: _Optional[int] = ...) -> None: ...
 
 class SegmentStart(_message.Message):
-    __slots__ = ("segment_index", "text", "sample_offset")
+    __slots__ = ("segment_index", "text", "sample_offset", "text_start", "text_end", "cause", "flush_id")
     SEGMENT_INDEX_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TEXT_START_FIELD_NUMBER: _ClassVar[int]
+    TEXT_END_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_ID_FIELD_NUMBER: _ClassVar[int]
     segment_index: int
     text: str
     sample_offset: int
-    def __init__(self, segment_index: _Optional[int] = ..., text: _Optional[str] = ..., sample_offset: _Optional[int] = ...) -> None: ...
+    text_start: int
+    text_end: int
+    cause: SegmentEndCause
+    flush_id: str
+    def __init__(self, segment_index: _Optional[int] = ..., text: _Optional[str] = ..., sample_offset: _Optional[int] = ..., text_start: _Optional[int] = ..., text_end: _Optional[int] = ..., cause: _Optional[_Union[SegmentEndCause, str]] = ..., flush_id: _Optional[str] = ...) -> None: ...
 
 class SegmentEnd(_message.Message):
-    __slots__ = ("segment_index", "text", "num_samples", "num_tokens", "finish_reason")
+    __slots__ = ("segment_index", "text", "num_samples", "num_tokens", "finish_reason", "text_start", "text_end", "cause", "flush_id")
     SEGMENT_INDEX_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    TEXT_START_FIELD_NUMBER: _ClassVar[int]
+    TEXT_END_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_ID_FIELD_NUMBER: _ClassVar[int]
     segment_index: int
     text: str
     num_samples: int
     num_tokens: int
     finish_reason: str
-    def __init__(self, segment_index: _Optional[int] = ..., text: _Optional[str] = ..., num_samples: _Optional[int] = ..., num_tokens: _Optional[int] = ..., finish_reason: _Optional[str] = ...) -> None: ...
+    text_start: int
+    text_end: int
+    cause: SegmentEndCause
+    flush_id: str
+    def __init__(self, segment_index: _Optional[int] = ..., text: _Optional[str] = ..., num_samples: _Optional[int] = ..., num_tokens: _Optional[int] = ..., finish_reason: _Optional[str] = ..., text_start: _Optional[int] = ..., text_end: _Optional[int] = ..., cause: _Optional[_Union[SegmentEndCause, str]] = ..., flush_id: _Optional[str] = ...) -> None: ...
 
 class SynthesisSummary(_message.Message):
     __slots__ = ("session_id", "time_to_first_audio_ms", "audio_ms", "num_tokens", "num_segments", "num_samples", "wall_ms")
@@ -138,16 +173,18 @@ class StreamingSynthesizeResponse(_message.Message):
     def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., segment_start: _Optional[_Union[SegmentStart, _Mapping]] = ..., segment_end: _Optional[_Union[SegmentEnd, _Mapping]] = ..., summary: _Optional[_Union[SynthesisSummary, _Mapping]] = ...) -> None: ...
 
 class SynthesizeRequest(_message.Message):
-    __slots__ = ("text", "voice", "audio_format", "sampling")
+    __slots__ = ("text", "voice", "audio_format", "sampling", "normalize_text")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FORMAT_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZE_TEXT_FIELD_NUMBER: _ClassVar[int]
     text: str
     voice: str
     audio_format: AudioFormat
     sampling: SamplingOptions
-    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., sampling: _Optional[_Union[SamplingOptions, _Mapping]] = ...) -> None: ...
+    normalize_text: bool
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., sampling: _Optional[_Union[SamplingOptions, _Mapping]] = ..., normalize_text: bool = ...) -> None: ...
 
 class SynthesizeResponse(_message.Message):
     __slots__ = ("audio", "segment_start", "segment_end", "summary")
@@ -166,14 +203,16 @@ class ListVoicesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Voice(_message.Message):
-    __slots__ = ("name", "language", "is_default")
+    __slots__ = ("name", "language", "is_default", "emotion_tags")
     NAME_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     IS_DEFAULT_FIELD_NUMBER: _ClassVar[int]
+    EMOTION_TAGS_FIELD_NUMBER: _ClassVar[int]
     name: str
     language: str
     is_default: bool
-    def __init__(self, name: _Optional[str] = ..., language: _Optional[str] = ..., is_default: bool = ...) -> None: ...
+    emotion_tags: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., language: _Optional[str] = ..., is_default: bool = ..., emotion_tags: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListVoicesResponse(_message.Message):
     __slots__ = ("voices", "emotion_tags")
