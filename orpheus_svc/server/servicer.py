@@ -10,7 +10,7 @@ import grpc
 import structlog
 from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
 
-from orpheus_svc.audio.pcm import MULAW_RATES, PCM16_RATES
+from orpheus_svc.audio.pcm import allowed_rates, default_rate
 from orpheus_svc.core.generation import SamplingParams
 from orpheus_svc.core.normalize import has_normalizer
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
@@ -36,6 +36,10 @@ _ENCODINGS = {
     tts_pb2.AUDIO_ENCODING_PCM16: "pcm16",
     tts_pb2.AUDIO_ENCODING_MULAW: "mulaw",
     tts_pb2.AUDIO_ENCODING_WAV: "wav",
+    tts_pb2.AUDIO_ENCODING_ALAW: "alaw",
+    tts_pb2.AUDIO_ENCODING_OGG_OPUS: "ogg_opus",
+    tts_pb2.AUDIO_ENCODING_MP3: "mp3",
+    tts_pb2.AUDIO_ENCODING_FLAC: "flac",
 }
 
 
@@ -54,8 +58,8 @@ def _options(state: ServerState, voice: str, fmt: tts_pb2.AudioFormat,
     if encoding == "wav" and not allow_wav:
         raise SessionError("INVALID_ARGUMENT",
                            "WAV is only offered by Synthesize; stream PCM16 or MULAW here")
-    rate = fmt.sample_rate_hz or (8000 if encoding == "mulaw" else 24000)
-    allowed = MULAW_RATES if encoding == "mulaw" else PCM16_RATES
+    rate = fmt.sample_rate_hz or default_rate(encoding)
+    allowed = allowed_rates(encoding)
     if rate not in allowed:
         raise SessionError("INVALID_ARGUMENT", (
             f"sample_rate_hz {rate} is not supported for {encoding.upper()}; "

@@ -25,7 +25,7 @@ from typing import AsyncIterator, Union
 
 import structlog
 
-from orpheus_svc.audio.pcm import Encoder
+from orpheus_svc.audio.pcm import Encoder, SessionEncoder
 from orpheus_svc.config import TextConfig
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Finished, Rejected
 from orpheus_svc.core.generation import SamplingParams
@@ -47,7 +47,7 @@ class SessionError(Exception):
 @dataclass(frozen=True)
 class SessionOptions:
     voice: str
-    encoding: str  # pcm16 | mulaw | wav
+    encoding: str  # one of orpheus_svc.audio.pcm.ENCODINGS
     sample_rate: int
     sampling: SamplingParams
     # speak numbers, dates, currency... as words (core/normalize.py); the servicer turns it
@@ -145,6 +145,8 @@ class StreamSession:
         self.t_first_text: float | None = None
         self.t_first_audio: float | None = None
         self.num_tokens = 0
+        # one output stream across segments (WAV header once, one Opus/MP3/FLAC stream)
+        self._audio = SessionEncoder(options.encoding, options.sample_rate)
 
     async def run(self, inputs: AsyncIterator[Input]) -> AsyncIterator[Output]:
         loop = asyncio.get_running_loop()
@@ -164,8 +166,12 @@ class StreamSession:
                     raise self._error
                 if item is not _WAKE:
                     self._on_engine_event(item)
+            tail = self._audio.finish()  # a compressed stream's last frames and trailer
+            if tail:
+                yield AudioOut(tail, len(self._segments) - 1, self._seq, self._offset, 0)
             yield self._summary()
         finally:
+            self._audio.close()
             reader.cancel()
             for seg in self._segments:
                 if seg.gen_id is not None:
@@ -268,14 +274,11 @@ class StreamSession:
             ev: AudioEvent = seg.events.popleft()
             if not seg.started:
                 seg.started = True
-                encoding = self.options.encoding
-                if encoding == "wav" and seg.index > 0:
-                    encoding = "pcm16"  # the header goes out once, before the first audio
-                seg.encoder = Encoder(encoding, self.options.sample_rate)
+                seg.encoder = self._audio.segment()
                 outs.append(SegmentStarted(seg.index, seg.text, self._offset))
             data, n = seg.encoder.encode(ev.pcm, last=ev.final)
-            if data:
-                if self.t_first_audio is None:
+            if data or n:  # compressed: samples may go in before their bytes come out
+                if self.t_first_audio is None and data:
                     self.t_first_audio = time.monotonic()
                 outs.append(AudioOut(data, seg.index, self._seq, self._offset, n))
                 self._seq += 1

@@ -61,3 +61,10 @@ def test_reference_decoder_recovers_our_mulaw_at_g711_snr():
         got = np.frombuffer(decode(encode(x), 2), dtype="<i2") / 32767.0
         snr = 10 * np.log10(np.sum(x.astype(np.float64) ** 2) / np.sum((got - x) ** 2))
         assert snr > 30, snr
+
+
+def test_python_client_expands_g711_like_the_reference():
+    from orpheus_tts_client.types import alaw_to_pcm16, mulaw_to_pcm16
+    codes = bytes(range(256))
+    assert mulaw_to_pcm16(codes) == audioop.ulaw2lin(codes, 2)
+    assert alaw_to_pcm16(codes) == audioop.alaw2lin(codes, 2)

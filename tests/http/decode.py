@@ -32,8 +32,16 @@ def snr_db(got: np.ndarray, want: np.ndarray) -> float:
     return float("inf") if err == 0 else 10 * np.log10(float(np.sum(want[:n] ** 2)) / err)
 
 
+def audible(x: np.ndarray, rate: int, low_hz: float = 20.0) -> np.ndarray:
+    """`x` without its content below `low_hz`. Lossy codecs drop DC and infrasound on
+    purpose (Opus' DC-reject filter), and the random demo codec puts a large DC offset in
+    its output, so waveform SNR of a lossy codec is measured on the audible band."""
+    spectrum = np.fft.rfft(x)
+    spectrum[np.fft.rfftfreq(len(x), 1 / rate) < low_hz] = 0
+    return np.fft.irfft(spectrum, len(x))
+
+
 def aligned_snr_db(got: np.ndarray, want: np.ndarray, max_lag: int) -> tuple[float, int]:
     """Best SNR over leading delays 0..max_lag of `got` (codecs that keep their encoder
     delay, like a streamed MP3, start late by a fixed number of samples)."""
-    best = max(((snr_db(got[lag:], want), lag) for lag in range(max_lag + 1)))
-    return best
+    return max((snr_db(got[lag:], want), lag) for lag in range(max_lag + 1))

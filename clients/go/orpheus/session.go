@@ -65,7 +65,8 @@ func (o synthOptions) outputRate() int {
 	switch {
 	case o.sampleRate != 0:
 		return int(o.sampleRate)
-	case o.encoding == ttsv1.AudioEncoding_AUDIO_ENCODING_MULAW:
+	case o.encoding == ttsv1.AudioEncoding_AUDIO_ENCODING_MULAW,
+		o.encoding == ttsv1.AudioEncoding_AUDIO_ENCODING_ALAW:
 		return 8000
 	default:
 		return 24000

@@ -13,7 +13,7 @@ from .types import (
 
 
 def default_rate(encoding: Encoding) -> int:
-    return 8000 if encoding == Encoding.MULAW else 24000
+    return 8000 if encoding in (Encoding.MULAW, Encoding.ALAW) else 24000
 
 
 def audio_format(encoding: Encoding | int | str, sample_rate: int | None) -> pb.AudioFormat:

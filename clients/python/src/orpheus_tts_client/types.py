@@ -41,6 +41,10 @@ class Encoding(enum.IntEnum):
     PCM16 = 1  #: signed 16-bit little-endian mono PCM
     MULAW = 2  #: G.711 mu-law, 8000 Hz only
     WAV = 3  #: PCM16 with a streaming RIFF header in the first chunk (Synthesize only)
+    ALAW = 4  #: G.711 A-law, 8000 Hz only
+    OGG_OPUS = 5  #: Opus in Ogg, one stream over the call (decode with an audio library)
+    MP3 = 6  #: MP3, one stream over the call
+    FLAC = 7  #: FLAC, one stream over the call
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,11 @@ class SynthesisResult:
             return mulaw_to_pcm16(self.audio)
         if self.encoding == Encoding.WAV:
             return wav_payload(self.audio)
+        if self.encoding == Encoding.ALAW:
+            return alaw_to_pcm16(self.audio)
+        if self.encoding in (Encoding.OGG_OPUS, Encoding.MP3, Encoding.FLAC):
+            raise ValueError(f"{self.encoding.name} audio needs a decoder (e.g. PyAV or "
+                             "ffmpeg); .audio holds the stream")
         return self.audio
 
     @property
@@ -223,6 +232,25 @@ _MULAW = _build_mulaw_table()
 def mulaw_to_pcm16(data: bytes) -> bytes:
     """Decode G.711 mu-law bytes to PCM16 little-endian."""
     return struct.pack(f"<{len(data)}h", *(_MULAW[b] for b in data))
+
+
+def _build_alaw_table() -> tuple[int, ...]:
+    # G.711 A-law expansion, one entry per byte (even bits inverted on the wire).
+    table = []
+    for b in range(256):
+        a = b ^ 0x55
+        exponent, mantissa = (a >> 4) & 0x07, a & 0x0F
+        magnitude = (mantissa << 4) + 8 if exponent == 0 else ((mantissa << 4) + 0x108) << (exponent - 1)
+        table.append(magnitude if a & 0x80 else -magnitude)
+    return tuple(table)
+
+
+_ALAW = _build_alaw_table()
+
+
+def alaw_to_pcm16(data: bytes) -> bytes:
+    """Decode G.711 A-law bytes to PCM16 little-endian."""
+    return struct.pack(f"<{len(data)}h", *(_ALAW[b] for b in data))
 
 
 def wav_payload(data: bytes) -> bytes:
