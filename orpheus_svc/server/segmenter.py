@@ -17,11 +17,18 @@ Cuts happen at
     before the limit (mid-word only when there is no space at all);
   * flush() and close(): whatever is buffered.
 Segments are stripped; whitespace-only text never becomes a segment.
+
+push_cuts / flush_cuts return each segment as a Cut: its text, why it ended, and where it lies
+in the session's text (the concatenation of every fragment pushed, counted in code points):
+
+    session text: "  Hello there. How are"
+                     ^start      ^end         Cut("Hello there.", 2, 14, "sentence")
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof sr jr st vs etc e.g i.e a.m p.m approx dept est fig inc ltd no vol jan "
@@ -31,6 +38,23 @@ _SENTENCE_END = re.compile(r"[.!?\u2026]+[" + re.escape(_CLOSERS) + r"]*(?=\s)")
 _CLAUSE_END = re.compile(r"(?:[,;:]|\s[-\u2013\u2014]{1,2})(?=\s)")
 
 
+#: Why a segment ended (the proto's SegmentEndCause, in words).
+SENTENCE, CLAUSE, MAX_LENGTH, FLUSH, END_OF_INPUT = (
+    "sentence", "clause", "max_length", "flush", "end_of_input")
+
+
+@dataclass(frozen=True)
+class Cut:
+    """One segment: ``text`` (stripped) == session_text[start:end]; ``cause`` one of SENTENCE
+    (sentence end or newline), CLAUSE (an early first segment), MAX_LENGTH, FLUSH,
+    END_OF_INPUT."""
+
+    text: str
+    start: int
+    end: int
+    cause: str
+
+
 class SentenceBuffer:
     def __init__(self, max_chars: int = 300, first_clause_min_chars: int = 0) -> None:
         if max_chars < 20:
@@ -38,6 +62,7 @@ class SentenceBuffer:
         self.max_chars = max_chars
         self.first_clause_min_chars = first_clause_min_chars
         self._buf = ""
+        self._base = 0  # code points of the session's text before the buffer
         self._emitted = 0  # segments cut so far
 
     @property
@@ -46,45 +71,57 @@ class SentenceBuffer:
 
     def push(self, fragment: str) -> list[str]:
         """Add text; return the segments it completed (possibly none)."""
+        return [c.text for c in self.push_cuts(fragment)]
+
+    def flush(self) -> list[str]:
+        """Cut everything buffered (the client asked for it, or input ended)."""
+        return [c.text for c in self.flush_cuts()]
+
+    close = flush
+
+    def push_cuts(self, fragment: str) -> list[Cut]:
+        """push(), returning each segment as a Cut."""
         self._buf += fragment
-        out: list[str] = []
+        out: list[Cut] = []
         while True:
             cut = self._next_cut()
             if cut is None:
                 break
-            self._take(cut, out)
+            self._take(cut[0], cut[1], out)
         return out
 
-    def flush(self) -> list[str]:
-        """Cut everything buffered (the client asked for it, or input ended)."""
-        out: list[str] = []
-        self._take(len(self._buf), out)
+    def flush_cuts(self, cause: str = FLUSH) -> list[Cut]:
+        """flush(), returning the segment (if any) as a Cut with ``cause`` (FLUSH or
+        END_OF_INPUT)."""
+        out: list[Cut] = []
+        self._take(len(self._buf), cause, out)
         return out
 
-    close = flush
-
-    def _take(self, cut: int, out: list[str]) -> None:
-        segment, self._buf = self._buf[:cut].strip(), self._buf[cut:]
+    def _take(self, cut: int, cause: str, out: list[Cut]) -> None:
+        head, self._buf = self._buf[:cut], self._buf[cut:]
+        segment = head.strip()
         if segment:
-            out.append(segment)
+            start = self._base + len(head) - len(head.lstrip())
+            out.append(Cut(segment, start, start + len(segment), cause))
             self._emitted += 1
+        self._base += len(head)
 
-    def _next_cut(self) -> int | None:
+    def _next_cut(self) -> tuple[int, str] | None:
         buf = self._buf
         newline = buf.find("\n")
         for m in _SENTENCE_END.finditer(buf):
             if newline != -1 and newline < m.start():
                 break
             if not self._is_abbreviation(buf, m.start()):
-                return m.end()
+                return m.end(), SENTENCE
         if newline != -1:
-            return newline + 1
+            return newline + 1, SENTENCE
         if self._emitted == 0 and self.first_clause_min_chars:
             for m in _CLAUSE_END.finditer(buf):
                 if m.end() >= self.first_clause_min_chars and m.end() <= self.max_chars:
-                    return m.end()
+                    return m.end(), CLAUSE
         if len(buf) > self.max_chars:
-            return self._forced_cut(buf[:self.max_chars + 1])
+            return self._forced_cut(buf[:self.max_chars + 1]), MAX_LENGTH
         return None
 
     @staticmethod

@@ -10,7 +10,7 @@ import grpc
 import structlog
 from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
 
-from orpheus_svc.audio.pcm import allowed_rates, default_rate
+from orpheus_svc.audio.pcm import MULAW_RATES, PCM16_RATES
 from orpheus_svc.core.generation import SamplingParams
 from orpheus_svc.core.normalize import has_normalizer
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
@@ -36,10 +36,6 @@ _ENCODINGS = {
     tts_pb2.AUDIO_ENCODING_PCM16: "pcm16",
     tts_pb2.AUDIO_ENCODING_MULAW: "mulaw",
     tts_pb2.AUDIO_ENCODING_WAV: "wav",
-    tts_pb2.AUDIO_ENCODING_ALAW: "alaw",
-    tts_pb2.AUDIO_ENCODING_OGG_OPUS: "ogg_opus",
-    tts_pb2.AUDIO_ENCODING_MP3: "mp3",
-    tts_pb2.AUDIO_ENCODING_FLAC: "flac",
 }
 
 
@@ -58,8 +54,8 @@ def _options(state: ServerState, voice: str, fmt: tts_pb2.AudioFormat,
     if encoding == "wav" and not allow_wav:
         raise SessionError("INVALID_ARGUMENT",
                            "WAV is only offered by Synthesize; stream PCM16 or MULAW here")
-    rate = fmt.sample_rate_hz or default_rate(encoding)
-    allowed = allowed_rates(encoding)
+    rate = fmt.sample_rate_hz or (8000 if encoding == "mulaw" else 24000)
+    allowed = MULAW_RATES if encoding == "mulaw" else PCM16_RATES
     if rate not in allowed:
         raise SessionError("INVALID_ARGUMENT", (
             f"sample_rate_hz {rate} is not supported for {encoding.upper()}; "
@@ -82,6 +78,20 @@ def _options(state: ServerState, voice: str, fmt: tts_pb2.AudioFormat,
                           language=entry.language)
 
 
+_CAUSES = {
+    "sentence": tts_pb2.SEGMENT_END_CAUSE_SENTENCE, "clause": tts_pb2.SEGMENT_END_CAUSE_CLAUSE,
+    "max_length": tts_pb2.SEGMENT_END_CAUSE_MAX_LENGTH, "flush": tts_pb2.SEGMENT_END_CAUSE_FLUSH,
+    "end_of_input": tts_pb2.SEGMENT_END_CAUSE_END_OF_INPUT,
+}
+
+
+def _cut_fields(cut) -> dict:
+    """SegmentStart/SegmentEnd fields of a segmenter Cut (cause, range in the session's text)."""
+    if cut is None:
+        return {}
+    return {"cause": _CAUSES[cut.cause], "text_start": cut.start, "text_end": cut.end}
+
+
 def _to_proto(out, response_cls):
     if isinstance(out, AudioOut):
         return response_cls(audio=tts_pb2.AudioChunk(
@@ -89,11 +99,13 @@ def _to_proto(out, response_cls):
             sample_offset=out.sample_offset, num_samples=out.num_samples))
     if isinstance(out, SegmentStarted):
         return response_cls(segment_start=tts_pb2.SegmentStart(
-            segment_index=out.segment_index, text=out.text, sample_offset=out.sample_offset))
+            segment_index=out.segment_index, text=out.text, sample_offset=out.sample_offset,
+            flush_id=out.flush_id, **_cut_fields(out.cut)))
     if isinstance(out, SegmentEnded):
         return response_cls(segment_end=tts_pb2.SegmentEnd(
             segment_index=out.segment_index, text=out.text, num_samples=out.num_samples,
-            num_tokens=out.num_tokens, finish_reason=out.finish_reason))
+            num_tokens=out.num_tokens, finish_reason=out.finish_reason,
+            flush_id=out.flush_id, **_cut_fields(out.cut)))
     assert isinstance(out, Summary)
     return response_cls(summary=tts_pb2.SynthesisSummary(
         session_id=out.session_id, time_to_first_audio_ms=out.time_to_first_audio_ms,
@@ -219,7 +231,7 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
             if kind == "text":
                 yield TextIn(req.text)
             elif kind == "flush":
-                yield FlushIn()
+                yield FlushIn(req.flush.id)
             elif kind == "config":
                 raise SessionError("FAILED_PRECONDITION",
                                    "a SynthesisConfig may only be sent once, as the first message")

@@ -25,14 +25,14 @@ from typing import AsyncIterator, Union
 
 import structlog
 
-from orpheus_svc.audio.pcm import Encoder, SessionEncoder
+from orpheus_svc.audio.pcm import Encoder
 from orpheus_svc.config import TextConfig
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Finished, Rejected
 from orpheus_svc.core.generation import SamplingParams
 from orpheus_svc.core.normalize import normalize_text
 from orpheus_svc.runtime import Runtime
 
-from .segmenter import SentenceBuffer
+from .segmenter import END_OF_INPUT, FLUSH, Cut, SentenceBuffer
 
 _log = structlog.get_logger("orpheus_svc.session")
 
@@ -47,7 +47,7 @@ class SessionError(Exception):
 @dataclass(frozen=True)
 class SessionOptions:
     voice: str
-    encoding: str  # one of orpheus_svc.audio.pcm.ENCODINGS
+    encoding: str  # pcm16 | mulaw | wav
     sample_rate: int
     sampling: SamplingParams
     # speak numbers, dates, currency... as words (core/normalize.py); the servicer turns it
@@ -63,7 +63,7 @@ class TextIn:
 
 @dataclass(frozen=True)
 class FlushIn:
-    pass
+    id: str = ""  # Flush.id, echoed as flush_id on the segment it closes
 
 
 Input = Union[TextIn, FlushIn]
@@ -74,6 +74,8 @@ class SegmentStarted:
     segment_index: int
     text: str
     sample_offset: int
+    cut: Cut | None = None  # cause and range in the session's text
+    flush_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ class SegmentEnded:
     num_samples: int
     num_tokens: int
     finish_reason: str
+    cut: Cut | None = None
+    flush_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,8 @@ Output = Union[SegmentStarted, AudioOut, SegmentEnded, Summary]
 class _Segment:
     index: int
     text: str
+    cut: Cut | None = None
+    flush_id: str = ""
     gen_id: int | None = None
     events: deque = field(default_factory=deque)
     encoder: Encoder | None = None
@@ -145,8 +151,6 @@ class StreamSession:
         self.t_first_text: float | None = None
         self.t_first_audio: float | None = None
         self.num_tokens = 0
-        # one output stream across segments (WAV header once, one Opus/MP3/FLAC stream)
-        self._audio = SessionEncoder(options.encoding, options.sample_rate)
 
     async def run(self, inputs: AsyncIterator[Input]) -> AsyncIterator[Output]:
         loop = asyncio.get_running_loop()
@@ -166,12 +170,8 @@ class StreamSession:
                     raise self._error
                 if item is not _WAKE:
                     self._on_engine_event(item)
-            tail = self._audio.finish()  # a compressed stream's last frames and trailer
-            if tail:
-                yield AudioOut(tail, len(self._segments) - 1, self._seq, self._offset, 0)
             yield self._summary()
         finally:
-            self._audio.close()
             reader.cancel()
             for seg in self._segments:
                 if seg.gen_id is not None:
@@ -195,10 +195,10 @@ class StreamSession:
                         raise SessionError("INVALID_ARGUMENT", (
                             f"text exceeds this server's limit of {limit} characters per session "
                             f"(text.max_text_chars); split it over several calls"))
-                    self._add(self._buffer.push(item.text))
+                    self._add(self._buffer.push_cuts(item.text))
                 else:
-                    self._add(self._buffer.flush())
-            self._add(self._buffer.close())
+                    self._add(self._buffer.flush_cuts(FLUSH), item.id)
+            self._add(self._buffer.flush_cuts(END_OF_INPUT))
             if not self._segments:
                 raise SessionError("INVALID_ARGUMENT",
                                    "no text to speak: the text was empty or only whitespace")
@@ -207,10 +207,16 @@ class StreamSession:
             self._error = exc
         self._inbox.put_nowait(_WAKE)
 
-    def _add(self, texts: list[str]) -> None:
-        for text in texts:
-            self._segments.append(_Segment(len(self._segments), text))
-        if texts:
+    def _add(self, cuts: list[Cut], flush_id: str = "") -> None:
+        for cut in cuts:
+            self._segments.append(_Segment(len(self._segments), cut.text, cut))
+        if flush_id and self._segments:
+            # an empty flush closes no segment: its id goes to the last one cut, unless that
+            # one's SegmentEnd is already out (proto: Flush.id)
+            last = self._segments[-1]
+            if cuts or last.index >= self._delivered:
+                last.flush_id = flush_id
+        if cuts:
             self._inbox.put_nowait(_WAKE)
 
     # -- writer -----------------------------------------------------------------------------
@@ -274,11 +280,15 @@ class StreamSession:
             ev: AudioEvent = seg.events.popleft()
             if not seg.started:
                 seg.started = True
-                seg.encoder = self._audio.segment()
-                outs.append(SegmentStarted(seg.index, seg.text, self._offset))
+                encoding = self.options.encoding
+                if encoding == "wav" and seg.index > 0:
+                    encoding = "pcm16"  # the header goes out once, before the first audio
+                seg.encoder = Encoder(encoding, self.options.sample_rate)
+                outs.append(SegmentStarted(seg.index, seg.text, self._offset, seg.cut,
+                                           seg.flush_id))
             data, n = seg.encoder.encode(ev.pcm, last=ev.final)
-            if data or n:  # compressed: samples may go in before their bytes come out
-                if self.t_first_audio is None and data:
+            if data:
+                if self.t_first_audio is None:
                     self.t_first_audio = time.monotonic()
                 outs.append(AudioOut(data, seg.index, self._seq, self._offset, n))
                 self._seq += 1
@@ -286,7 +296,7 @@ class StreamSession:
                 seg.num_samples += n
             if ev.final:
                 outs.append(SegmentEnded(seg.index, seg.text, seg.num_samples, seg.num_tokens,
-                                         seg.finish_reason))
+                                         seg.finish_reason, seg.cut, seg.flush_id))
                 self.runtime.router.unregister(seg.gen_id)
                 self._delivered += 1
         return outs

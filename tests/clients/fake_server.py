@@ -85,6 +85,8 @@ class FakeTTSServicer(tts_pb2_grpc.TTSServiceServicer):
         for req in request_iterator:
             kind = req.WhichOneof("request")
             value = getattr(req, kind) if kind == "text" else None
+            if kind == "flush":
+                value = req.flush.id
             rec.items.append((kind, value, time.monotonic()))
             if kind == "config":
                 if session is not None:

@@ -93,10 +93,12 @@ def test_sync_session_send_after_end_is_an_error(fake):
 
 
 def test_sync_session_server_error_raises_tts_error(fake):
+    # the fake refuses the voice on the config: send() raises the status if the call has
+    # already ended by then, else reading does
     with Client(fake.target) as tts, tts.session(voice="nobody") as s:
-        s.send("Hi.")
-        s.end()
         with pytest.raises(TTSError) as err:
+            s.send("Hi.")
+            s.end()
             list(s)
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
 
@@ -177,3 +179,22 @@ def test_async_session_server_error_raises_tts_error(fake):
     with pytest.raises(TTSError) as err:
         run(main())
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_flush_ids_reach_the_server(fake):
+    with Client(fake.target) as tts, tts.session() as s:
+        s.send("Hi there")
+        s.flush("f-1")
+        s.end()
+        list(s)
+
+    async def main():
+        async with AsyncClient(fake.target) as tts, tts.session() as s:
+            await s.send("Hi there")
+            await s.flush("f-2")
+            await s.end()
+            return [ev async for ev in s]
+
+    run(main())
+    flushes = [[v for k, v, _ in c.items if k == "flush"] for c in fake.servicer.calls]
+    assert flushes == [["f-1"], ["f-2"]]

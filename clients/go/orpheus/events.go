@@ -22,6 +22,13 @@ type SegmentStart struct {
 	SegmentIndex uint32
 	Text         string
 	SampleOffset uint64
+	// Cause is why the segment ended (known when it is cut); UNSPECIFIED from an older server.
+	Cause ttsv1.SegmentEndCause
+	// TextStart and TextEnd: the segment's range in the session's text (all fragments
+	// concatenated), in Unicode code points: []rune(text)[TextStart:TextEnd].
+	TextStart, TextEnd uint64
+	// FlushID is the Flush id that closed the segment ("" if none).
+	FlushID string
 }
 
 // SegmentEnd follows a segment's audio.
@@ -31,6 +38,10 @@ type SegmentEnd struct {
 	NumSamples   uint64
 	NumTokens    uint32
 	FinishReason string // "stop" or "length"
+	// Cause, TextStart, TextEnd, FlushID: as in SegmentStart.
+	Cause              ttsv1.SegmentEndCause
+	TextStart, TextEnd uint64
+	FlushID            string
 }
 
 // Summary is the last event of a call (server-side figures).
@@ -66,12 +77,14 @@ func toEvent(m response) Event {
 	}
 	if s := m.GetSegmentStart(); s != nil {
 		return &SegmentStart{SegmentIndex: s.GetSegmentIndex(), Text: s.GetText(),
-			SampleOffset: s.GetSampleOffset()}
+			SampleOffset: s.GetSampleOffset(), Cause: s.GetCause(), TextStart: s.GetTextStart(),
+			TextEnd: s.GetTextEnd(), FlushID: s.GetFlushId()}
 	}
 	if e := m.GetSegmentEnd(); e != nil {
 		return &SegmentEnd{SegmentIndex: e.GetSegmentIndex(), Text: e.GetText(),
 			NumSamples: e.GetNumSamples(), NumTokens: e.GetNumTokens(),
-			FinishReason: e.GetFinishReason()}
+			FinishReason: e.GetFinishReason(), Cause: e.GetCause(), TextStart: e.GetTextStart(),
+			TextEnd: e.GetTextEnd(), FlushID: e.GetFlushId()}
 	}
 	if s := m.GetSummary(); s != nil {
 		return &Summary{SessionID: s.GetSessionId(), TimeToFirstAudioMs: s.GetTimeToFirstAudioMs(),

@@ -135,9 +135,13 @@ func (s *Session) Send(text string) error {
 }
 
 // Flush ends the current segment now, even mid-sentence.
-func (s *Session) Flush() error {
+func (s *Session) Flush() error { return s.FlushWithID("") }
+
+// FlushWithID is Flush with an id that comes back as FlushID on the SegmentStart and
+// SegmentEnd of the segment it closes (docs/api.md: a flush with nothing pending).
+func (s *Session) FlushWithID(id string) error {
 	return s.send(&ttsv1.StreamingSynthesizeRequest{
-		Request: &ttsv1.StreamingSynthesizeRequest_Flush{Flush: &ttsv1.Flush{}}})
+		Request: &ttsv1.StreamingSynthesizeRequest_Flush{Flush: &ttsv1.Flush{Id: id}}})
 }
 
 // End half-closes the input: the server speaks what is left and sends the summary.

@@ -61,9 +61,11 @@ class AsyncSession:
         if text:
             await self._write(pb.StreamingSynthesizeRequest(text=text))
 
-    async def flush(self) -> None:
-        """End the current segment now, even mid-sentence (the text so far is spoken)."""
-        await self._write(pb.StreamingSynthesizeRequest(flush=pb.Flush()))
+    async def flush(self, id: str = "") -> None:  # noqa: A002 - the proto field's name
+        """End the current segment now, even mid-sentence (the text so far is spoken).
+        ``id`` comes back as ``flush_id`` on the SegmentStart/SegmentEnd of the segment it
+        closes (see docs/api.md for a flush with nothing pending)."""
+        await self._write(_convert.flush_request(id))
 
     async def end(self) -> None:
         """Half-close: no more text. The server speaks what is left and sends the summary.

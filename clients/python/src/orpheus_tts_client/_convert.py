@@ -45,10 +45,18 @@ def config_request(voice: str, encoding, sample_rate, sampling) -> pb.StreamingS
         sampling=sampling_options(sampling)))
 
 
+def flush_request(flush_id: str = "") -> pb.StreamingSynthesizeRequest:
+    if not isinstance(flush_id, str):
+        raise TypeError(f"flush id must be str, got {type(flush_id).__name__}")
+    return pb.StreamingSynthesizeRequest(flush=pb.Flush(id=flush_id))
+
+
 def fragment_request(item) -> pb.StreamingSynthesizeRequest | None:
     """The request for one item of a text iterable (None: nothing to send)."""
     if item is FLUSH:
         return pb.StreamingSynthesizeRequest(flush=pb.Flush())
+    if isinstance(item, pb.StreamingSynthesizeRequest):  # queued by Session.flush(id)
+        return item
     if not isinstance(item, str):
         raise TypeError(f"text iterables yield str or orpheus_tts_client.FLUSH, "
                         f"got {type(item).__name__}")
@@ -75,15 +83,25 @@ def event(msg) -> Event | None:
                           a.num_samples)
     if kind == "segment_start":
         s = msg.segment_start
-        return SegmentStart(s.segment_index, s.text, s.sample_offset)
+        return SegmentStart(s.segment_index, s.text, s.sample_offset, *_segment_fields(s))
     if kind == "segment_end":
         e = msg.segment_end
-        return SegmentEnd(e.segment_index, e.text, e.num_samples, e.num_tokens, e.finish_reason)
+        return SegmentEnd(e.segment_index, e.text, e.num_samples, e.num_tokens, e.finish_reason,
+                          *_segment_fields(e))
     if kind == "summary":
         s = msg.summary
         return Summary(s.session_id, s.time_to_first_audio_ms, s.audio_ms, s.num_tokens,
                        s.num_segments, s.num_samples, s.wall_ms)
     return None  # a newer server's event this client does not know: skip it
+
+
+_CAUSES = {1: "sentence", 2: "flush", 3: "max_length", 4: "end_of_input", 5: "clause"}
+
+
+def _segment_fields(msg) -> tuple[str, int, int, str]:
+    """(cause, text_start, text_end, flush_id) of a SegmentStart/SegmentEnd; a server older
+    than these fields sends none of them (cause "" then)."""
+    return (_CAUSES.get(msg.cause, ""), msg.text_start, msg.text_end, msg.flush_id)
 
 
 def voice_list(msg: pb.ListVoicesResponse) -> VoiceList:

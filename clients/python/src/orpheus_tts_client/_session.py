@@ -101,9 +101,11 @@ class Session:
         if text:
             self._put(text)
 
-    def flush(self) -> None:
-        """End the current segment now, even mid-sentence (the text so far is spoken)."""
-        self._put(FLUSH)
+    def flush(self, id: str = "") -> None:  # noqa: A002 - the proto field's name
+        """End the current segment now, even mid-sentence (the text so far is spoken).
+        ``id`` comes back as ``flush_id`` on the SegmentStart/SegmentEnd of the segment it
+        closes (see docs/api.md for a flush with nothing pending)."""
+        self._put(_convert.flush_request(id) if id else FLUSH)
 
     def end(self) -> None:
         """Half-close: no more text. Calling it again is a no-op."""

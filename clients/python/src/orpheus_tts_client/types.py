@@ -75,6 +75,15 @@ class SegmentStart:
     segment_index: int
     text: str
     sample_offset: int
+    #: why the segment ended (known when it is cut): "sentence", "clause", "flush",
+    #: "max_length", "end_of_input"; "" from a server older than this field
+    cause: str = ""
+    #: the segment's range [text_start, text_end) in the session's text (all fragments sent,
+    #: concatenated), in code points (Python str indices)
+    text_start: int = 0
+    text_end: int = 0
+    #: the id of the flush that closed this segment ("" if none)
+    flush_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,10 @@ class SegmentEnd:
     num_samples: int
     num_tokens: int
     finish_reason: str
+    cause: str = ""  #: as in SegmentStart
+    text_start: int = 0
+    text_end: int = 0
+    flush_id: str = ""
 
 
 @dataclass(frozen=True)
