@@ -55,6 +55,7 @@ class Server:
             reflection.enable_server_reflection(
                 (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.grpc)
         self.port = 0
+        self.http = None  # orpheus_svc.http.HttpServer when server.http_port is set
 
     async def _set_health(self, status) -> None:
         for name in ("", SERVICE_NAME):
@@ -69,6 +70,10 @@ class Server:
         await self.grpc.start()
         if s.metrics_port:
             self.metrics.serve(s.metrics_port, s.host)
+        if s.http_port:  # the HTTP edge: same loop, same state and Runtime
+            from orpheus_svc.http import HttpServer
+            self.http = HttpServer(self.state, s.host, s.http_port, s.grace_seconds)
+            await self.http.start()
         log.info("listening", host=s.host, port=self.port, reflection=s.reflection,
                  metrics_port=s.metrics_port or None)
 
@@ -95,6 +100,8 @@ class Server:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         await asyncio.sleep(self.config.server.drain_delay_seconds)
         await self.grpc.stop(grace)
+        if self.http is not None:
+            await self.http.stop()
         if self.state.runtime is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.state.runtime.stop)
         log.info("stopped", sessions_total=self.state.sessions_total)

@@ -1,0 +1,46 @@
+"""Errors in OpenAI's JSON shape, with the HTTP status of the gRPC code they stand for.
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "voice",
+               "code": "invalid_argument"}}
+"""
+
+from __future__ import annotations
+
+from starlette.responses import JSONResponse
+
+# gRPC status code name (as SessionError carries it) -> (HTTP status, OpenAI error type)
+STATUS = {
+    "INVALID_ARGUMENT": (400, "invalid_request_error"),
+    "FAILED_PRECONDITION": (400, "invalid_request_error"),
+    "OUT_OF_RANGE": (400, "invalid_request_error"),
+    "UNAUTHENTICATED": (401, "authentication_error"),
+    "PERMISSION_DENIED": (403, "permission_error"),
+    "NOT_FOUND": (404, "invalid_request_error"),
+    "RESOURCE_EXHAUSTED": (429, "rate_limit_error"),
+    "CANCELLED": (499, "cancelled"),
+    "UNAVAILABLE": (503, "server_error"),
+    "DEADLINE_EXCEEDED": (504, "server_error"),
+}
+
+
+class ApiError(Exception):
+    """An error answered before any audio: `code` is a gRPC status code name."""
+
+    def __init__(self, code: str, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+
+    @property
+    def status(self) -> int:
+        return STATUS.get(self.code, (500, "server_error"))[0]
+
+    def body(self) -> dict:
+        kind = STATUS.get(self.code, (500, "server_error"))[1]
+        return {"error": {"message": self.message, "type": kind, "param": self.param,
+                          "code": self.code.lower()}}
+
+    def response(self) -> JSONResponse:
+        headers = {"Retry-After": "1"} if self.status in (429, 503) else None
+        return JSONResponse(self.body(), status_code=self.status, headers=headers)

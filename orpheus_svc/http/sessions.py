@@ -1,0 +1,85 @@
+"""Runs one StreamSession for the HTTP edge with the gRPC edge's validation and bookkeeping.
+
+Validation is the servicer's own `_options` (voice from the model's registry, encoding and
+rate, sampling), fed with the proto messages it expects, so a request means the same on
+both edges and fails with the same message. Counters (sessions, outcomes, errors, audio
+seconds, time to first audio) go to the same ServerState the gRPC edge and GetStatus use.
+"""
+
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+import structlog
+from orpheus_tts_client.proto.v1 import tts_pb2
+
+from orpheus_svc.server.servicer import _options
+from orpheus_svc.server.session import Input, Output, SessionError, SessionOptions, StreamSession, Summary
+from orpheus_svc.server.state import ServerState
+
+from .errors import ApiError
+
+log = structlog.get_logger("orpheus_svc.http")
+
+# encoding name (orpheus_svc.audio.pcm) -> proto enum, for the shared validation
+PROTO_ENCODINGS = {
+    "pcm16": tts_pb2.AUDIO_ENCODING_PCM16, "wav": tts_pb2.AUDIO_ENCODING_WAV,
+    "mulaw": tts_pb2.AUDIO_ENCODING_MULAW, "alaw": tts_pb2.AUDIO_ENCODING_ALAW,
+    "ogg_opus": tts_pb2.AUDIO_ENCODING_OGG_OPUS, "mp3": tts_pb2.AUDIO_ENCODING_MP3,
+    "flac": tts_pb2.AUDIO_ENCODING_FLAC,
+}
+
+
+def session_options(state: ServerState, voice: str, encoding: str, sample_rate: int = 0,
+                    seed: int | None = None) -> SessionOptions:
+    """Validated options, or ApiError(INVALID_ARGUMENT) saying what to change."""
+    fmt = tts_pb2.AudioFormat(encoding=PROTO_ENCODINGS[encoding], sample_rate_hz=sample_rate)
+    sampling = tts_pb2.SamplingOptions(seed=seed) if seed is not None else tts_pb2.SamplingOptions()
+    try:
+        return _options(state, voice, fmt, sampling, allow_wav=True)
+    except SessionError as exc:
+        state.count_error(exc.code)
+        param = "voice" if "voice" in exc.message else None
+        raise ApiError(exc.code, exc.message, param) from exc
+
+
+def require_runtime(state: ServerState):
+    runtime = state.runtime_or_none()
+    if runtime is None:
+        state.count_error("UNAVAILABLE")
+        raise ApiError("UNAVAILABLE", "the model is still loading or the server is shutting "
+                       "down; retry shortly (health reports SERVING when ready)")
+    return runtime
+
+
+async def run_session(state: ServerState, options: SessionOptions, inputs: AsyncIterator[Input],
+                      rpc: str) -> AsyncIterator[Output]:
+    """The session's outputs; closing this generator early cancels the session's
+    generations (their slots are freed at the engine's next step)."""
+    runtime = require_runtime(state)
+    session = StreamSession(runtime, options, state.config.text)
+    outputs = session.run(inputs)
+    state.session_started()
+    outcome = "ok"
+    log.info("session started", rpc=rpc, session_id=session.session_id, voice=options.voice,
+             encoding=options.encoding, rate=options.sample_rate)
+    try:
+        async for out in outputs:
+            if isinstance(out, Summary):
+                state.add_audio_seconds(out.num_samples / options.sample_rate)
+                if out.time_to_first_audio_ms > 0:
+                    state.observe_ttfa(out.time_to_first_audio_ms / 1000)
+                log.info("session finished", session_id=session.session_id,
+                         ttfa_ms=round(out.time_to_first_audio_ms, 1), audio_ms=round(out.audio_ms),
+                         tokens=out.num_tokens, segments=out.num_segments)
+            yield out
+    except SessionError as exc:
+        outcome = exc.code
+        log.info("session refused", session_id=session.session_id, code=exc.code, reason=exc.message)
+        raise
+    except BaseException:
+        outcome = "cancelled"
+        raise
+    finally:
+        await outputs.aclose()  # cancels generations still running: slots freed next step
+        state.session_ended(outcome)

@@ -1,0 +1,184 @@
+"""OpenAI-compatible routes: POST /v1/audio/speech, GET /v1/audio/voices, GET /v1/models.
+
+    POST /v1/audio/speech {"model", "input", "voice", "response_format", "speed",
+                           "stream_format": "audio" | "sse", "seed" (ours, optional)}
+
+Audio streams as it is generated (chunked transfer encoding). The response starts when the
+first audio is ready, so a request refused before that (bad voice: 400, server full: 429,
+loading or draining: 503) gets a proper status and OpenAI's JSON error body; an error after
+the first bytes can only end the stream early (the SSE stream then sends an "error" event).
+`speed` other than 1.0 is refused with 400: no time-stretching is done here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from orpheus_svc.server.session import AudioOut, SessionError, Summary, TextIn
+
+from .auth import authorize
+from .errors import ApiError
+from .sessions import require_runtime, run_session, session_options
+
+# response_format -> (our encoding, content type). OpenAI's pcm is 24 kHz s16le mono, as ours.
+FORMATS = {
+    "mp3": ("mp3", "audio/mpeg"),
+    "opus": ("ogg_opus", "audio/ogg"),
+    "flac": ("flac", "audio/flac"),
+    "wav": ("wav", "audio/wav"),
+    "pcm": ("pcm16", "audio/pcm"),
+}
+# Model ids accepted: ours, plus OpenAI's, so clients with a hard-coded model work unchanged.
+MODEL_IDS = ("orpheus", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+
+
+def _field(body: dict, name: str, kind: type, default=None, required: bool = False):
+    value = body.get(name, default)
+    if value is None:
+        if required:
+            raise ApiError("INVALID_ARGUMENT", f"'{name}' is required", name)
+        return default
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ApiError("INVALID_ARGUMENT",
+                       f"'{name}' must be a {kind.__name__}, got {type(value).__name__}", name)
+    return value
+
+
+async def _json_body(request: Request) -> dict:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ApiError("INVALID_ARGUMENT", "the request body must be JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError("INVALID_ARGUMENT", "the request body must be a JSON object")
+    return body
+
+
+async def speech(request: Request) -> Response:
+    state = request.app.state.server_state
+    try:
+        await authorize(request)
+        body = await _json_body(request)
+        model = _field(body, "model", str, required=True)
+        if model not in MODEL_IDS:
+            raise ApiError("NOT_FOUND", f"unknown model {model!r}; this server offers "
+                           f"{', '.join(MODEL_IDS)} (all the same Orpheus model)", "model")
+        text = _field(body, "input", str, required=True)
+        if not text.strip():
+            raise ApiError("INVALID_ARGUMENT", "'input' is empty; nothing to speak", "input")
+        limit = state.config.text.max_text_chars
+        if len(text) > limit:
+            raise ApiError("INVALID_ARGUMENT", f"'input' is {len(text)} characters; this server's "
+                           f"limit is {limit} (text.max_text_chars)", "input")
+        response_format = _field(body, "response_format", str, "mp3")
+        if response_format not in FORMATS:
+            raise ApiError("INVALID_ARGUMENT", f"response_format {response_format!r} is not "
+                           f"offered; use one of {', '.join(FORMATS)}", "response_format")
+        speed = _field(body, "speed", float, 1.0)
+        if speed != 1.0:
+            raise ApiError("INVALID_ARGUMENT", "'speed' other than 1.0 is not supported by this "
+                           "server (it does no time-stretching); omit it", "speed")
+        stream_format = _field(body, "stream_format", str, "audio")
+        if stream_format not in ("audio", "sse"):
+            raise ApiError("INVALID_ARGUMENT", "stream_format must be 'audio' or 'sse'",
+                           "stream_format")
+        seed = _field(body, "seed", int)
+        voice = _field(body, "voice", str, "")
+        encoding, media_type = FORMATS[response_format]
+        require_runtime(state)
+        options = session_options(state, voice, encoding, seed=seed)
+
+        async def inputs():
+            yield TextIn(text)
+
+        outputs = run_session(state, options, inputs(), rpc="http.speech")
+        first = await _first_audio(outputs)  # refusals before any audio get a status
+    except ApiError as exc:
+        return exc.response()
+    if stream_format == "sse":
+        return StreamingResponse(_sse(first, outputs), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    return StreamingResponse(_audio(first, outputs), media_type=media_type)
+
+
+async def _first_audio(outputs: AsyncIterator) -> list:
+    """Outputs up to and including the first audio bytes (or the summary)."""
+    got = []
+    try:
+        async for out in outputs:
+            got.append(out)
+            if isinstance(out, AudioOut) and out.audio or isinstance(out, Summary):
+                return got
+    except SessionError as exc:
+        raise ApiError(exc.code, exc.message) from exc
+    except BaseException:
+        await outputs.aclose()  # cancelled while waiting: free the slots now, not at GC
+        raise
+    return got
+
+
+async def _chain(first: list, outputs: AsyncIterator) -> AsyncIterator:
+    try:
+        for out in first:
+            yield out
+        async for out in outputs:
+            yield out
+    finally:
+        await outputs.aclose()  # the client went away: free the slots
+
+
+async def _audio(first: list, outputs: AsyncIterator) -> AsyncIterator[bytes]:
+    try:
+        async for out in _chain(first, outputs):
+            if isinstance(out, AudioOut) and out.audio:
+                yield out.audio
+    except SessionError:
+        return  # headers are out: ending the body early is all that is left (logged)
+
+
+async def _sse(first: list, outputs: AsyncIterator) -> AsyncIterator[str]:
+    """OpenAI's speech SSE events: speech.audio.delta (base64 audio), speech.audio.done."""
+    try:
+        async for out in _chain(first, outputs):
+            if isinstance(out, AudioOut) and out.audio:
+                event = {"type": "speech.audio.delta", "audio": base64.b64encode(out.audio).decode()}
+            elif isinstance(out, Summary):
+                event = {"type": "speech.audio.done", "usage": {
+                    "input_tokens": 0, "output_tokens": out.num_tokens,
+                    "total_tokens": out.num_tokens}}
+            else:
+                continue
+            yield f"data: {json.dumps(event)}\n\n"
+    except SessionError as exc:
+        yield f"data: {json.dumps({'type': 'error', **ApiError(exc.code, exc.message).body()})}\n\n"
+
+
+async def voices(request: Request) -> Response:
+    state = request.app.state.server_state
+    try:
+        await authorize(request)
+        registry = require_runtime(state).voices
+    except ApiError as exc:
+        return exc.response()
+    return JSONResponse({
+        "object": "list",
+        "data": [{"id": v.name, "object": "voice", "name": v.name, "language": v.language,
+                  "default": v.name == registry.default_voice.name,
+                  "emotion_tags": list(v.emotion_tags)} for v in registry.voices],
+        "voices": registry.names, "default": registry.default_voice.name})
+
+
+async def models(request: Request) -> Response:
+    try:
+        await authorize(request)
+    except ApiError as exc:
+        return exc.response()
+    return JSONResponse({"object": "list", "data": [
+        {"id": m, "object": "model", "created": 0, "owned_by": "orpheus-svc"} for m in MODEL_IDS]})
