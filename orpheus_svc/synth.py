@@ -46,7 +46,7 @@ def synthesize(runtime: Runtime, text: str, voice: str = "", seed: int | None = 
     if normalize is None:
         normalize = runtime.config.text.normalize
     normalize = normalize and has_normalizer(entry.language)
-    buf = SentenceBuffer(max_chars=runtime.config.text.max_segment_chars)
+    buf = SentenceBuffer(max_chars=runtime.config.text.max_segment_chars, language=entry.language)
     segments = buf.push(text) + buf.close()
     if not segments:
         raise SynthesisError("text is empty")

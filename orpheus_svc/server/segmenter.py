@@ -9,12 +9,16 @@ is only certain once the character after it has arrived:
 Cuts happen at
   * a sentence end: . ! ? (or a run like ?! ...) plus closing quotes/brackets, followed by
     whitespace, unless the word is a known abbreviation (Mr. Dr. e.g. ...) or a single
-    letter (initials); a newline also ends a segment;
+    letter (initials); a newline also ends a segment. These are the English rules: the
+    session's language (its voice's) picks others from core/sentences.py (CJK 。！？ without
+    spaces, Spanish ¡¿, Hindi danda, French guillemets, German "3. Oktober", abbreviations
+    per language) and scales max_chars per script;
   * the first segment of a session may end early at a clause mark (, ; : -- ) once it is
     `first_clause_min_chars` long, so that the first audio does not wait for a long
     sentence to finish streaming in;
   * `max_chars`: a segment that grows past it is cut at the last clause mark or space
-    before the limit (mid-word only when there is no space at all);
+    before the limit (mid-word only when there is no space at all); a sentence end beyond
+    the limit does not count, however large the fragment that brought it;
   * flush() and close(): whatever is buffered.
 Segments are stripped; whitespace-only text never becomes a segment.
 
@@ -27,15 +31,9 @@ in the session's text (the concatenation of every fragment pushed, counted in co
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-_ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof sr jr st vs etc e.g i.e a.m p.m approx dept est fig inc ltd no vol jan "
-    "feb mar apr jun jul aug sep sept oct nov dec mt ft".split())
-_CLOSERS = "\"')]}\u201d\u2019\u00bb"
-_SENTENCE_END = re.compile(r"[.!?\u2026]+[" + re.escape(_CLOSERS) + r"]*(?=\s)")
-_CLAUSE_END = re.compile(r"(?:[,;:]|\s[-\u2013\u2014]{1,2})(?=\s)")
+from orpheus_svc.core.sentences import SentenceRules, rules_for
 
 
 #: Why a segment ended (the proto's SegmentEndCause, in words).
@@ -56,11 +54,17 @@ class Cut:
 
 
 class SentenceBuffer:
-    def __init__(self, max_chars: int = 300, first_clause_min_chars: int = 0) -> None:
+    def __init__(self, max_chars: int = 300, first_clause_min_chars: int = 0,
+                 language: str = "en") -> None:
         if max_chars < 20:
             raise ValueError(f"max_chars must be >= 20, got {max_chars}")
-        self.max_chars = max_chars
-        self.first_clause_min_chars = first_clause_min_chars
+        # sentence ends, abbreviations and the length per character of the voice's language
+        # (core/sentences.py); max_chars is given in Latin characters and scaled per script
+        self.rules: SentenceRules = rules_for(language)
+        self.max_chars = self.rules.scaled(max_chars)
+        self.first_clause_min_chars = min(
+            self.rules.scaled(first_clause_min_chars) if first_clause_min_chars else 0,
+            self.max_chars)
         self._buf = ""
         self._base = 0  # code points of the session's text before the buffer
         self._emitted = 0  # segments cut so far
@@ -107,39 +111,36 @@ class SentenceBuffer:
         self._base += len(head)
 
     def _next_cut(self) -> tuple[int, str] | None:
-        buf = self._buf
-        newline = buf.find("\n")
-        for m in _SENTENCE_END.finditer(buf):
-            if newline != -1 and newline < m.start():
+        # Each rule can decide at some index of the buffer (the character after a mark, a
+        # newline); the cut is the one that can be decided first, and only from the first
+        # max_chars + 1 characters. Pushing the text one character at a time would find
+        # exactly that cut, so any fragmentation gives the same segments (and one long
+        # fragment cannot make a segment longer than max_chars).
+        buf, limit, rules = self._buf, self.max_chars, self.rules
+        found: list[tuple[int, int, str]] = []  # (decided at, cut at, cause)
+        for m in rules.sentence_end.finditer(buf):
+            if rules.decided_at(m) > limit:
                 break
-            if not self._is_abbreviation(buf, m.start()):
-                return m.end(), SENTENCE
-        if newline != -1:
-            return newline + 1, SENTENCE
+            if not rules.is_abbreviation(buf, m.start()):
+                found.append((rules.decided_at(m), m.end(), SENTENCE))
+                break
+        newline = buf.find("\n")
+        if newline != -1 and newline <= limit:
+            found.append((newline, newline + 1, SENTENCE))
         if self._emitted == 0 and self.first_clause_min_chars:
-            for m in _CLAUSE_END.finditer(buf):
-                if m.end() >= self.first_clause_min_chars and m.end() <= self.max_chars:
-                    return m.end(), CLAUSE
-        if len(buf) > self.max_chars:
-            return self._forced_cut(buf[:self.max_chars + 1]), MAX_LENGTH
+            for m in rules.clause_end.finditer(buf):
+                if m.end() >= self.first_clause_min_chars and m.end() <= limit:
+                    found.append((m.end(), m.end(), CLAUSE))
+                    break
+        if found:
+            _, cut, cause = min(found)
+            return cut, cause
+        if len(buf) > limit:
+            return self._forced_cut(buf[:limit + 1]), MAX_LENGTH
         return None
 
-    @staticmethod
-    def _is_abbreviation(buf: str, dot: int) -> bool:
-        if buf[dot] != ".":
-            return False
-        word = re.search(r"([A-Za-z.]+)$", buf[:dot])
-        if word is None:
-            return False
-        raw = word.group(1)
-        w = raw.lower().strip(".")
-        initials = re.fullmatch(r"(?:[A-Z]\.)+[A-Z]", raw) is not None  # U.S. / J.R.R.
-        return (w in _ABBREVIATIONS or initials
-                or (len(w) == 1 and w.isalpha() and raw[0].isupper()))
-
-    @staticmethod
-    def _forced_cut(head: str) -> int:
-        clause = [m.end() for m in _CLAUSE_END.finditer(head)]
+    def _forced_cut(self, head: str) -> int:
+        clause = [m.end() for m in self.rules.clause_end.finditer(head)]
         if clause and clause[-1] >= len(head) // 2:
             return clause[-1]
         space = head.rfind(" ")

@@ -138,7 +138,8 @@ class StreamSession:
         self.text_config = text
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self._buffer = SentenceBuffer(max_chars=text.max_segment_chars,
-                                      first_clause_min_chars=text.first_clause_min_chars)
+                                      first_clause_min_chars=text.first_clause_min_chars,
+                                      language=options.language)
         self._segments: list[_Segment] = []
         self._by_gen: dict[int, _Segment] = {}
         self._inbox: asyncio.Queue = asyncio.Queue()

@@ -1,0 +1,122 @@
+"""Sentence-end rules per language, for the segmenter (server/segmenter.py). Pure Python.
+
+    language   sentence ends                          needs after the mark       abbreviations
+    en de      . ! ? ... (+ closing quotes/brackets)  whitespace                 per language
+    fr         as above, closers after a space too   whitespace + next word     per language
+    es it ...  as above; "¿" / "¡" may follow at once  whitespace, ¿ or ¡         per language
+    zh ja      。 ！ ？ (+ closing 」』”）】 ...)        any character but a closer  -
+               and . ! ? before whitespace (embedded Latin text)
+    hi         । ॥ ? ! . (+ closers)                   whitespace                 -
+    ko and others: the Latin rules
+
+Every rule decides from text that has already arrived, including the one character after
+the mark (so "3." followed by "5" is not cut, and a Chinese closing quote that follows 。
+stays with its sentence); that is what keeps the same text cutting into the same segments
+however it is fragmented.
+
+Length limits are in characters, and a character carries different amounts of speech per
+script: a Mandarin character is a syllable (about 4-5 per second of speech), a Hangul block
+about 6-7, Latin letters about 15. `length_scale` shrinks text.max_segment_chars so a segment
+is about as long to say in every language.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# closing quotes and brackets that belong to the sentence before them (German closes with
+# \u201c and \u2018; CJK with its corner brackets and full-width parentheses)
+CLOSERS = ("\"')]}\u201d\u2019\u201c\u2018\u00bb\u300d\u300f\uff09\u3011\u300b\u3009"
+           "\uff3d\uff5d")
+
+_LATIN_END = r"[.!?\u2026]+[" + re.escape(CLOSERS) + r"]*"
+_CJK_MARKS = "\u3002\uff01\uff1f\uff61"
+_CJK_END = r"[" + _CJK_MARKS + r"]+[" + re.escape(CLOSERS) + r"]*"
+_LATIN_CLAUSE = r"(?:[,;:]|\s[-\u2013\u2014]{1,2})(?=\s)"
+
+_EN = ("mr mrs ms dr prof sr jr st vs etc e.g i.e a.m p.m approx dept est fig inc ltd no vol "
+       "jan feb mar apr jun jul aug sep sept oct nov dec mt ft")
+_ABBREVIATIONS = {
+    "en": _EN,
+    "fr": "m mm mme mmes mlle mlles dr pr me st ste etc cf p ex av apr j.-c env n no vol fig "
+          "janv févr avr juil sept oct nov déc",
+    "de": "z.b d.h u.a usw bzw ca nr dr hr fr prof evtl ggf inkl vgl bspw s.o s.u u.ä o.ä "
+          "str jan feb märz apr aug sep sept okt nov dez mio mrd",
+    "es": "sr sra srta dr dra ud uds etc p.ej pág núm no vol av avda ee.uu",
+    "it": "sig sigg sig.ra dott prof ing avv ecc es pag n no vol",
+}
+#: characters of speech per character of text, relative to Latin text (see module docstring)
+_LENGTH_SCALE = {"zh": 0.3, "ja": 0.3, "yue": 0.3, "ko": 0.45, "hi": 0.8}
+
+
+@dataclass(frozen=True)
+class SentenceRules:
+    """How one language ends sentences; `is_abbreviation` says whether the mark at an index
+    of the buffer is not a sentence end after all."""
+
+    language: str
+    sentence_end: re.Pattern  # its lookahead is group "la": the text the decision needs
+    clause_end: re.Pattern
+    abbreviations: frozenset[str]
+    length_scale: float = 1.0
+    ordinal_dot: bool = False  # German "am 3. Oktober": a dot after a day number is no end
+
+    @staticmethod
+    def decided_at(m: re.Match) -> int:
+        """Index of the last character a sentence-end match needed: the segmenter cuts at
+        the end that can be decided first, as it would when fed one character at a time."""
+        return m.end("la") - 1
+
+    def scaled(self, chars: int) -> int:
+        """A character limit for this script (never below 20, the segmenter's minimum)."""
+        return max(20, round(chars * self.length_scale))
+
+    def is_abbreviation(self, buf: str, dot: int) -> bool:
+        if buf[dot] != ".":
+            return False
+        if self.ordinal_dot and re.search(r"(?<!\d)\d{1,2}$", buf[:dot]):
+            return True
+        word = re.search(r"([^\W\d_][\w.\-]*)$", buf[:dot])
+        if word is None:
+            return False
+        raw = word.group(1)
+        w = raw.lower().strip(".")
+        initials = re.fullmatch(r"(?:[A-Z]\.)+[A-Z]", raw) is not None  # U.S. / J.R.R.
+        return (w in self.abbreviations or initials
+                or (len(w) == 1 and w.isalpha() and raw[0].isupper()))
+
+
+def _base(language: str) -> str:
+    return language.replace("_", "-").split("-")[0].lower() or "en"
+
+
+def rules_for(language: str | None) -> SentenceRules:
+    """The rules for a BCP 47 language (unknown languages get the Latin rules, no
+    abbreviations beyond initials)."""
+    lang = _base(language or "en")
+    abbreviations = frozenset(_ABBREVIATIONS.get(lang, "").split())
+    scale = _LENGTH_SCALE.get(lang, 1.0)
+    if lang in ("zh", "ja", "yue"):
+        # no spaces between sentences: the mark ends one once any non-closer follows
+        # (the character after must be neither a closer nor another mark: "。。" is one end)
+        end = re.compile(r"(?:" + _CJK_END + r"|" + _LATIN_END + r"(?=\s))(?=(?P<la>[^"
+                         + re.escape(CLOSERS) + _CJK_MARKS + r"]))")
+        clause = re.compile(r"[\uff0c\uff1b\uff1a\u3001](?=.)|" + _LATIN_CLAUSE, re.DOTALL)
+        return SentenceRules(lang, end, clause, abbreviations, scale)
+    if lang == "hi":
+        end = re.compile(r"[\u0964\u0965.!?\u2026]+[" + re.escape(CLOSERS) + r"]*(?=(?P<la>\s))")
+        return SentenceRules(lang, end, re.compile(_LATIN_CLAUSE), abbreviations, scale)
+    if lang in ("es", "ca", "gl"):
+        # "¡Hola!¿Qué tal?": an opening inverted mark may follow the end without a space
+        end = re.compile(_LATIN_END + r"(?=(?P<la>[\s\u00bf\u00a1]))")
+        return SentenceRules(lang, end, re.compile(_LATIN_CLAUSE), abbreviations, scale)
+    if lang == "fr":
+        # "« Très bien. »": the closing guillemet comes after a (no-break) space, so the end
+        # is decided at the next word (whose first character is not a closer)
+        end = re.compile(r"[.!?\u2026]+(?:[ \u00a0\u202f]?[" + re.escape(CLOSERS) + r"])*"
+                         r"(?=(?P<la>\s+[^\s" + re.escape(CLOSERS) + r"]))")
+        return SentenceRules(lang, end, re.compile(_LATIN_CLAUSE), abbreviations, scale)
+    end = re.compile(_LATIN_END + r"(?=(?P<la>\s))")
+    return SentenceRules(lang, end, re.compile(_LATIN_CLAUSE), abbreviations or frozenset(),
+                         scale, ordinal_dot=lang == "de")
