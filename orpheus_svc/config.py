@@ -63,9 +63,14 @@ class EngineConfig:
     trtllm_engine_dir: str | None = None
     trtllm_kv_free_gpu_fraction: float = 0.9
     trtllm_grammar_mask: bool = True  # audio-grammar logits processor (tokens are validated anyway)
+    # TensorRT-LLM PyTorch backend's overlap scheduler: auto = off while the grammar mask is
+    # on (the two cannot be combined; docs/tensorrt-llm.md), on otherwise | on | off
+    trtllm_overlap_scheduler: str = "auto"
     # sim
     sim_profile: str = "h100-fp8"
     sim_codec: bool = True
+    # Injected faults for tests only (engine/sim.py SimFaults), e.g. "step_error:7@14"; "" = none.
+    sim_faults: str = ""
 
     def scheduler_settings(self) -> SchedulerSettings:
         return SchedulerSettings(max_batch_size=self.max_batch_size, max_waiting=self.max_waiting,
@@ -116,6 +121,32 @@ class ServerConfig:
     max_connection_age_grace_seconds: float = 600.0
     log_format: str = "json"  # json | console
     log_level: str = "info"
+    # Open StreamingSynthesize/Synthesize calls in total (idle ones included); one more is
+    # refused at once with RESOURCE_EXHAUSTED. 0 = no limit.
+    max_sessions: int = 1024
+    # HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: calls one client connection may have open at
+    # once (further calls wait in the client until one ends). 0 = gRPC's default (no limit).
+    max_concurrent_streams: int = 256
+    # Keepalive: the server pings each connection this often and drops it when the ack
+    # does not come within keepalive_timeout_seconds (dead peers free their calls); a client
+    # pinging more often than min_client_ping_interval_seconds gets GOAWAY (too_many_pings)
+    # after max_ping_strikes pings.
+    keepalive_time_seconds: float = 60.0
+    keepalive_timeout_seconds: float = 20.0
+    min_client_ping_interval_seconds: float = 10.0
+    max_ping_strikes: int = 2
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Time limits of one call (docs/configuration.md, docs/api.md). 0 = off."""
+
+    # No client message for this long and nothing left to speak: the buffered text is
+    # spoken, then the call ends with DEADLINE_EXCEEDED.
+    idle_timeout_seconds: float = 60.0
+    # Audio waits this long for a client that reads nothing: the call's generations are
+    # cancelled and it ends with DEADLINE_EXCEEDED.
+    stalled_consumer_timeout_seconds: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -127,6 +158,7 @@ class Config:
     flusher: FlusherSettings = field(default_factory=FlusherSettings)
     text: TextConfig = field(default_factory=TextConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
+    session: SessionConfig = field(default_factory=SessionConfig)
 
 
 # The seed's two tuning profiles: conversational favours time to first audio (short texts,
@@ -273,6 +305,10 @@ def validate(config: Config) -> None:
         (e.max_waiting >= 0, "engine.max_waiting", "must be >= 0"),
         (e.aging_steps >= 1, "engine.aging_steps", "must be >= 1"),
         (0 < e.trtllm_kv_free_gpu_fraction <= 1, "engine.trtllm_kv_free_gpu_fraction", "must be in (0, 1]"),
+        # YAML reads a bare on/off as a boolean, which arrives here as "True"/"False"
+        (e.trtllm_overlap_scheduler.lower() in ("auto", "on", "off", "true", "false"),
+         "engine.trtllm_overlap_scheduler",
+         "must be auto, on or off"),
         (e.scheduler_policy in POLICIES, "engine.scheduler_policy", f"must be one of {', '.join(POLICIES)}"),
         (e.max_ahead_seconds >= 0, "engine.max_ahead_seconds", "must be >= 0"),
         (e.backend != "sim" or e.sim_profile in SIM_PROFILES, "engine.sim_profile",
@@ -296,6 +332,17 @@ def validate(config: Config) -> None:
          "must be >= 0"),
         (s.drain_delay_seconds >= 0, "server.drain_delay_seconds", "must be >= 0"),
         (s.log_format in ("json", "console"), "server.log_format", "must be json or console"),
+        (s.max_sessions >= 0, "server.max_sessions", "must be >= 0 (0 = no limit)"),
+        (s.max_concurrent_streams >= 0, "server.max_concurrent_streams", "must be >= 0"),
+        (s.keepalive_time_seconds > 0, "server.keepalive_time_seconds", "must be > 0"),
+        (s.keepalive_timeout_seconds > 0, "server.keepalive_timeout_seconds", "must be > 0"),
+        (s.min_client_ping_interval_seconds >= 0, "server.min_client_ping_interval_seconds",
+         "must be >= 0"),
+        (s.max_ping_strikes >= 0, "server.max_ping_strikes", "must be >= 0"),
+        (config.session.idle_timeout_seconds >= 0, "session.idle_timeout_seconds",
+         "must be >= 0 (0 = off)"),
+        (config.session.stalled_consumer_timeout_seconds >= 0,
+         "session.stalled_consumer_timeout_seconds", "must be >= 0 (0 = off)"),
     ]
     for ok, name, why in checks:
         if not ok:

@@ -60,3 +60,26 @@ def max_tokens_for_text(text: str, *, limit: int | None = None) -> int:
 def expected_audio_seconds(text: str) -> float:
     """A typical speech length for `text` (15 chars/s), used only to estimate playout deadlines."""
     return max(len(text), 1) / 15.0
+
+
+class PromptTooLong(ValueError):
+    """A prompt leaves no room in its slot for one frame and the stop id."""
+
+
+def fit_to_slot(prompt_len: int, max_tokens: int, max_seq_len: int) -> int:
+    """`max_tokens` cut to what a slot of `max_seq_len` tokens has left after the prompt.
+
+        |<---------------------------- max_seq_len ---------------------------->|
+        | prompt_len |  result (whole frames, <= max_tokens)  | spare (>= 1) ... |
+
+    The result is a whole number of frames and leaves at least one position spare, so
+    prompt_len + result < max_seq_len: TensorRT-LLM refuses a request whose prompt length
+    plus max_tokens exceeds its max_seq_len, and a generation cut at its budget still ends
+    on a frame boundary. Raises PromptTooLong when not even one frame fits.
+    """
+    room = max_seq_len - prompt_len
+    if room < FRAME_TOKENS + 1:
+        raise PromptTooLong(
+            f"text too long: its prompt is {prompt_len} tokens and max_seq_len is "
+            f"{max_seq_len}; send shorter segments")
+    return min(max_tokens, (room - 1) // FRAME_TOKENS * FRAME_TOKENS)

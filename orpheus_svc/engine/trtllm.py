@@ -9,13 +9,16 @@ orpheus_manifest.json says which kind):
     fp8-hf-checkpoint   tensorrt_llm.LLM                     (PyTorch backend, the default in 1.2)
 
 Start-up checks run cheapest first and each names the missing piece: engine dir and
-manifest, the engine's limits against the config, the tokenizer, then the tensorrt_llm
-package, a CUDA GPU, and FP8 support (compute capability 8.9+). tensorrt_llm is imported
-only inside these functions, so this module imports on any machine.
+manifest; TensorRT-LLM's rules for the configured combination (trtllm_rules.plan_llm:
+features, runtime, limits; all problems in one error, before any GPU work); the
+tokenizer; the tensorrt_llm package, a CUDA GPU, and FP8 support (compute capability
+8.9+); that TensorRT-LLM's worker process can import the grammar processor. tensorrt_llm
+is imported only inside these functions, so this module imports on any machine.
 
 Requests go in as prompt token ids (no tokenizer inside TensorRT-LLM, no detokenization)
 with SamplingParams(end_id=128258, temperature, top_p, repetition_penalty, max_tokens,
-seed) and, unless engine.trtllm_grammar_mask is false, the audio-grammar logits processor.
+seed) and, unless engine.trtllm_grammar_mask is false, the audio-grammar logits processor;
+with the mask on, the PyTorch backend's overlap scheduler is off (trtllm_rules).
 
 Scheduler settings: run this backend with trtllm_scheduler_settings(config.engine), which
 puts every running generation in every plan (max_batch_size >= max_sessions) and lifts the
@@ -36,15 +39,16 @@ from orpheus_svc.core.tokens import END_OF_SPEECH_ID, PAD_ID
 
 from .trtllm_backend import TrtllmBackend
 from .trtllm_manifest import KV_DTYPE_BYTES, Manifest, kv_cache_bytes
+from .trtllm_rules import LlmPlan, plan_llm
 from .trtllm_startup import (
     TrtllmStartupError,
     artifact_dir,
-    check_limits,
     load_encoder,
     load_manifest,
     require_fp8_gpu,
     require_tensorrt_llm,
 )
+from .trtllm_worker import ensure_worker_can_import
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +69,9 @@ def trtllm_scheduler_settings(engine: Any) -> SchedulerSettings:
 
 
 def sampling_kwargs(gen: Generation, grammar: Any | None = None) -> dict[str, Any]:
-    """SamplingParams keyword arguments for one generation (TensorRT-LLM 1.2 names)."""
+    """SamplingParams keyword arguments for one generation (TensorRT-LLM 1.2 names).
+    max_tokens is the request's, which admission has already fitted to the slot
+    (core.prompt.fit_to_slot; the backend checks it again before submitting)."""
     s = gen.request.sampling
     kw: dict[str, Any] = dict(end_id=END_OF_SPEECH_ID, pad_id=PAD_ID,
                               max_tokens=gen.request.max_tokens, top_p=s.top_p,
@@ -87,7 +93,7 @@ def build_trtllm_backend(config: Any) -> tuple[TrtllmBackend, Callable[[str], li
     e = config.engine
     path = artifact_dir(e)
     manifest = load_manifest(path)
-    check_limits(manifest, e)
+    plan = plan_llm(manifest, e)  # TensorRT-LLM's rules, before any GPU work
     encode = load_encoder(path, config.model.path)
     require_tensorrt_llm()
     gpu = require_fp8_gpu()
@@ -95,12 +101,15 @@ def build_trtllm_backend(config: Any) -> tuple[TrtllmBackend, Callable[[str], li
         log.warning("engine.max_batch_size %d < engine.max_sessions %d: use "
                     "trtllm_scheduler_settings() so every running generation is in every step",
                     e.max_batch_size, e.max_sessions)
-    llm = _open_llm(manifest, path, e)
     grammar = None
-    if e.trtllm_grammar_mask:
+    if plan.grammar_mask:
         from .trtllm_grammar import AudioGrammarLogitsProcessor
         grammar = AudioGrammarLogitsProcessor()
-        _approve_for_ipc(type(grammar))
+        # Before the LLM starts its worker: that process unpickles the processor.
+        ensure_worker_can_import(AudioGrammarLogitsProcessor.__module__)
+    for note in plan.notes:
+        log.info("trtllm backend: %s", note)
+    llm = _open_llm(plan, manifest, path, e)
     from tensorrt_llm import SamplingParams
 
     from .trtllm_stream import StreamBridge
@@ -108,7 +117,7 @@ def build_trtllm_backend(config: Any) -> tuple[TrtllmBackend, Callable[[str], li
     make_params = partial(_make_params, SamplingParams, grammar)
     backend = TrtllmBackend(StreamBridge(llm), make_params, num_slots=e.max_sessions,
                             max_seq_len=e.max_seq_len, on_close=llm.shutdown)
-    _log_start(manifest, path, e, gpu, grammar is not None)
+    _log_start(manifest, path, e, gpu, plan)
     return backend, encode
 
 
@@ -116,19 +125,16 @@ def _make_params(cls: Any, grammar: Any, gen: Generation) -> Any:
     return cls(**sampling_kwargs(gen, grammar))
 
 
-def _open_llm(manifest: Manifest, path: Path, e: Any) -> Any:
+def _open_llm(plan: LlmPlan, manifest: Manifest, path: Path, e: Any) -> Any:
     from tensorrt_llm.llmapi import KvCacheConfig
 
     kv = KvCacheConfig(free_gpu_memory_fraction=e.trtllm_kv_free_gpu_fraction)
     try:
-        if manifest.runtime == "tensorrt":
+        if plan.runtime == "tensorrt":
             from tensorrt_llm._tensorrt_engine import LLM as EngineLLM
-            # Limits are compiled into the engine (checked against the config above).
-            return EngineLLM(model=str(path), skip_tokenizer_init=True, kv_cache_config=kv)
+            return EngineLLM(model=str(path), kv_cache_config=kv, **plan.llm_kwargs)
         from tensorrt_llm import LLM
-        return LLM(model=str(path), skip_tokenizer_init=True, kv_cache_config=kv,
-                   max_batch_size=e.max_sessions, max_seq_len=e.max_seq_len,
-                   max_num_tokens=manifest.limits.max_num_tokens)
+        return LLM(model=str(path), kv_cache_config=kv, **plan.llm_kwargs)
     except Exception as exc:
         raise TrtllmStartupError(
             f"TensorRT-LLM could not load {path} ({manifest.format}, built with "
@@ -136,26 +142,7 @@ def _open_llm(manifest: Manifest, path: Path, e: Any) -> Any:
             f"{exc.__class__.__name__}: {exc}") from exc
 
 
-def _approve_for_ipc(cls: type) -> None:
-    """TensorRT-LLM unpickles SamplingParams in its worker with an allow-list of classes;
-    register ours where this version offers a hook (names differ between releases)."""
-    try:
-        from tensorrt_llm import serialization
-    except ImportError:
-        return
-    for hook in ("register_approved_ipc_class", "register_approved_class"):
-        fn = getattr(serialization, hook, None)
-        if fn is None:
-            continue
-        try:
-            fn(cls)
-        except Exception as exc:  # the mask is an extra; validation still guards the grammar
-            log.warning("could not register %s with tensorrt_llm.serialization.%s: %s",
-                        cls.__name__, hook, exc)
-        return
-
-
-def _log_start(manifest: Manifest, path: Path, e: Any, gpu: Any, masked: bool) -> None:
+def _log_start(manifest: Manifest, path: Path, e: Any, gpu: Any, plan: LlmPlan) -> None:
     from orpheus_svc.models.llama_config import orpheus_3b_spec
 
     spec = orpheus_3b_spec()
@@ -164,7 +151,9 @@ def _log_start(manifest: Manifest, path: Path, e: Any, gpu: Any, masked: bool) -
                           kv_heads=spec.num_key_value_heads, head_dim=spec.head_dim,
                           max_seq_len=e.max_seq_len, dtype_bytes=KV_DTYPE_BYTES.get(kv_dtype, 2))
     log.info("trtllm backend: %s from %s on %s (%s); %d slots x %d tokens need %.2f GiB of "
-             "%s KV cache (pool: %.0f%% of free GPU memory); audio grammar %s",
+             "%s KV cache (pool: %.0f%% of free GPU memory); audio grammar %s; overlap "
+             "scheduler %s",
              manifest.format, path, gpu.name, gpu.sm, e.max_sessions, e.max_seq_len,
              need / 2**30, kv_dtype, 100 * e.trtllm_kv_free_gpu_fraction,
-             "masked by a logits processor and validated" if masked else "validated only")
+             "masked by a logits processor and validated" if plan.grammar_mask
+             else "validated only", "on" if plan.overlap_scheduler else "off")

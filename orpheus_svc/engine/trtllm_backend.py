@@ -10,7 +10,12 @@ forward pass. step(plan) does three things, in this order:
     2. submit   newly admitted generations (plan.prefill, in the scheduler's priority order:
                 TTFB first), while fewer than num_slots TensorRT-LLM requests are live. An
                 aborted request counts as live until TensorRT-LLM confirms its end, so
-                in-flight requests never exceed the slots our scheduler accounts for
+                in-flight requests never exceed the slots our scheduler accounts for.
+                max_tokens is fitted to the slot first (core.prompt.fit_to_slot, as
+                admission already did), so TensorRT-LLM's own check of prompt + max_tokens
+                against max_seq_len never refuses a request; a prompt that does not fit
+                ends the generation with the reason without reaching TensorRT-LLM
+                (EngineCore's admission has already refused it with INVALID_ARGUMENT)
     3. collect  the token deltas that arrived since the last step, in arrival order, for
                 the generations in the plan; when none are ready, wait up to wait_s for
                 the next one (no busy spin; returns as soon as a delta arrives)
@@ -25,12 +30,14 @@ validates the audio grammar and counts violations (status RPC: grammar_violation
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from orpheus_svc.core.generation import Generation
+from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
 from orpheus_svc.core.scheduler import StepPlan, StepResult
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, AudioGrammarError, FrameParser
 
@@ -169,6 +176,8 @@ class TrtllmBackend:
                 continue  # already submitted (it stays "prefill" until its first token)
             if self.live >= self.num_slots:
                 break  # admission gate: the rest wait for a TensorRT-LLM request to end
+            if not self._fit(gen, result):
+                continue
             try:
                 params = self._make_params(gen)
                 self._bridge.submit(gen.gen_id, gen.request.prompt_ids, params)
@@ -179,6 +188,21 @@ class TrtllmBackend:
                 continue
             self._streams[gen.gen_id] = _Stream(gen)
             self.counters["submitted"] += 1
+
+    def _fit(self, gen: Generation, result: StepResult) -> bool:
+        """Fit max_tokens to what the slot has left; False (and the reason) if the prompt
+        cannot fit. EngineCore's admission does the same, so this only catches a request
+        that reached the backend some other way."""
+        req = gen.request
+        try:
+            budget = fit_to_slot(len(req.prompt_ids), req.max_tokens, self.max_seq_len)
+        except PromptTooLong as exc:
+            result.errors[gen.gen_id] = str(exc)
+            self.counters["errors"] += 1
+            return False
+        if budget != req.max_tokens:  # the scheduler must end it where TensorRT-LLM will
+            gen.request = dataclasses.replace(req, max_tokens=budget)
+        return True
 
     def _abort(self, s: _Stream) -> None:
         if s.done or s.aborted_at is not None:

@@ -2,7 +2,7 @@
 
     artifact_dir      engine.trtllm_engine_dir is set and a directory
     load_manifest     it holds orpheus_manifest.json (written by orpheus-build-engine)
-    check_limits      a TensorRT engine was built for at least the configured slots / context
+    (trtllm_rules.plan_llm checks the configured combination and limits in one place)
     load_encoder      a tokenizer.json for prompts (the artifact's, else model.path's)
     require_tensorrt_llm / require_fp8_gpu
                       the package imports; a CUDA GPU of compute capability 8.9+ is visible
@@ -21,7 +21,7 @@ from typing import Any, Callable
 from orpheus_svc.config import ConfigError
 
 from .trtllm_gpu import fp8_problem, probe_gpu
-from .trtllm_manifest import FORMAT_ENGINE, Manifest, ManifestError, read_manifest
+from .trtllm_manifest import Manifest, ManifestError, read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -52,25 +52,6 @@ def load_manifest(path: Path) -> Manifest:
         return read_manifest(path)
     except ManifestError as exc:
         raise TrtllmStartupError(f"engine.trtllm_engine_dir: {exc}") from exc
-
-
-def check_limits(manifest: Manifest, engine: Any) -> None:
-    """A TensorRT engine is compiled for its limits; refuse a config that exceeds them."""
-    if manifest.format != FORMAT_ENGINE:
-        return  # the PyTorch backend sizes itself at load time from the config
-    lim = manifest.limits
-    problems = []
-    if engine.max_sessions > lim.max_batch_size:
-        problems.append(f"engine.max_sessions {engine.max_sessions} > the engine's "
-                        f"max_batch_size {lim.max_batch_size}")
-    if engine.max_seq_len > lim.max_seq_len:
-        problems.append(f"engine.max_seq_len {engine.max_seq_len} > the engine's "
-                        f"max_seq_len {lim.max_seq_len}")
-    if problems:
-        raise TrtllmStartupError(
-            f"the engine in {engine.trtllm_engine_dir} was built for other limits: "
-            f"{'; '.join(problems)}. Lower the config or rebuild with orpheus-build-engine "
-            f"--max-batch-size {engine.max_sessions} --max-seq-len {engine.max_seq_len}")
 
 
 def load_encoder(path: Path, model_path: str | None) -> Callable[[str], list[int]]:

@@ -76,10 +76,18 @@ class StandInRequest:
 
 
 class StandInLLM:
-    """Records requests; `script` (optional) makes each request stream on its own."""
+    """Records requests; `script` (optional) makes each request stream on its own
+    (tests/trtllm/replay.py replays TensorRT-LLM's executor timing that way). `llm_kwargs`:
+    the arguments it was constructed with, when it stands in for tensorrt_llm.LLM."""
 
     def __init__(self, *, confirm_aborts: bool = True, submit_error: Exception | None = None,
-                 script: Any = None) -> None:
+                 script: Any = None, llm_kwargs: dict | None = None,
+                 max_seq_len: int | None = None) -> None:
+        self.llm_kwargs = llm_kwargs or {}
+        # TensorRT runtime without chunked prefill: generate_async refuses
+        # prompt + max_tokens > max_seq_len (BaseLLM._check_arguments in llmapi/llm.py).
+        self.max_seq_len = max_seq_len
+        self.shut_down = False
         self.confirm_aborts = confirm_aborts
         self.submit_error = submit_error
         self.script = script  # callable(request) -> list of (tokens, finish_reason|None)
@@ -94,6 +102,11 @@ class StandInLLM:
             raise AssertionError("the backend must ask for streaming results")
         if self.submit_error is not None:
             raise self.submit_error
+        max_tokens = getattr(sampling_params, "kwargs", {}).get("max_tokens") or 0
+        if self.max_seq_len is not None and len(inputs) + max_tokens > self.max_seq_len:
+            raise ValueError(f"The sum of prompt length ({len(inputs)}) and query length (0) "
+                             f"max_tokens ({max_tokens}) should not exceed max_seq_len "
+                             f"({self.max_seq_len})")
         req = StandInRequest(self, list(inputs), sampling_params)
         with self.cond:
             self.requests.append(req)
@@ -104,6 +117,9 @@ class StandInLLM:
             for tokens, reason in self.script(req):
                 req._queue.put_nowait(("ok", list(tokens), reason))
         return req
+
+    def shutdown(self) -> None:
+        self.shut_down = True
 
     def wait_for(self, pred, timeout: float = 10.0) -> None:
         with self.cond:

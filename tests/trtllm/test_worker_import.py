@@ -1,0 +1,57 @@
+"""The grammar processor must load in TensorRT-LLM's worker process (a fresh interpreter
+with our environment, which unpickles each request): checked and arranged at start-up."""
+
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+from orpheus_svc.engine.trtllm_grammar import AudioGrammarLogitsProcessor
+from orpheus_svc.engine.trtllm_startup import TrtllmStartupError
+from orpheus_svc.engine.trtllm_worker import ensure_worker_can_import
+
+
+def test_the_installed_package_needs_nothing():
+    env = dict(os.environ)
+    assert ensure_worker_can_import(AudioGrammarLogitsProcessor.__module__, env) is None
+    assert env == dict(os.environ)
+
+
+def test_a_package_found_only_through_this_process_goes_on_pythonpath(tmp_path, monkeypatch):
+    root = tmp_path / "src"
+    (root / "probe_pkg_issue11").mkdir(parents=True)
+    (root / "probe_pkg_issue11" / "__init__.py").write_text("")
+    (root / "probe_pkg_issue11" / "grammar.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(root))  # like running the server from a source tree
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = "/elsewhere"
+    added = ensure_worker_can_import("probe_pkg_issue11.grammar", env)
+    assert added == str(root)
+    assert env["PYTHONPATH"] == os.pathsep.join([str(root), "/elsewhere"])
+    fresh = subprocess.run([sys.executable, "-c", "import probe_pkg_issue11.grammar"],
+                           cwd=tmp_path, env=env, capture_output=True)
+    assert fresh.returncode == 0, fresh.stderr
+
+
+def test_a_worker_that_still_cannot_import_it_stops_start_up_with_the_reason():
+    def failing(*args, **kwargs):
+        return subprocess.CompletedProcess(args, 1, "", "ModuleNotFoundError: no torch here")
+
+    with pytest.raises(TrtllmStartupError) as err:
+        ensure_worker_can_import(AudioGrammarLogitsProcessor.__module__, {}, run=failing)
+    msg = str(err.value)
+    assert "no torch here" in msg and "engine.trtllm_grammar_mask" in msg
+
+
+def test_the_processor_unpickles_and_masks_in_a_fresh_interpreter(tmp_path):
+    code = ("import pickle, sys, torch\n"
+            "p = pickle.loads(sys.stdin.buffer.read())\n"
+            "logits = torch.zeros(1, 1, 156940)\n"
+            "p(1, logits, [[128259, 128257]], None, None)\n"
+            "print(int(torch.isfinite(logits).sum()))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          input=pickle.dumps(AudioGrammarLogitsProcessor()))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.decode().strip() == "4096"  # position 0's codes only
