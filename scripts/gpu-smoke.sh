@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
-# GPU smoke test of the trtllm backend: build FP8 Orpheus, serve it, run the scaling benchmark.
+# GPU smoke test of the trtllm backend, on each of TensorRT-LLM's two backends (its PyTorch
+# backend with our FP8 checkpoint, its TensorRT backend with an FP8 engine): build the
+# artifact, serve it, prove the audio grammar holds over a few hundred tokens per call
+# (engine_builder.grammar_smoke: GetStatus.grammar_violations must not grow), then run the
+# scaling benchmark. Exits non-zero when any backend fails its grammar check.
 #
 # NOT run in CI and never run by the authors so far: it needs an NVIDIA GPU of compute
 # capability 8.9+ (RTX 4090, L4, L40S, H100, H200), TensorRT-LLM 1.2.x, the Orpheus weights
 # (local dir or hub access) and, for --backend pytorch builds, nvidia-modelopt + transformers.
 #
 #   scripts/gpu-smoke.sh                      # defaults below; every one can be overridden
-#   MODEL=/models/orpheus-3b BUILD_BACKEND=tensorrt LEVELS=1,16,32 scripts/gpu-smoke.sh
+#   MODEL=/models/orpheus-3b BUILD_BACKENDS=tensorrt LEVELS=1,16,32 scripts/gpu-smoke.sh
 #
 # Environment (defaults):
 #   MODEL=canopylabs/orpheus-3b-0.1-ft   SNAC=hubertsiuzdak/snac_24khz
-#   BUILD_BACKEND=pytorch (or tensorrt)  OUT=engines/orpheus-fp8-$BUILD_BACKEND  REBUILD=0
+#   BUILD_BACKENDS="pytorch tensorrt"    OUT_PREFIX=engines/orpheus-fp8-  REBUILD=0
 #   SLOTS=32  SEQ=4096  KV_FRAC=0.9  PORT=50071  LEVELS=1,8,16,32  ROUNDS=2
-#   RESULTS=bench/results/gpu-smoke-<time>.json  PYTHON=python
+#   GRAMMAR_CALLS=8  GRAMMAR_MIN_TOKENS=300   (GRAMMAR_CALLS=0 skips the grammar check)
+#   RESULTS_PREFIX=bench/results/gpu-smoke-<time>  PYTHON=python
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MODEL=${MODEL:-canopylabs/orpheus-3b-0.1-ft}
 SNAC=${SNAC:-hubertsiuzdak/snac_24khz}
-BUILD_BACKEND=${BUILD_BACKEND:-pytorch}
-OUT=${OUT:-engines/orpheus-fp8-$BUILD_BACKEND}
+BUILD_BACKENDS=${BUILD_BACKENDS:-${BUILD_BACKEND:-pytorch tensorrt}}
+OUT_PREFIX=${OUT_PREFIX:-engines/orpheus-fp8-}
 REBUILD=${REBUILD:-0}
 SLOTS=${SLOTS:-32}
 SEQ=${SEQ:-4096}
@@ -27,9 +32,10 @@ KV_FRAC=${KV_FRAC:-0.9}
 PORT=${PORT:-50071}
 LEVELS=${LEVELS:-1,8,16,32}
 ROUNDS=${ROUNDS:-2}
-RESULTS=${RESULTS:-bench/results/gpu-smoke-$(date +%Y%m%d-%H%M%S).json}
+GRAMMAR_CALLS=${GRAMMAR_CALLS:-8}
+GRAMMAR_MIN_TOKENS=${GRAMMAR_MIN_TOKENS:-300}
+RESULTS_PREFIX=${RESULTS_PREFIX:-bench/results/gpu-smoke-$(date +%Y%m%d-%H%M%S)}
 PY=${PYTHON:-python}
-LOG=${RESULTS%.json}.server.log
 
 say() { printf '\n== %s\n' "$*" >&2; }
 die() { printf 'gpu-smoke: %s\n' "$*" >&2; exit 1; }
@@ -39,6 +45,20 @@ command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this needs an NVI
 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader
 "$PY" -c 'import tensorrt_llm, torch; print("tensorrt_llm", tensorrt_llm.__version__, "| torch", torch.__version__, "cuda", torch.version.cuda)' \
   || die "tensorrt_llm does not import (pip install 'tensorrt-llm~=1.2.0' or use the NGC image)"
+
+stop_server() {
+  if [[ -n "${SERVER_PID:-}" ]]; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+  fi
+}
+
+FAILED=()
+for BUILD_BACKEND in $BUILD_BACKENDS; do
+OUT=${OUT_PREFIX}${BUILD_BACKEND}
+RESULTS=${RESULTS_PREFIX}-${BUILD_BACKEND}.json
+LOG=${RESULTS%.json}.server.log
 
 say "engine ($BUILD_BACKEND) -> $OUT"
 "$PY" -m engine_builder.cli --model "$MODEL" --out "$OUT" --backend "$BUILD_BACKEND" \
@@ -58,7 +78,7 @@ mkdir -p "$(dirname "$RESULTS")"
   --set engine.max_batch_size="$SLOTS" --set engine.max_seq_len="$SEQ" \
   --set engine.trtllm_kv_free_gpu_fraction="$KV_FRAC" >"$LOG" 2>&1 &
 SERVER_PID=$!
-trap 'kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true' EXIT
+trap stop_server EXIT
 
 # Loading the model and warming up can take minutes on first start.
 PYTHONPATH=bench "$PY" - "$PORT" "$SERVER_PID" <<'EOF' || { tail -50 "$LOG" >&2; die "server did not become ready"; }
@@ -79,6 +99,12 @@ while time.monotonic() < deadline:
     time.sleep(2)
 sys.exit("not serving after 15 minutes")
 EOF
+
+say "grammar ($BUILD_BACKEND): $GRAMMAR_CALLS calls of >= $GRAMMAR_MIN_TOKENS tokens each"
+if [[ "$GRAMMAR_CALLS" -gt 0 ]] && ! "$PY" -m engine_builder.grammar_smoke \
+    --target "localhost:$PORT" --requests "$GRAMMAR_CALLS" --min-tokens "$GRAMMAR_MIN_TOKENS"; then
+  FAILED+=("$BUILD_BACKEND: the audio grammar did not hold (see above)")
+fi
 
 say "benchmark: scaling $LEVELS"
 PYTHONPATH=bench "$PY" -m orpheus_bench.cli scaling --target "localhost:$PORT" \
@@ -102,3 +128,12 @@ for r in doc["runs"]:
 info = status(f"localhost:{sys.argv[2]}") or {}
 print(f"grammar_violations: {info.get('grammar_violations')} (expected 0 with the logits mask)")
 EOF
+stop_server
+trap - EXIT
+done
+
+if (( ${#FAILED[@]} )); then
+  printf 'gpu-smoke: FAILED: %s\n' "${FAILED[@]}" >&2
+  exit 1
+fi
+echo "gpu-smoke: the audio grammar held on every backend ($BUILD_BACKENDS)" >&2
