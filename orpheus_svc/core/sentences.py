@@ -75,6 +75,8 @@ class SentenceRules:
     def is_abbreviation(self, buf: str, dot: int) -> bool:
         if buf[dot] != ".":
             return False
+        if re.fullmatch(r"\s*(?:\d{1,3}|[a-z])", buf[:dot]):
+            return True  # a list marker opening the segment ("1. Buy milk", "b. Then")
         if self.ordinal_dot and re.search(r"(?<!\d)\d{1,2}$", buf[:dot]):
             return True
         word = re.search(r"([^\W\d_][\w.\-]*)$", buf[:dot])

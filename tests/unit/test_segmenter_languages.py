@@ -106,6 +106,13 @@ def test_length_limits_per_script(language, limit):
     assert rules_for(language).scaled(30) >= 20  # never below the segmenter's minimum
 
 
+def test_a_list_marker_opening_a_segment_is_not_a_sentence_end():
+    text = "Things to do:\n1. Buy milk.\n2. Call Dr. Lee at 3 p.m.\nb. Rest. Then 4. items."
+    assert _segments(text, []) == ["Things to do:", "1. Buy milk.", "2. Call Dr. Lee at 3 p.m.",
+                                   "b. Rest.", "Then 4.", "items."]
+    assert _segments(text, range(len(text))) == _segments(text, [])
+
+
 def test_a_chinese_closing_quote_waits_for_the_next_character():
     buf = SentenceBuffer(language="zh")
     assert buf.push("他说：“好。") == []  # a closer may still follow the full stop

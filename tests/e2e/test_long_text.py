@@ -1,0 +1,93 @@
+"""Long text end to end: 20,000 characters of mixed prose (numbers, lists, quotes, a long
+stretch with no sentence end) sent as one Synthesize text come back as contiguous segments
+that cover the whole text, none cut short by its token budget.
+
+The server runs the sim backend (engine/sim.py): everything but the model is real (segmenter,
+normaliser, budgets, scheduler, flusher, gRPC), and each segment's utterance length follows
+a model of real speech (about 15 characters per second of the text the model is given, with
+a log-normal spread), so a "length" finish here means a budget too small for a plausible
+utterance. The demo checkpoint cannot answer that question: its random weights almost never
+emit the stop id, so every demo segment ends at its budget (docs/long-text.md).
+"""
+
+import re
+
+import pytest
+from orpheus_tts_client.proto.v1 import tts_pb2 as pb
+from orpheus_tts_client.proto.v1 import tts_pb2_grpc
+
+from .rpc import check_stream_invariants
+from .server_proc import ServerProcess
+
+TARGET_CHARS = 20_000
+
+
+def long_text(target: int = TARGET_CHARS) -> str:
+    """Deterministic mixed prose of at least `target` characters."""
+    parts, i = [], 0
+    while sum(map(len, parts)) < target:
+        i += 1
+        parts.append(
+            f"Chapter {i}. On 12/{i % 28 + 1:02d}/2024 at {i % 12 + 1}:30 pm, Dr. Alvarez paid "
+            f"${i * 3}.50 for {i % 9 + 2} kg of coffee, about {i * 7 % 100}% more than in 1999. "
+            f"\"Is that really the price?\" she asked. \"Yes,\" he said, \"it is.\"\n"
+            f"Things to do:\n1. Call Mr. Smith at 555-{100 + i % 900:03d}-{1000 + i:04d}.\n"
+            f"2. Visit www.example.com/page{i} and write to team{i}@example.org!\n"
+            f"- Buy {i + 1} apples, e.g. the green ones; then rest.\n")
+        if i % 7 == 3:
+            # a long stretch with no sentence end at all: only commas and spaces
+            parts.append(", ".join(f"and then the {k}th quiet river bend near mile {i * 10 + k}"
+                                   for k in range(70)) + "\n")
+    return "".join(parts)
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    text = long_text()
+    srv = ServerProcess(tmp_path_factory.mktemp("logs"), "engine.backend=sim",
+                        "engine.max_sessions=64", "engine.max_batch_size=64",
+                        "engine.max_waiting=64", "text.max_text_chars=25000",
+                        "text.max_segments_in_flight=64", name="longtext")
+    try:
+        srv.wait_serving()
+        stub = tts_pb2_grpc.TTSServiceStub(srv.channel)
+        responses = list(stub.Synthesize(pb.SynthesizeRequest(
+            text=text, sampling=pb.SamplingOptions(seed=11)), timeout=600))
+    finally:
+        srv.stop()
+    return text, responses
+
+
+def test_the_text_is_long_and_mixed():
+    text = long_text()
+    assert len(text) >= TARGET_CHARS
+    longest_without_end = max(len(s) for s in re.split(r"[.!?\n]", text))
+    assert longest_without_end > 3000  # the no-sentence-end stretch is really there
+    for needle in ("$", "%", "\n1. ", "\"", "@", "www.", "12/"):
+        assert needle in text
+
+
+def test_segments_are_contiguous_and_cover_the_whole_text(result):
+    text, responses = result
+    segments = check_stream_invariants(responses)
+    starts = [r.segment_start for r in responses if r.WhichOneof("response") == "segment_start"]
+    assert len(starts) == len(segments) > 50
+    pos = 0
+    for s in starts:
+        assert text[s.text_start:s.text_end] == s.text  # the range holds the text it names
+        assert text[pos:s.text_start].strip() == ""  # nothing skipped between segments
+        assert s.text_end > s.text_start
+        pos = s.text_end
+    assert text[pos:].strip() == ""  # nothing left after the last one
+    assert all(seg["samples"] > 0 for seg in segments)
+
+
+def test_no_segment_is_cut_short_by_its_token_budget(result):
+    _, responses = result
+    ends = [r.segment_end for r in responses if r.WhichOneof("response") == "segment_end"]
+    reasons = {reason: sum(e.finish_reason == reason for e in ends)
+               for reason in sorted({e.finish_reason for e in ends})}
+    print(f"\n{len(ends)} segments, finish reasons {reasons}, "
+          f"longest segment {max(len(e.text) for e in ends)} chars")
+    assert reasons.get("length", 0) == 0, reasons
+    assert reasons == {"stop": len(ends)}
