@@ -1,0 +1,187 @@
+"""Pipecat TTS service for a self-hosted orpheus-svc server (``pip install
+orpheus-tts-client[pipecat]``).
+
+    from orpheus_tts_client.pipecat import OrpheusTTSService
+
+    tts = OrpheusTTSService(target="localhost:50051", voice="tara")
+    pipeline = Pipeline([transport.input(), stt, user_agg, llm, tts, transport.output(), ...])
+
+One StreamingSynthesize call per LLM turn: the LLM's text frames go in as they come
+(Pipecat's TOKEN aggregation by default; the server cuts sentences itself, so nothing waits
+for a sentence end on this side), the turn's end half-closes the call, and the audio comes
+back as ``TTSAudioRawFrame`` at the pipeline's output sample rate (the server resamples;
+it offers 8, 16, 24 and 48 kHz), between ``TTSStartedFrame`` and ``TTSStoppedFrame``.
+Pipecat's own sequencer emits the spoken text (``TTSTextFrame``) after the audio. An
+interruption cancels the call at once, which frees the server's slots at its next engine
+step. Errors become Pipecat error frames. Timing is per segment only: the server reports no
+word timestamps and this service invents none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncGenerator
+
+try:
+    from pipecat.frames.frames import (
+        CancelFrame, EndFrame, ErrorFrame, Frame, StartFrame, TTSAudioRawFrame, TTSStoppedFrame,
+    )
+    from pipecat.services.settings import TTSSettings
+    from pipecat.services.tts_service import TextAggregationMode, TTSService
+except ImportError as e:  # pragma: no cover - depends on the extra
+    raise ImportError("orpheus_tts_client.pipecat needs pipecat-ai: "
+                      "pip install 'orpheus-tts-client[pipecat]'") from e
+
+from ._aio_session import AsyncSession
+from .aio import AsyncClient
+from .types import AudioChunk, Encoding, Sampling, Summary, TTSError
+
+
+class OrpheusTTSService(TTSService):
+    """Pipecat ``TTSService`` over orpheus-svc's StreamingSynthesize.
+
+    Args:
+        target: the server, ``host:port`` (or any target ``AsyncClient`` takes).
+        voice: one of the server's voices (ListVoices); "" is the model's default.
+        sampling: temperature / top_p / repetition_penalty / seed overrides.
+        credentials: ``grpc.ssl_channel_credentials(...)`` for TLS; None is plaintext.
+        api_key: sent as ``authorization: Bearer <key>`` on every call.
+        metadata: extra call metadata.
+        sample_rate: output rate; None follows the pipeline (``audio_out_sample_rate``).
+        client_options: further keyword arguments for ``AsyncClient``.
+        **kwargs: passed to Pipecat's ``TTSService`` (e.g. ``text_aggregation_mode``).
+    """
+
+    def __init__(self, *, target: str = "localhost:50051", voice: str = "tara",
+                 sampling: Sampling | None = None, credentials: Any = None,
+                 api_key: str | None = None, metadata: list[tuple[str, str]] | None = None,
+                 sample_rate: int | None = None, client_options: dict[str, Any] | None = None,
+                 settings: TTSSettings | None = None, **kwargs: Any) -> None:
+        default_settings = TTSSettings(model=None, voice=voice, language=None)
+        if settings is not None:
+            default_settings.apply_update(settings)
+        kwargs.setdefault("text_aggregation_mode", TextAggregationMode.TOKEN)
+        # Pipecat ends an audio context that gets no audio for this long. A turn's later
+        # segments can wait for earlier ones (and a CPU demo server is slow), so allow more
+        # than Pipecat's 3 s; a context that does time out still gets its TTSStoppedFrame.
+        kwargs.setdefault("stop_frame_timeout_s", 10.0)
+        super().__init__(sample_rate=sample_rate, push_start_frame=True, push_stop_frames=True,
+                         settings=default_settings, **kwargs)
+        self._target = target
+        self._sampling = sampling
+        self._metadata = list(metadata or [])
+        if api_key:
+            self._metadata.append(("authorization", f"Bearer {api_key}"))
+        self._client_options = dict(client_options or {})
+        if credentials is not None:
+            self._client_options["credentials"] = credentials
+        self._client: AsyncClient | None = None
+        # one gRPC session per audio context (= per LLM turn), and the task reading it
+        self._sessions: dict[str, AsyncSession] = {}
+        self._readers: dict[str, asyncio.Task] = {}
+
+    def can_generate_metrics(self) -> bool:
+        return True
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self, frame: StartFrame) -> None:
+        await super().start(frame)
+        # grpc.aio channels belong to the loop that makes them: the pipeline's
+        self._client = AsyncClient(self._target, metadata=self._metadata or None,
+                                   **self._client_options)
+
+    async def stop(self, frame: EndFrame) -> None:
+        await super().stop(frame)
+        await self._close()
+
+    async def cancel(self, frame: CancelFrame) -> None:
+        await super().cancel(frame)
+        await self._close()
+
+    async def _close(self) -> None:
+        for context_id in list(self._sessions):
+            await self._drop(context_id)
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+    # -- synthesis ---------------------------------------------------------------------------
+
+    async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
+        """Send ``text`` into the turn's session (opened on the turn's first text); the audio
+        arrives through the session's reader task."""
+        try:
+            session = self._sessions.get(context_id)
+            if session is None:
+                session = self._open(context_id)
+            await session.send(text)
+            await self.start_tts_usage_metrics(text)
+        except TTSError as e:
+            yield ErrorFrame(error=f"orpheus-svc: {e}")
+            return
+        yield None
+
+    async def flush_audio(self, context_id: str | None = None) -> None:
+        """The turn's text is complete: half-close its session so the server speaks the rest
+        and ends the call."""
+        context_id = context_id or self.get_active_audio_context_id()
+        session = self._sessions.get(context_id) if context_id else None
+        if session is not None:
+            try:
+                await session.end()
+            except TTSError:
+                pass  # the call already ended; its reader reports the status
+
+    async def on_audio_context_interrupted(self, context_id: str) -> None:
+        """Interruption: cancel the call now (the server frees its slots at the next step)."""
+        await self.stop_all_metrics()
+        await self._drop(context_id)
+        await super().on_audio_context_interrupted(context_id)
+
+    def _open(self, context_id: str) -> AsyncSession:
+        if self._client is None:
+            raise TTSError(_unavailable(), "the service has not been started")
+        session = self._client.session(
+            self._settings.voice or "", encoding=Encoding.PCM16, sample_rate=self.sample_rate,
+            sampling=self._sampling)
+        self._sessions[context_id] = session
+        self._readers[context_id] = self.create_task(self._read(context_id, session),
+                                                     f"orpheus-read-{context_id}")
+        return session
+
+    async def _read(self, context_id: str, session: AsyncSession) -> None:
+        first = True
+        try:
+            async for ev in session:
+                if isinstance(ev, AudioChunk) and ev.audio:
+                    if first:
+                        first = False
+                        await self.stop_ttfb_metrics()
+                    await self.append_to_audio_context(context_id, TTSAudioRawFrame(
+                        audio=ev.audio, sample_rate=session.sample_rate, num_channels=1,
+                        context_id=context_id))
+                elif isinstance(ev, Summary):
+                    break
+        except TTSError as e:
+            await self.push_error(error_msg=f"orpheus-svc: {e}")
+        finally:
+            self._sessions.pop(context_id, None)
+            self._readers.pop(context_id, None)
+        if self.audio_context_available(context_id):
+            await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
+            await self.remove_audio_context(context_id)
+
+    async def _drop(self, context_id: str) -> None:
+        session = self._sessions.pop(context_id, None)
+        if session is not None:
+            session.cancel()
+        reader = self._readers.pop(context_id, None)
+        if reader is not None and reader is not asyncio.current_task():
+            await self.cancel_task(reader)
+
+
+def _unavailable():
+    import grpc
+
+    return grpc.StatusCode.UNAVAILABLE
