@@ -157,6 +157,7 @@ def test_rendered_deployment_runs_a_config_that_fits_its_pod(name, tmp_path):
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert config.server.port == ports["grpc"]
     assert config.server.metrics_port == ports["metrics"]
+    assert config.server.http_port == ports["http"]  # the HTTP edge; probes stay on gRPC
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert c[probe]["grpc"]["port"] == config.server.port, probe
     need = math.ceil(config.server.drain_delay_seconds + config.server.grace_seconds)
