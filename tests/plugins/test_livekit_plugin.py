@@ -1,0 +1,109 @@
+"""OrpheusTTS with the real livekit-agents package against a live orpheus-svc server."""
+
+import asyncio
+
+import pytest
+
+from .conftest import require
+
+require("livekit.agents")
+
+from livekit.agents import APIConnectOptions, APIError  # noqa: E402
+
+from orpheus_tts_client import AsyncClient, Sampling  # noqa: E402
+from orpheus_tts_client.livekit import OrpheusTTS  # noqa: E402
+
+RATE = 16000
+NO_RETRY = APIConnectOptions(max_retry=0)
+
+
+async def wait_idle(addr):
+    async with AsyncClient(addr) as client:
+        while True:
+            st = await client.status()
+            if st.active_generations == 0 and st.waiting_generations == 0:
+                return st
+            await asyncio.sleep(0.02)
+
+
+def test_declares_streaming_and_the_models_markup(server_addr):
+    t = OrpheusTTS(target=server_addr)
+    assert t.capabilities.streaming and not t.capabilities.aligned_transcript
+    assert t.sample_rate == 24000 and t.num_channels == 1
+    instructions = t.markup.llm_instructions()
+    assert "<laugh>" in instructions and "<sigh>" in instructions
+    assert t.markup.convert("Ha <laugh> ok") == "Ha <laugh> ok"
+
+
+def test_synthesize_returns_the_whole_text_as_audio(server_addr):
+    async def main():
+        async with OrpheusTTS(target=server_addr, sample_rate=RATE,
+                              sampling=Sampling(seed=2)) as t:
+            return await t.synthesize("Hello there. How are you?").collect()
+
+    frame = asyncio.run(main())
+    assert frame.sample_rate == RATE and frame.num_channels == 1
+    assert frame.samples_per_channel > 0
+
+
+def test_stream_speaks_pushed_fragments_as_one_livekit_segment(server_addr):
+    """livekit-agents 1.8 uses one SynthesizeStream per segment (text pushed after a flush is
+    dropped by the framework): every server segment of the turn, here a sentence end and the
+    flush, goes into that one LiveKit segment, whose last event is final."""
+    async def main():
+        async with OrpheusTTS(target=server_addr, sample_rate=RATE) as t:
+            stream = t.stream(conn_options=NO_RETRY)
+            for f in ["Hel", "lo there. How", " are", " you?"]:
+                stream.push_text(f)
+            stream.flush()
+            stream.end_input()
+            events = [ev async for ev in stream]
+            await stream.aclose()
+            return events
+
+    events = asyncio.run(main())
+    assert events and len({ev.segment_id for ev in events}) == 1
+    assert {ev.frame.sample_rate for ev in events} == {RATE}
+    assert sum(ev.frame.samples_per_channel for ev in events) > 0
+    assert events[-1].is_final and not any(ev.is_final for ev in events[:-1])
+
+
+def test_closing_a_stream_mid_turn_frees_the_servers_slots(server_addr):
+    seen = {}
+
+    async def main():
+        async with OrpheusTTS(target=server_addr) as t:
+            stream = t.stream(conn_options=NO_RETRY)
+            for _ in range(8):
+                stream.push_text("This is one of many sentences that keep the model busy. ")
+            async for ev in stream:
+                if ev.frame.samples_per_channel:
+                    break
+            async with AsyncClient(server_addr) as client:
+                seen["busy"] = await client.status()
+            await stream.aclose()
+            seen["idle"] = await wait_idle(server_addr)
+
+    asyncio.run(main())
+    assert seen["busy"].active_generations + seen["busy"].waiting_generations >= 1
+    idle = seen["idle"]
+    assert idle.active_generations == 0 and idle.free_slots == idle.total_slots
+
+
+def test_a_server_error_raises_an_api_error(server_addr):
+    async def main():
+        async with OrpheusTTS(target=server_addr, voice="nobody") as t:
+            stream = t.stream(conn_options=NO_RETRY)
+            stream.push_text("Hello there.")
+            stream.end_input()
+            return [ev async for ev in stream]
+
+    with pytest.raises(APIError, match="orpheus-svc"):
+        asyncio.run(main())
+
+
+@pytest.fixture(autouse=True)
+def _server_is_idle_after_each_test(server_addr):
+    yield
+    st = asyncio.run(wait_idle(server_addr))
+    assert st.free_slots == st.total_slots
