@@ -100,6 +100,9 @@ while time.monotonic() < deadline:
 sys.exit("not serving after 15 minutes")
 EOF
 
+# The backend logs its TensorRT-LLM plan: overlap scheduler off while the grammar mask is on.
+grep -E "overlap scheduler" "$LOG" >&2 || true
+
 say "grammar ($BUILD_BACKEND): $GRAMMAR_CALLS calls of >= $GRAMMAR_MIN_TOKENS tokens each"
 if [[ "$GRAMMAR_CALLS" -gt 0 ]] && ! "$PY" -m engine_builder.grammar_smoke \
     --target "localhost:$PORT" --requests "$GRAMMAR_CALLS" --min-tokens "$GRAMMAR_MIN_TOKENS"; then
