@@ -23,7 +23,8 @@ from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.config import Config, ConfigError
 from orpheus_svc.core.events import AudioEvent, EngineEvent, EventSink, Finished, Rejected
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
-from orpheus_svc.core.prompt import build_prompt, max_tokens_for_text
+from orpheus_svc.core.prompt import build_prompt, expected_audio_seconds, max_tokens_for_text
+from orpheus_svc.core.tokens import FRAME_SECONDS
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
 from orpheus_svc.engine.core import EngineCore
 
@@ -128,7 +129,7 @@ class Runtime:
         prompt = tuple(build_prompt(self.encode, voice, text))
         s = self.config.sampling
         sampling = sampling or SamplingParams(s.temperature, s.top_p, s.repetition_penalty)
-        expected = max(1, round(len(text) / 15.0 / 0.08533))  # ~15 chars/s of speech
+        expected = max(1, round(expected_audio_seconds(text) / FRAME_SECONDS))
         return GenerationRequest(session_id=session_id, segment_index=segment_index,
                                  prompt_ids=prompt, max_tokens=max_tokens_for_text(text),
                                  sampling=sampling, expected_frames=expected)

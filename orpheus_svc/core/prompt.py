@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
+from .sentences import speech_chars
 from .tokens import (
     EMOTION_TAGS,
     END_OF_HUMAN_ID,
@@ -42,10 +43,14 @@ def build_prompt(encode: Encode, voice: str, text: str) -> list[int]:
 
 
 def max_audio_seconds(text: str) -> float:
-    """Upper bound on the speech length of `text` (see the budget model above)."""
+    """Upper bound on the speech length of `text` (see the budget model above). Characters
+    are counted as Latin characters of speech (core/sentences.speech_chars): a Chinese
+    character takes about as long to say as three Latin letters."""
     tags = sum(text.count(tag) for tag in EMOTION_TAGS)
-    chars = len(text) - sum(len(tag) * text.count(tag) for tag in EMOTION_TAGS)
-    return FIXED_SLACK_SECONDS + max(chars, 0) / SLOWEST_CHARS_PER_SECOND + tags * SECONDS_PER_TAG
+    for tag in EMOTION_TAGS:
+        text = text.replace(tag, "")
+    return (FIXED_SLACK_SECONDS + speech_chars(text) / SLOWEST_CHARS_PER_SECOND
+            + tags * SECONDS_PER_TAG)
 
 
 def max_tokens_for_text(text: str, *, limit: int | None = None) -> int:
@@ -58,8 +63,9 @@ def max_tokens_for_text(text: str, *, limit: int | None = None) -> int:
 
 
 def expected_audio_seconds(text: str) -> float:
-    """A typical speech length for `text` (15 chars/s), used only to estimate playout deadlines."""
-    return max(len(text), 1) / 15.0
+    """A typical speech length for `text` (15 Latin chars/s), used only to estimate playout
+    deadlines (and by the sim backend as its utterance length)."""
+    return max(speech_chars(text), 1.0) / 15.0
 
 
 class PromptTooLong(ValueError):

@@ -91,3 +91,54 @@ def test_no_segment_is_cut_short_by_its_token_budget(result):
           f"longest segment {max(len(e.text) for e in ends)} chars")
     assert reasons.get("length", 0) == 0, reasons
     assert reasons == {"stop": len(ends)}
+
+
+def long_chinese_text(target: int = 2_000) -> str:
+    """Deterministic Mandarin prose with quotes, numbers and a 600-character stretch of
+    clauses with no sentence end."""
+    parts, i = [], 0
+    while sum(map(len, parts)) < target:
+        i += 1
+        parts.append(f"第{i}章。今天天气很好，我们走了{i * 3}.5公里！他说：“真的吗？”她回答：“是的。”"
+                     f"然后我们在湖边喝茶，聊了{i % 12 + 1}个小时。\n")
+        if i % 5 == 2:
+            parts.append("，".join(f"我们经过第{k}座小桥和一片安静的竹林" for k in range(40)) + "\n")
+    return "".join(parts)
+
+
+@pytest.fixture(scope="module")
+def chinese_result(tmp_path_factory):
+    text = long_chinese_text()
+    srv = ServerProcess(tmp_path_factory.mktemp("logs"), "engine.backend=sim",
+                        "model.voices=长乐:zh, 白芷:zh", "engine.max_sessions=64",
+                        "engine.max_batch_size=64", "engine.max_waiting=64",
+                        "text.max_text_chars=5000", "text.max_segments_in_flight=64",
+                        name="longtext-zh")
+    try:
+        srv.wait_serving()
+        stub = tts_pb2_grpc.TTSServiceStub(srv.channel)
+        responses = list(stub.Synthesize(pb.SynthesizeRequest(
+            text=text, sampling=pb.SamplingOptions(seed=5)), timeout=600))
+    finally:
+        srv.stop()
+    return text, responses
+
+
+def test_chinese_long_text_is_covered_by_short_segments_none_cut_short(chinese_result):
+    text, responses = chinese_result
+    segments = check_stream_invariants(responses)
+    starts = [r.segment_start for r in responses if r.WhichOneof("response") == "segment_start"]
+    pos = 0
+    for s in starts:
+        assert text[s.text_start:s.text_end] == s.text
+        assert text[pos:s.text_start].strip() == ""
+        pos = s.text_end
+    assert text[pos:].strip() == ""
+    # a Chinese character is about three Latin letters of speech: the limit (250 in the
+    # conversational profile) is scaled to 75 characters
+    assert max(len(s.text) for s in starts) <= 75
+    reasons = [r.segment_end.finish_reason for r in responses
+               if r.WhichOneof("response") == "segment_end"]
+    print(f"\n{len(reasons)} Chinese segments, finish reasons "
+          f"{ {x: reasons.count(x) for x in set(reasons)} }")
+    assert reasons == ["stop"] * len(segments)
