@@ -325,7 +325,9 @@ def _plain_number(m: re.Match) -> str:
 def _abbreviation(table: dict[str, str], keep_dot: bool) -> Callable[[re.Match], str]:
     def sub(m: re.Match) -> str:
         word = table[m.group(0)]
-        return word + "." if keep_dot and _ends_sentence(m) else word
+        # a title's dot ends the sentence only when nothing follows ("I saw the Dr.")
+        ends = _ends_sentence(m) if keep_dot else not m.string[m.end():].strip()
+        return word + "." if ends else word
     return sub
 
 

@@ -50,6 +50,8 @@ SAMPLES_PER_FRAME = 2048
 FRAME_SECONDS = SAMPLES_PER_FRAME / SAMPLE_RATE  # 0.08533 s
 TOKENS_PER_SECOND = FRAME_TOKENS / FRAME_SECONDS  # 82.03 tokens/s = real time
 
+# The voices and tags of Canopy's English checkpoints. They are only the fallback of the voice
+# registry (core/voices.py): the served list is the model's own (docs/voices.md).
 VOICES: tuple[str, ...] = ("tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe")
 EMOTION_TAGS: tuple[str, ...] = (
     "<laugh>", "<chuckle>", "<sigh>", "<cough>", "<sniffle>", "<groan>", "<yawn>", "<gasp>",

@@ -88,6 +88,7 @@ TABLE = [
     # abbreviations and symbols
     ("Mr. Smith", "Mister Smith"),
     ("Dr. Jones and Mrs. Lee", "Doctor Jones and Missus Lee"),
+    ("I saw the Dr.", "I saw the Doctor."),
     ("St. Louis", "Saint Louis"),
     ("5 Main St. The end.", "five Main Street. The end."),
     ("cats vs. dogs", "cats versus dogs"),
