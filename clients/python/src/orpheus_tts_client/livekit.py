@@ -164,6 +164,12 @@ class SynthesizeStream(tts.SynthesizeStream):
         flushed: list[str] = []
 
         async def send() -> None:
+            try:
+                await send_all()
+            except TTSError:
+                pass  # the call has ended; the reading side raises its status
+
+        async def send_all() -> None:
             segment_id = utils.shortuuid()
             has_text = False
             async for data in self._input_ch:
