@@ -63,6 +63,7 @@ class EventRouter:
         self._handlers: dict[int, tuple[Callable[[EngineEvent], None], Any]] = {}
         self._lock = threading.Lock()
         self.on_audio_error: Callable[[Sequence[int], BaseException], None] = self._audio_error
+        self.failed_audio = 0  # generations failed by a codec error (GetStatus, metrics)
 
     def register(self, gen_id: int, handler: Callable[[EngineEvent], None], loop: Any = None) -> None:
         with self._lock:
@@ -86,8 +87,14 @@ class EventRouter:
                 loop.call_soon_threadsafe(_deliver, items)
 
     def _audio_error(self, gen_ids: Sequence[int], exc: BaseException) -> None:
-        log.error("audio decode failed for generations %s: %s", list(gen_ids), exc)
-        self([Finished(g, "error", 0, 0, 0, f"audio decode failed: {exc}") for g in gen_ids])
+        # the client gets a short message and an id; the log gets the exception
+        from orpheus_svc.engine.core import new_error_id
+        error_id = new_error_id()
+        self.failed_audio += len(gen_ids)
+        log.error("audio decode failed (error id %s) for generations %s", error_id,
+                  list(gen_ids), exc_info=exc)
+        msg = f"audio decode failed (error id {error_id}; the server log has details)"
+        self([Finished(g, "error", 0, 0, 0, msg) for g in gen_ids])
 
 
 def _deliver(items: list) -> None:

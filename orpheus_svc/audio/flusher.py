@@ -307,11 +307,24 @@ class Flusher:
                     self.on_decode(len(part))
                 self.num_decoded_samples += len(part) * num_steps * HOP
             except Exception as exc:
-                self._fail([jobs[i][0] for i in part], exc)
+                if len(part) == 1:
+                    self._fail([jobs[part[0]][0]], exc)
+                    continue
+                # one bad window must not fail its batch-mates: decode each on its own
+                for i in part:
+                    out[i] = self._decode_one(jobs[i], lo, hi)
                 continue
             for row, i in enumerate(part):
                 out[i] = pcm[row].copy()
         return out, False
+
+    def _decode_one(self, job: tuple[int, _Stream, Window], lo: int, hi: int) -> np.ndarray | None:
+        """A job's PCM decoded alone (after its batched call failed); None when it fails too."""
+        try:
+            return self.codec.decode_latents(self._latent(job[1], job[2]), keep=(lo, hi))[0].copy()
+        except Exception as exc:
+            self._fail([job[0]], exc)
+            return None
 
     def _latent(self, st: _Stream, w: Window) -> torch.Tensor:
         codes = st.codes()[w.frame_lo:w.frame_hi]

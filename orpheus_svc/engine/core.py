@@ -20,6 +20,7 @@ import os
 import queue
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -39,6 +40,46 @@ from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.tokens import FRAME_TOKENS
 
 log = logging.getLogger(__name__)
+
+SEED_MODULUS = 1 << 64
+
+
+def new_error_id() -> str:
+    """A short id that ties a client's INTERNAL message to the server log line."""
+    return uuid.uuid4().hex[:10]
+
+
+def internal_message(error_id: str) -> str:
+    """What a client learns about an internal failure: no exception text, just the id."""
+    return f"internal error while generating (error id {error_id}; the server log has details)"
+
+
+def _row_problem(req: GenerationRequest) -> str | None:
+    """Why a request's per-row inputs cannot go to a backend, or None. The servicer checks
+    the same ranges with friendlier words; this is the engine's own edge, for every caller."""
+    try:
+        req.sampling.validate()
+    except ValueError as exc:
+        return f"sampling: {exc}"
+    seed = req.sampling.seed
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        return f"sampling: seed must be an integer, got {seed!r}"
+    if req.max_tokens < 1:
+        return f"max_tokens must be >= 1, got {req.max_tokens}"
+    if not req.prompt_ids:
+        return "empty prompt"
+    return None
+
+
+def _split(plan: StepPlan) -> list[list[Generation]]:
+    """Parts to retry a failed step in: without the suspects first (rows new this step),
+    else two halves."""
+    rows = plan.batch
+    suspects = [g for g in rows if g.needs_prefill]
+    if suspects and len(suspects) < len(rows):
+        return [[g for g in rows if not g.needs_prefill], suspects]
+    half = len(rows) // 2
+    return [rows[:half], rows[half:]]
 
 
 class Backend(Protocol):
@@ -90,6 +131,9 @@ class EngineCore:
         self._thread: threading.Thread | None = None
         self._stats = self._scheduler.stats()
         self.step_count = 0
+        # Engine thread only; read as a racy, monotone snapshot (GetStatus, metrics).
+        self.failed_rows = 0        # generations failed by a backend error
+        self.isolation_retries = 0  # steps re-run in parts to find the rows that fail
 
     # -- any thread -----------------------------------------------------------------------
 
@@ -167,12 +211,19 @@ class EngineCore:
                 f"text too long: its prompt is {len(req.prompt_ids)} tokens and max_seq_len is "
                 f"{self.backend.max_seq_len}; send shorter segments")))
             return
+        problem = _row_problem(req)
+        if problem is not None:
+            events.add(Rejected(cmd.gen_id, code="INVALID_ARGUMENT", reason=problem))
+            return
         budget = min(req.max_tokens, (room - 1) // FRAME_TOKENS * FRAME_TOKENS)
         if budget != req.max_tokens:
             req = dataclasses.replace(req, max_tokens=budget)
         seed = req.sampling.seed
         if seed is None:
             seed = (self._seed * 0x100000001B3 + cmd.gen_id) & 0xFFFFFFFFFFFF
+        # Backends hold seeds in 64 bits (the torch sampler's counter RNG is uint64): take
+        # any integer modulo 2^64 here, so no caller can hand a backend one that overflows.
+        seed = int(seed) % SEED_MODULUS
         gen = Generation(gen_id=cmd.gen_id, request=req, arrival=cmd.arrival, seed=seed)
         try:
             self._scheduler.add(gen)
@@ -191,12 +242,7 @@ class EngineCore:
                 events.add(self._finished(gen))
         if plan.empty:
             return plan.idle_s
-        try:
-            result = self.backend.step(plan)
-        except Exception as exc:  # one bad step must not take the server down
-            log.exception("backend step failed; failing its %d generations", len(plan.batch))
-            result = StepResult(errors={g.gen_id: f"{exc.__class__.__name__}: {exc}"
-                                        for g in plan.batch})
+        result = self._isolated_step(plan)
         self.step_count += 1
         if self._on_step is not None:
             self._on_step(len(plan.batch))
@@ -220,13 +266,54 @@ class EngineCore:
             events.add(self._finished(gen, result.errors.get(gen.gen_id)))
         return 0.0
 
+    def _isolated_step(self, plan: StepPlan) -> StepResult:
+        """backend.step(plan), failing only the rows that make it raise.
+
+        A step that raises is retried without its suspects (the rows that joined this step:
+        the others ran fine one step ago), then by halves, down to single rows: one bad row
+        of 32 costs about 2 x log2(32) extra steps, once. Retrying is safe for backends
+        whose step has no side effect before it can raise for a row (torch, sim:
+        `retry_safe`); for the others the whole step fails, as it must."""
+        try:
+            return self.backend.step(plan)
+        except Exception as exc:  # noqa: BLE001 - one bad row must not fail its neighbours
+            if len(plan.batch) == 1 or not getattr(self.backend, "retry_safe", False):
+                return self._failed(plan.batch, exc)
+            self.isolation_retries += 1
+        merged = StepResult()
+        for part in _split(plan):
+            sub = self._isolated_part(plan, part)
+            merged.tokens.update(sub.tokens)
+            merged.errors.update(sub.errors)
+        return merged
+
+    def _isolated_part(self, plan: StepPlan, rows: list[Generation]) -> StepResult:
+        sub = StepPlan(step=plan.step, prefill=[g for g in rows if g.needs_prefill],
+                       decode=[g for g in rows if not g.needs_prefill])
+        return self._isolated_step(sub)
+
+    def _failed(self, gens: list[Generation], exc: BaseException) -> StepResult:
+        """Fail `gens` for `exc`: the client gets a short message with an error id, the log
+        the whole exception with each generation's session."""
+        error_id = new_error_id()
+        self.failed_rows += len(gens)
+        log.error("backend step failed (error id %s) for %d generation(s): %s",
+                  error_id, len(gens),
+                  ", ".join(f"gen {g.gen_id} session {g.request.session_id} segment "
+                            f"{g.request.segment_index}" for g in gens),
+                  exc_info=exc)
+        return StepResult(errors={g.gen_id: internal_message(error_id) for g in gens})
+
     def _cancel_all(self, events: EventBatch) -> None:
         """Last resort after an unexpected error: end everything (slots free next step)."""
+        error_id = new_error_id()
+        log.error("engine bookkeeping failed (error id %s): ending %d running generations",
+                  error_id, len(self._scheduler.running()))
         for gen in self._scheduler.running():
             self._scheduler.cancel(gen.gen_id, self._clock())
             self.flusher.drop(gen.gen_id)
             events.add(Finished(gen.gen_id, "error", gen.num_prompt_tokens, gen.num_generated,
-                                gen.num_frames, "internal engine error (see server log)"))
+                                gen.num_frames, internal_message(error_id)))
 
     @staticmethod
     def _finished(gen: Generation, error: str | None = None) -> Finished:

@@ -28,6 +28,12 @@ frames ~ expected_frames x lognormal(0, length_sigma) (expected_frames is ~15 ch
 segment's text, set by the runtime), at least 1, then the stop id; max_tokens cuts it short
 (the scheduler then ends it with "length"). Codes are uniform; the stream depends only on
 the generation's seed, never on batching.
+
+Fault injection (engine.sim_faults; tests only, never for serving): SimFaults names
+generations by their seed (a client sets it in SamplingOptions; segment i of a session
+runs with seed + i) and makes the backend raise when such a generation reaches a token,
+makes a step slow, or makes the codec fail on that generation's audio. EngineCore must
+then fail only the targeted rows (tests/engine_sim/test_faults.py, tests/e2e).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import math
 import re
 import time
 import zlib
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -73,15 +80,77 @@ def sim_encode(text: str) -> list[int]:
     return [BOS_ID] + [zlib.crc32(p.encode()) % 128000 for p in _PIECE.findall(text)]
 
 
+class SimFault(RuntimeError):
+    """An injected failure (engine.sim_faults)."""
+
+
+# A frame the sim never draws by chance (p = 4096^-7 per frame): the codes of a generation
+# whose audio the codec must fail on carry it, so SimCodec recognises that generation's windows.
+POISON_CODES = np.full(FRAME_TOKENS, CODES_PER_POSITION - 1, dtype=np.int64)
+
+
+@dataclass
+class SimFaults:
+    """Injected faults, keyed by generation seed. Spec (engine.sim_faults), comma separated:
+
+        step_error:SEED@TOKEN     backend.step raises while that generation is in the step,
+                                  from its token TOKEN on (0 = at prefill)
+        slow_step:SEED@SECONDS    every step with that generation in it takes SECONDS longer
+        codec_error:SEED          the codec raises on any decode call holding its audio
+    """
+
+    step_error: dict[int, int] = field(default_factory=dict)
+    slow_step: dict[int, float] = field(default_factory=dict)
+    codec_error: set[int] = field(default_factory=set)
+
+    @classmethod
+    def parse(cls, spec: str) -> "SimFaults":
+        faults = cls()
+        for item in filter(None, (p.strip() for p in (spec or "").split(","))):
+            kind, _, arg = item.partition(":")
+            seed_s, _, val = arg.partition("@")
+            try:
+                seed = int(seed_s)
+                if kind == "step_error":
+                    faults.step_error[seed] = int(val or 0)
+                elif kind == "slow_step":
+                    faults.slow_step[seed] = float(val)
+                elif kind == "codec_error" and not val:
+                    faults.codec_error.add(seed)
+                else:
+                    raise ValueError
+            except ValueError:
+                raise ValueError(f"bad fault {item!r}: use step_error:SEED@TOKEN, "
+                                 "slow_step:SEED@SECONDS or codec_error:SEED") from None
+        return faults
+
+    def __bool__(self) -> bool:
+        return bool(self.step_error or self.slow_step or self.codec_error)
+
+    def before_step(self, plan: StepPlan, sleep: Callable[[float], None]) -> None:
+        extra = 0.0
+        for g in plan.batch:
+            at = self.step_error.get(g.seed)
+            if at is not None and g.num_generated >= at:
+                raise SimFault(f"injected step fault: generation {g.gen_id} (seed {g.seed}) "
+                               f"at token {g.num_generated}")
+            extra = max(extra, self.slow_step.get(g.seed, 0.0))
+        if extra > 0:
+            sleep(extra)
+
+
 class SimBackend:
     """Backend protocol (engine/core.py) with modelled step times and grammar-legal tokens."""
 
     name = "sim"
+    retry_safe = True  # step() changes nothing before it can raise; EngineCore may re-run parts
 
     def __init__(self, profile: GpuProfile, num_slots: int, max_seq_len: int, *,
                  length_sigma: float = 0.2,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 faults: SimFaults | None = None) -> None:
+        self.faults = faults or SimFaults()
         self.profile = profile
         self.num_slots = num_slots
         self.max_seq_len = max_seq_len
@@ -113,6 +182,8 @@ class SimBackend:
             self._streams.pop(g.gen_id, None)
 
     def step(self, plan: StepPlan) -> StepResult:
+        if self.faults:
+            self.faults.before_step(plan, self._sleep)
         now = self._clock()
         busy = bool(self._streams)
         tokens: dict[int, list[int]] = {}
@@ -189,6 +260,8 @@ class SimBackend:
         rng = np.random.default_rng(g.seed)
         frames = self.num_frames(g, rng)
         codes = rng.integers(0, CODES_PER_POSITION, size=(frames, FRAME_TOKENS), dtype=np.int64)
+        if g.seed in self.faults.codec_error:
+            codes[:] = POISON_CODES  # SimCodec fails on these windows
         ids = (codes + _POSITION_OFFSETS).reshape(-1).tolist()
         ids.append(END_OF_SPEECH_ID)
         return ids[:max(g.request.max_tokens, 0)]
@@ -225,7 +298,8 @@ class SimCodec:
     noise = False
 
     def __init__(self, profile: GpuProfile, *, level_db: float = -60.0, seed: int = 0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, faults: bool = False) -> None:
+        self.faults = faults  # fail decode calls holding POISON_CODES frames (SimFaults)
         self.profile = profile
         self._sleep = sleep
         amp = 10 ** (level_db / 20)
@@ -240,7 +314,12 @@ class SimCodec:
         if len(lengths) != 1:
             raise ValueError(f"all windows of one decode must have the same frame count, "
                              f"got {sorted(lengths)}")
-        return torch.zeros((len(batch), 1, 4 * lengths.pop()), dtype=torch.float32)
+        z = torch.zeros((len(batch), 1, 4 * lengths.pop()), dtype=torch.float32)
+        if self.faults:  # mark poisoned windows; decode_latents refuses them
+            for i, w in enumerate(batch):
+                if len(w) and bool((np.asarray(w) == POISON_CODES).all(axis=-1).any()):
+                    z[i] = float("nan")
+        return z
 
     def decode_latents(self, z: torch.Tensor, keep: tuple[int, int] | None = None,
                        noise: bool | None = None) -> np.ndarray:
@@ -250,6 +329,8 @@ class SimCodec:
         if not 0 <= lo <= hi <= full:
             raise ValueError(f"keep {keep} is outside the window's {full} samples")
         n = hi - lo
+        if self.faults and bool(torch.isnan(z).any()):
+            raise SimFault(f"injected codec fault in a decode call of {b} window(s)")
         if n == 0:
             return np.zeros((b, 0), dtype=np.float32)
         frames = b * (self.EARLY_SHARE * steps / 4
@@ -279,8 +360,16 @@ def build_sim_backend(config) -> tuple[SimBackend, Callable[[str], list[int]], S
         profile = get_profile(e.sim_profile)
     except KeyError as exc:
         raise ConfigError(f"engine.sim_profile: {exc.args[0]}") from None
-    backend = SimBackend(profile, num_slots=e.max_sessions, max_seq_len=e.max_seq_len)
-    codec = SimCodec(profile, seed=e.seed or 0) if e.sim_codec else None
+    try:
+        faults = SimFaults.parse(getattr(e, "sim_faults", ""))
+    except ValueError as exc:
+        raise ConfigError(f"engine.sim_faults: {exc}") from None
+    backend = SimBackend(profile, num_slots=e.max_sessions, max_seq_len=e.max_seq_len,
+                         faults=faults)
+    codec = SimCodec(profile, seed=e.seed or 0, faults=bool(faults.codec_error)) \
+        if e.sim_codec else None
+    if faults:
+        log.warning("engine.sim_faults is set: injecting faults %s (for tests only)", faults)
     log.warning("engine.backend is sim: no model runs; steps are paced like a %s (%s) by a "
                 "roofline model (docs/capacity.md) and the audio is low-level noise",
                 profile.gpu, profile.name)

@@ -20,19 +20,32 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
+from orpheus_tts_client.proto.v1 import tts_pb2
 
 from orpheus_svc.config import Config
 from orpheus_svc.runtime import build_runtime
 
 from .logs import configure_logging
 from .metrics import Metrics
-from .servicer import TTSServicer
+from .servicer import TTSServicer, add_tts_servicer
 from .state import ServerState
 
 log = structlog.get_logger("orpheus_svc.server")
 
 SERVICE_NAME = tts_pb2.DESCRIPTOR.services_by_name["TTSService"].full_name
+
+
+def _limit_options(s) -> list[tuple[str, int]]:
+    """Per-connection stream limit and keepalive enforcement (docs/configuration.md)."""
+    opts = [("grpc.keepalive_time_ms", int(s.keepalive_time_seconds * 1000)),
+            ("grpc.keepalive_timeout_ms", int(s.keepalive_timeout_seconds * 1000)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms",
+             int(s.min_client_ping_interval_seconds * 1000)),
+            ("grpc.http2.max_ping_strikes", s.max_ping_strikes)]
+    if s.max_concurrent_streams > 0:
+        opts.append(("grpc.max_concurrent_streams", s.max_concurrent_streams))
+    return opts
 
 
 class Server:
@@ -48,8 +61,9 @@ class Server:
             options += [("grpc.max_connection_age_ms", int(s.max_connection_age_seconds * 1000)),
                         ("grpc.max_connection_age_grace_ms",
                          int(s.max_connection_age_grace_seconds * 1000))]
+        options += _limit_options(s)
         self.grpc = grpc.aio.server(options=options)
-        tts_pb2_grpc.add_TTSServiceServicer_to_server(TTSServicer(self.state), self.grpc)
+        add_tts_servicer(TTSServicer(self.state), self.grpc)  # parses requests at the edge
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         if config.server.reflection:
             reflection.enable_server_reflection(

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import time
+import uuid
 from typing import AsyncIterator
 
 import grpc
 import structlog
 from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
 
-from orpheus_svc.audio.pcm import MULAW_RATES, PCM16_RATES
+from orpheus_svc.audio.pcm import allowed_rates, default_rate
 from orpheus_svc.core.generation import SamplingParams
 from orpheus_svc.core.normalize import has_normalizer
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
@@ -27,7 +30,7 @@ from .session import (
     Summary,
     TextIn,
 )
-from .state import ServerState
+from .state import OpenCall, ServerState
 
 log = structlog.get_logger("orpheus_svc.session")
 
@@ -36,6 +39,10 @@ _ENCODINGS = {
     tts_pb2.AUDIO_ENCODING_PCM16: "pcm16",
     tts_pb2.AUDIO_ENCODING_MULAW: "mulaw",
     tts_pb2.AUDIO_ENCODING_WAV: "wav",
+    tts_pb2.AUDIO_ENCODING_ALAW: "alaw",
+    tts_pb2.AUDIO_ENCODING_OGG_OPUS: "ogg_opus",
+    tts_pb2.AUDIO_ENCODING_MP3: "mp3",
+    tts_pb2.AUDIO_ENCODING_FLAC: "flac",
 }
 
 
@@ -54,8 +61,8 @@ def _options(state: ServerState, voice: str, fmt: tts_pb2.AudioFormat,
     if encoding == "wav" and not allow_wav:
         raise SessionError("INVALID_ARGUMENT",
                            "WAV is only offered by Synthesize; stream PCM16 or MULAW here")
-    rate = fmt.sample_rate_hz or (8000 if encoding == "mulaw" else 24000)
-    allowed = MULAW_RATES if encoding == "mulaw" else PCM16_RATES
+    rate = fmt.sample_rate_hz or default_rate(encoding)
+    allowed = allowed_rates(encoding)
     if rate not in allowed:
         raise SessionError("INVALID_ARGUMENT", (
             f"sample_rate_hz {rate} is not supported for {encoding.upper()}; "
@@ -126,31 +133,89 @@ def voice_list(voices: VoiceRegistry) -> tts_pb2.ListVoicesResponse:
         emotion_tags=voices.emotion_tags)
 
 
+class Unparseable:
+    """What the tolerant deserializer hands the servicer for bytes that are no valid message
+    (bad wire format, invalid UTF-8 in a string): the call then ends INVALID_ARGUMENT
+    instead of grpc's UNKNOWN with an error-level traceback."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+UNPARSEABLE = "request could not be parsed"
+
+
+def _tolerant(cls):
+    def parse(data: bytes):
+        try:
+            return cls.FromString(data)
+        except Exception as exc:  # noqa: BLE001 - DecodeError, or anything the runtime raises
+            return Unparseable(f"{exc.__class__.__name__}: {exc}"[:200])
+    return parse
+
+
+def add_tts_servicer(servicer: "TTSServicer", server) -> None:
+    """Register `servicer` like the generated add_TTSServiceServicer_to_server, but with
+    requests parsed at this edge (tolerant deserializers, see Unparseable)."""
+    handlers = {
+        "StreamingSynthesize": grpc.stream_stream_rpc_method_handler(
+            servicer.StreamingSynthesize,
+            request_deserializer=_tolerant(tts_pb2.StreamingSynthesizeRequest),
+            response_serializer=tts_pb2.StreamingSynthesizeResponse.SerializeToString),
+        "Synthesize": grpc.unary_stream_rpc_method_handler(
+            servicer.Synthesize, request_deserializer=_tolerant(tts_pb2.SynthesizeRequest),
+            response_serializer=tts_pb2.SynthesizeResponse.SerializeToString),
+        "ListVoices": grpc.unary_unary_rpc_method_handler(
+            servicer.ListVoices, request_deserializer=_tolerant(tts_pb2.ListVoicesRequest),
+            response_serializer=tts_pb2.ListVoicesResponse.SerializeToString),
+        "GetStatus": grpc.unary_unary_rpc_method_handler(
+            servicer.GetStatus, request_deserializer=_tolerant(tts_pb2.GetStatusRequest),
+            response_serializer=tts_pb2.GetStatusResponse.SerializeToString),
+    }
+    name = tts_pb2.DESCRIPTOR.services_by_name["TTSService"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+
+
+# Seconds a call's final status may wait for a client that reads nothing (it is queued
+# behind the unread audio); the handler ends either way, and grpc sends the status if the
+# client ever reads or drops the connection.
+_STATUS_GRACE_S = 1.0
+
+
 class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
+    """Every call ends with a status; each refused, failed or cut call leaves one log line
+    (session id, status, reason); every call counts against server.max_sessions."""
+
     def __init__(self, state: ServerState) -> None:
         self.state = state
 
     async def StreamingSynthesize(self, request_iterator, context):
-        first = await self._first_message(request_iterator, context)
-        async for resp in self._run(context, first, request_iterator,
-                                    tts_pb2.StreamingSynthesizeResponse):
-            yield resp
+        async def body(call: OpenCall):
+            settings = await self._first_message(request_iterator)
+            await self._run(context, call, settings, self._client_inputs(request_iterator),
+                            tts_pb2.StreamingSynthesizeResponse)
+        await self._serve(context, "StreamingSynthesize", body)
 
     async def Synthesize(self, request, context):
         async def inputs() -> AsyncIterator[Input]:
             yield TextIn(request.text)
 
-        if not request.text.strip():
-            self.state.count_error("INVALID_ARGUMENT")
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "text is empty or only whitespace; nothing to speak")
-        async for resp in self._run(context, (request.voice, request.audio_format,
-                                              request.sampling, True, _normalize(request)),
-                                    inputs(),
-                                    tts_pb2.SynthesizeResponse, whole=True):
-            yield resp
+        async def body(call: OpenCall):
+            if isinstance(request, Unparseable):
+                raise _Unparsed(request)
+            if not request.text.strip():
+                raise SessionError("INVALID_ARGUMENT",
+                                   "text is empty or only whitespace; nothing to speak")
+            await self._run(context, call, (request.voice, request.audio_format,
+                                            request.sampling, True, _normalize(request)),
+                            inputs(), tts_pb2.SynthesizeResponse)
+        await self._serve(context, "Synthesize", body)
 
     async def ListVoices(self, request, context):
+        if isinstance(request, Unparseable):
+            await self._refuse_unparsed(context, "ListVoices", request)
         runtime = self.state.runtime
         if runtime is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE,
@@ -159,51 +224,119 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
         return voice_list(runtime.voices)
 
     async def GetStatus(self, request, context):
+        if isinstance(request, Unparseable):
+            await self._refuse_unparsed(context, "GetStatus", request)
         return tts_pb2.GetStatusResponse(**dataclasses.asdict(self.state.status()))
 
     # -- shared ---------------------------------------------------------------------------
 
-    async def _first_message(self, request_iterator, context):
+    async def _refuse_unparsed(self, context, rpc: str, bad: Unparseable) -> None:
+        self.state.count_error("INVALID_ARGUMENT")
+        log.warning("call refused", rpc=rpc, status="INVALID_ARGUMENT", reason=UNPARSEABLE,
+                    detail=bad.error)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, UNPARSEABLE)
+
+    async def _serve(self, context, rpc: str, body) -> None:
+        """Open the call (or refuse it at the server.max_sessions cap), run `body`, and end
+        it with exactly one status and, unless it ended OK, one log line."""
+        call = OpenCall(uuid.uuid4().hex[:12], rpc, asyncio.current_task())
+        structlog.contextvars.bind_contextvars(session_id=call.session_id)
+        code = reason = None
+        outcome = "ok"
+        level = "info"
+        try:
+            refusal = self.state.open_call(call)
+            if refusal is not None:
+                self.state.count_error("RESOURCE_EXHAUSTED")
+                log.warning("call refused", rpc=rpc, status="RESOURCE_EXHAUSTED",
+                            reason=refusal)
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
+            await body(call)
+        except _Unparsed as exc:
+            code, reason, outcome, level = "INVALID_ARGUMENT", UNPARSEABLE, "INVALID_ARGUMENT", \
+                "warning"
+            detail = exc.bad.error
+        except SessionError as exc:
+            code, reason, outcome = exc.code, exc.message, exc.cause or exc.code
+            level = "warning" if exc.cause or exc.code in ("INTERNAL", "UNAVAILABLE") else "info"
+            detail = None
+        except asyncio.CancelledError:
+            if not call.stalled:  # the client cancelled, its deadline passed, or it left
+                outcome = "cancelled"
+                log.info("call cancelled", rpc=rpc, status="CANCELLED",
+                         reason="cancelled by the client, its deadline or a disconnect")
+                raise
+            asyncio.current_task().uncancel()
+            stall = self.state.config.session.stalled_consumer_timeout_seconds
+            code, reason, outcome, level, detail = "DEADLINE_EXCEEDED", (
+                f"the client read no audio for {stall:g} s "
+                "(session.stalled_consumer_timeout_seconds); its generations were cancelled"), \
+                "stalled", "warning", None
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug here must still end the call cleanly
+            error_id = uuid.uuid4().hex[:10]
+            log.error("call failed", rpc=rpc, error_id=error_id, exc_info=exc)
+            code, outcome, level, detail = "INTERNAL", "INTERNAL", "error", None
+            reason = f"internal error (error id {error_id}; the server log has details)"
+        finally:
+            self.state.close_call(call, outcome)
+            structlog.contextvars.unbind_contextvars("session_id")
+        if code is None:
+            return
+        fields = dict(rpc=rpc, status=code, reason=reason, session_id=call.session_id)
+        if detail:
+            fields["detail"] = detail
+        if level != "error":
+            getattr(log, level)("call ended" if call.session is not None else "call refused",
+                                **fields)
+        status = getattr(grpc.StatusCode, code)
+        if call.stalled:
+            try:  # queued behind audio the client does not read: do not wait for it
+                await asyncio.wait_for(context.abort(status, reason), _STATUS_GRACE_S)
+            except asyncio.TimeoutError:
+                pass
+            return
+        await context.abort(status, reason)
+
+    async def _first_message(self, request_iterator):
         try:
             first = await request_iterator.__anext__()
         except StopAsyncIteration:
-            self.state.count_error("INVALID_ARGUMENT")
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "empty stream: send a SynthesisConfig, then text")
+            raise SessionError("INVALID_ARGUMENT",
+                               "empty stream: send a SynthesisConfig, then text") from None
+        if isinstance(first, Unparseable):
+            raise _Unparsed(first)
         if first.WhichOneof("request") != "config":
-            self.state.count_error("FAILED_PRECONDITION")
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                "the first message must be a SynthesisConfig (voice, audio format); "
-                                f"got {first.WhichOneof('request') or 'an empty message'} first")
+            raise SessionError("FAILED_PRECONDITION",
+                               "the first message must be a SynthesisConfig (voice, audio "
+                               f"format); got {first.WhichOneof('request') or 'an empty message'}"
+                               " first")
         c = first.config
         return (c.voice, c.audio_format, c.sampling, False, _normalize(c))
 
-    async def _run(self, context, settings, inputs, response_cls, whole: bool = False):
+    async def _run(self, context, call: OpenCall, settings, inputs, response_cls) -> None:
         voice, fmt, sampling, allow_wav, normalize = settings
         runtime = self.state.runtime_or_none()
         if runtime is None:
-            self.state.count_error("UNAVAILABLE")
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                "the model is still loading or the server is shutting down; "
-                                "retry shortly (health reports SERVING when ready)")
-        try:
-            options = _options(self.state, voice, fmt, sampling, allow_wav=allow_wav,
-                               normalize=normalize)
-        except SessionError as exc:
-            self.state.count_error(exc.code)
-            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
-        session = StreamSession(runtime, options, self.state.config.text)
+            raise SessionError("UNAVAILABLE",
+                               "the model is still loading or the server is shutting down; "
+                               "retry shortly (health reports SERVING when ready)")
+        options = _options(self.state, voice, fmt, sampling, allow_wav=allow_wav,
+                           normalize=normalize)
+        session = StreamSession(runtime, options, self.state.config.text,
+                                session_id=call.session_id)
         await context.send_initial_metadata((("orpheus-session-id", session.session_id),))
-        structlog.contextvars.bind_contextvars(session_id=session.session_id)
-        source = inputs if whole else self._client_inputs(inputs)
-        self.state.session_started()
+        call.session = session
+        loop = asyncio.get_running_loop()
         t0 = time.monotonic()
-        outcome = "ok"
-        try:
-            log.info("session started", rpc=response_cls.__name__.removesuffix("Response"),
-                     voice=options.voice, encoding=options.encoding, rate=options.sample_rate,
-                     normalize=options.normalize_text)
-            async for out in session.run(source):
+        log.info("session started", rpc=call.rpc, voice=options.voice,
+                 encoding=options.encoding, rate=options.sample_rate,
+                 normalize=options.normalize_text)
+        # aclosing: however the call ends (a stalled write cancelled, an abort), the session's
+        # own cleanup runs now: its undelivered generations are cancelled, slots freed
+        async with contextlib.aclosing(session.run(inputs)) as outs:
+            async for out in outs:
                 if isinstance(out, Summary):
                     self.state.add_audio_seconds(out.num_samples / options.sample_rate)
                     if out.time_to_first_audio_ms > 0:
@@ -211,22 +344,16 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
                     log.info("session finished", ttfa_ms=round(out.time_to_first_audio_ms, 1),
                              audio_ms=round(out.audio_ms), tokens=out.num_tokens,
                              segments=out.num_segments)
-                yield _to_proto(out, response_cls)
-        except SessionError as exc:
-            outcome = exc.code
-            log.info("session refused", code=exc.code, reason=exc.message)
-            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
-        except BaseException:
-            outcome = "cancelled"
-            raise
-        finally:
-            self.state.session_ended(outcome)
-            log.debug("session closed", outcome=outcome, wall_s=round(time.monotonic() - t0, 3))
-            structlog.contextvars.unbind_contextvars("session_id")
+                call.writing_since = loop.time()  # the watchdog's stalled-consumer clock
+                await context.write(_to_proto(out, response_cls))
+                call.writing_since = None
+        log.debug("session closed", wall_s=round(time.monotonic() - t0, 3))
 
     @staticmethod
     async def _client_inputs(request_iterator) -> AsyncIterator[Input]:
         async for req in request_iterator:
+            if isinstance(req, Unparseable):
+                raise _Unparsed(req)
             kind = req.WhichOneof("request")
             if kind == "text":
                 yield TextIn(req.text)
@@ -237,3 +364,11 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
                                    "a SynthesisConfig may only be sent once, as the first message")
             else:
                 raise SessionError("INVALID_ARGUMENT", "empty request message: set text or flush")
+
+
+class _Unparsed(SessionError):
+    """An Unparseable request: INVALID_ARGUMENT, logged at warning with the parser's words."""
+
+    def __init__(self, bad: Unparseable) -> None:
+        super().__init__("INVALID_ARGUMENT", UNPARSEABLE)
+        self.bad = bad

@@ -25,7 +25,7 @@ from typing import AsyncIterator, Union
 
 import structlog
 
-from orpheus_svc.audio.pcm import Encoder
+from orpheus_svc.audio.pcm import Encoder, SessionEncoder
 from orpheus_svc.config import TextConfig
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Finished, Rejected
 from orpheus_svc.core.generation import SamplingParams
@@ -38,16 +38,20 @@ _log = structlog.get_logger("orpheus_svc.session")
 
 
 class SessionError(Exception):
-    def __init__(self, code: str, message: str) -> None:
+    """Ends a call with a grpc status code name and a message a person can act on; `cause`
+    names a time limit that ended it ("idle"), for the counters."""
+
+    def __init__(self, code: str, message: str, cause: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.cause = cause
 
 
 @dataclass(frozen=True)
 class SessionOptions:
     voice: str
-    encoding: str  # pcm16 | mulaw | wav
+    encoding: str  # one of orpheus_svc.audio.pcm.ENCODINGS
     sample_rate: int
     sampling: SamplingParams
     # speak numbers, dates, currency... as words (core/normalize.py); the servicer turns it
@@ -128,6 +132,8 @@ class _Segment:
 
 
 _WAKE = object()
+_IDLE = object()  # the watchdog saw the session idle for session.idle_timeout_seconds
+SEED_MODULUS = 1 << 64
 
 
 class StreamSession:
@@ -152,6 +158,10 @@ class StreamSession:
         self.t_first_text: float | None = None
         self.t_first_audio: float | None = None
         self.num_tokens = 0
+        self._last_input = time.monotonic()  # the last client message (the idle clock)
+        self._idle_cut: float | None = None  # idle timeout that ended the input, if one did
+        # one output stream across segments (WAV header once, one Opus/MP3/FLAC stream)
+        self._audio = SessionEncoder(options.encoding, options.sample_rate)
 
     async def run(self, inputs: AsyncIterator[Input]) -> AsyncIterator[Output]:
         loop = asyncio.get_running_loop()
@@ -169,10 +179,18 @@ class StreamSession:
                 item = await self._inbox.get()
                 if self._error is not None:
                     raise self._error
-                if item is not _WAKE:
+                if item is _IDLE:
+                    self._end_idle(reader)
+                elif item is not _WAKE:
                     self._on_engine_event(item)
+            tail = self._audio.finish()  # a compressed stream's last frames and trailer
+            if tail:
+                yield AudioOut(tail, len(self._segments) - 1, self._seq, self._offset, 0)
             yield self._summary()
+            if self._idle_cut is not None:
+                raise self._idle_error()
         finally:
+            self._audio.close()
             reader.cancel()
             for seg in self._segments:
                 if seg.gen_id is not None:
@@ -185,6 +203,7 @@ class StreamSession:
     async def _read(self, inputs: AsyncIterator[Input]) -> None:
         try:
             async for item in inputs:
+                self._last_input = time.monotonic()
                 if isinstance(item, TextIn):
                     if not item.text:
                         continue
@@ -206,7 +225,43 @@ class StreamSession:
             self._input_done = True
         except SessionError as exc:
             self._error = exc
+        except Exception as exc:  # noqa: BLE001 - any failure reading must end the call
+            error_id = uuid.uuid4().hex[:10]
+            _log.error("reading the request stream failed", session_id=self.session_id,
+                       error_id=error_id, exc_info=exc)
+            self._error = SessionError("INTERNAL", (
+                f"the request stream failed (error id {error_id}; the server log has details)"))
         self._inbox.put_nowait(_WAKE)
+
+    # -- idle -------------------------------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        """Nothing left to speak and the input still open: waiting for the client."""
+        return not self._input_done and self._delivered == len(self._segments)
+
+    def check_idle(self, now: float, timeout: float) -> None:
+        """Called by the watchdog: end the input once idle for `timeout` seconds."""
+        if self.idle and self._idle_cut is None and now - self._last_input >= timeout:
+            self._idle_cut = timeout
+            self._inbox.put_nowait(_IDLE)
+
+    def _end_idle(self, reader: asyncio.Task) -> None:
+        """The idle timeout: what was buffered is spoken, then the call ends."""
+        if self._input_done or self._error is not None:
+            self._idle_cut = None  # the client half-closed meanwhile: an ordinary end
+            return
+        reader.cancel()
+        self._add(self._buffer.flush_cuts(END_OF_INPUT))
+        self._input_done = True
+        if not self._segments:
+            raise self._idle_error()
+
+    def _idle_error(self) -> SessionError:
+        return SessionError("DEADLINE_EXCEEDED", (
+            f"no message for {self._idle_cut:g} s with nothing left to speak "
+            f"(session.idle_timeout_seconds); the text sent before was spoken; "
+            f"open a new call to speak more"), cause="idle")
 
     def _add(self, cuts: list[Cut], flush_id: str = "") -> None:
         for cut in cuts:
@@ -229,8 +284,10 @@ class StreamSession:
                 continue
             sampling = self.options.sampling
             if sampling.seed is not None:
+                # segment i runs with seed + i, taken modulo 2^64 (the seed is a uint64)
                 sampling = SamplingParams(sampling.temperature, sampling.top_p,
-                                          sampling.repetition_penalty, sampling.seed + seg.index)
+                                          sampling.repetition_penalty,
+                                          (sampling.seed + seg.index) % SEED_MODULUS)
             try:
                 req = self.runtime.request(self.session_id, seg.index, self.options.voice,
                                            self._spoken(seg), sampling)
@@ -281,15 +338,12 @@ class StreamSession:
             ev: AudioEvent = seg.events.popleft()
             if not seg.started:
                 seg.started = True
-                encoding = self.options.encoding
-                if encoding == "wav" and seg.index > 0:
-                    encoding = "pcm16"  # the header goes out once, before the first audio
-                seg.encoder = Encoder(encoding, self.options.sample_rate)
+                seg.encoder = self._audio.segment()
                 outs.append(SegmentStarted(seg.index, seg.text, self._offset, seg.cut,
                                            seg.flush_id))
             data, n = seg.encoder.encode(ev.pcm, last=ev.final)
-            if data:
-                if self.t_first_audio is None:
+            if data or n:  # compressed: samples may go in before their bytes come out
+                if self.t_first_audio is None and data:
                     self.t_first_audio = time.monotonic()
                 outs.append(AudioOut(data, seg.index, self._seq, self._offset, n))
                 self._seq += 1

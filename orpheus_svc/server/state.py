@@ -1,10 +1,22 @@
-"""Server-wide state owned by the asyncio loop: the runtime once loaded, readiness, counters."""
+"""Server-wide state owned by the asyncio loop: the runtime once loaded, readiness, counters,
+the open calls and the watchdog that times them out.
+
+    call opens --> ServerState.open_call() --(over server.max_sessions)--> RESOURCE_EXHAUSTED
+                        |
+    watchdog (one task while calls are open, ticking at a quarter of the smallest timeout):
+        call.writing_since older than session.stalled_consumer_timeout_seconds
+            --> call.stall(): its task is cancelled; the servicer ends it DEADLINE_EXCEEDED
+        call.session idle (nothing to speak, no client message) for session.idle_timeout_seconds
+            --> session.end_idle(): buffered text is spoken, then DEADLINE_EXCEEDED
+"""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from orpheus_svc.config import Config
 from orpheus_svc.runtime import Runtime
@@ -29,6 +41,36 @@ class StatusSnapshot:
     grammar_violations: int
     audio_seconds_total: float
     uptime_seconds: float
+    # Open calls with nothing to speak, waiting for the client (part of active_sessions).
+    idle_sessions: int = 0
+    max_sessions: int = 0                # server.max_sessions (0 = no limit)
+    max_concurrent_streams: int = 0      # per connection (0 = gRPC's default)
+    idle_timeout_seconds: float = 0.0
+    stalled_consumer_timeout_seconds: float = 0.0
+    sessions_refused_total: int = 0      # refused at once: server.max_sessions reached
+    idle_timeouts_total: int = 0
+    stalled_timeouts_total: int = 0
+    failed_generations_total: int = 0    # failed by a backend or codec error
+
+
+class OpenCall:
+    """One open StreamingSynthesize/Synthesize call, as the watchdog sees it."""
+
+    __slots__ = ("session_id", "rpc", "task", "session", "writing_since", "stalled")
+
+    def __init__(self, session_id: str, rpc: str, task: "asyncio.Task | None") -> None:
+        self.session_id = session_id
+        self.rpc = rpc
+        self.task = task
+        self.session: Any = None  # the StreamSession once the config was accepted
+        self.writing_since: float | None = None  # loop time a write to the client began
+        self.stalled = False
+
+    def stall(self) -> None:
+        """The client reads nothing: cancel the handler (the servicer ends the call)."""
+        if not self.stalled and self.task is not None:
+            self.stalled = True
+            self.task.cancel()
 
 
 class ServerState:
@@ -43,6 +85,55 @@ class ServerState:
         self.outcomes: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()  # grpc status code name -> calls
         self.metrics = None  # server/metrics.py Metrics, set by the app
+        self.calls: set[OpenCall] = set()
+        self.refused: Counter[str] = Counter()   # reason -> calls refused at once
+        self.timeouts: Counter[str] = Counter()  # "idle" | "stalled" -> calls ended
+        self._watchdog: asyncio.Task | None = None
+
+    # -- open calls -----------------------------------------------------------------------
+
+    def open_call(self, call: OpenCall) -> str | None:
+        """Count `call` as open; or, when server.max_sessions calls are open, the reason
+        to refuse it (it is then not counted)."""
+        cap = self.config.server.max_sessions
+        if cap and len(self.calls) >= cap:
+            self.refused["max_sessions"] += 1
+            return (f"server is at its limit of {cap} open calls (server.max_sessions); "
+                    "retry later or on another replica")
+        self.calls.add(call)
+        self.session_started()
+        if self._watchdog is None or self._watchdog.done():
+            if self._tick() > 0:
+                self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+        return None
+
+    def close_call(self, call: OpenCall, outcome: str) -> None:
+        if call in self.calls:
+            self.calls.discard(call)
+            self.session_ended(outcome)
+
+    def idle_sessions(self) -> int:
+        return sum(1 for c in self.calls if c.session is not None and c.session.idle)
+
+    def _tick(self) -> float:
+        s = self.config.session
+        limits = [t for t in (s.idle_timeout_seconds, s.stalled_consumer_timeout_seconds) if t > 0]
+        return min(max(min(limits) / 4, 0.01), 1.0) if limits else 0.0
+
+    async def _watch(self) -> None:
+        """Runs while calls are open; ends itself when none are left."""
+        s = self.config.session
+        loop = asyncio.get_running_loop()
+        while self.calls:
+            await asyncio.sleep(self._tick())
+            now = loop.time()
+            for call in list(self.calls):
+                stall = s.stalled_consumer_timeout_seconds
+                if (stall > 0 and call.writing_since is not None
+                        and now - call.writing_since >= stall):
+                    call.stall()
+                elif s.idle_timeout_seconds > 0 and call.session is not None:
+                    call.session.check_idle(now, s.idle_timeout_seconds)
 
     def runtime_or_none(self) -> Runtime | None:
         return self.runtime if self.serving else None
@@ -54,6 +145,9 @@ class ServerState:
     def session_ended(self, outcome: str) -> None:
         self.active_sessions -= 1
         self.outcomes[outcome] += 1
+        if outcome in ("idle", "stalled"):
+            self.timeouts[outcome] += 1
+            outcome = "DEADLINE_EXCEEDED"
         if outcome != "ok":
             self.count_error(outcome)
 
@@ -85,4 +179,17 @@ class ServerState:
             tokens_total=st.tokens if st else 0, steps_total=st.steps if st else 0,
             grammar_violations=st.grammar_violations if st else 0,
             audio_seconds_total=self.audio_seconds_total,
-            uptime_seconds=time.monotonic() - self.started_at)
+            uptime_seconds=time.monotonic() - self.started_at,
+            idle_sessions=self.idle_sessions(), max_sessions=self.config.server.max_sessions,
+            max_concurrent_streams=self.config.server.max_concurrent_streams,
+            idle_timeout_seconds=self.config.session.idle_timeout_seconds,
+            stalled_consumer_timeout_seconds=self.config.session.stalled_consumer_timeout_seconds,
+            sessions_refused_total=sum(self.refused.values()),
+            idle_timeouts_total=self.timeouts["idle"],
+            stalled_timeouts_total=self.timeouts["stalled"],
+            failed_generations_total=self._failed_generations())
+
+    def _failed_generations(self) -> int:
+        rt = self.runtime
+        return getattr(rt.core, "failed_rows", 0) + getattr(rt.router, "failed_audio", 0) \
+            if rt is not None else 0

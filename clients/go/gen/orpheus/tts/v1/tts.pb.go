@@ -1503,8 +1503,28 @@ type GetStatusResponse struct {
 	AudioSecondsTotal float64 `protobuf:"fixed64,16,opt,name=audio_seconds_total,json=audioSecondsTotal,proto3" json:"audio_seconds_total,omitempty"`
 	// uptime_seconds since start.
 	UptimeSeconds float64 `protobuf:"fixed64,17,opt,name=uptime_seconds,json=uptimeSeconds,proto3" json:"uptime_seconds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// idle_sessions: open calls with nothing left to speak, waiting for the client (counted in
+	// active_sessions too).
+	IdleSessions uint32 `protobuf:"varint,18,opt,name=idle_sessions,json=idleSessions,proto3" json:"idle_sessions,omitempty"`
+	// max_sessions: the server's cap on open calls (server.max_sessions); 0 means no cap.
+	MaxSessions uint32 `protobuf:"varint,19,opt,name=max_sessions,json=maxSessions,proto3" json:"max_sessions,omitempty"`
+	// max_concurrent_streams: calls one connection may have open at once; 0 means gRPC's default.
+	MaxConcurrentStreams uint32 `protobuf:"varint,20,opt,name=max_concurrent_streams,json=maxConcurrentStreams,proto3" json:"max_concurrent_streams,omitempty"`
+	// idle_timeout_seconds (session.idle_timeout_seconds); 0 means off.
+	IdleTimeoutSeconds float64 `protobuf:"fixed64,21,opt,name=idle_timeout_seconds,json=idleTimeoutSeconds,proto3" json:"idle_timeout_seconds,omitempty"`
+	// stalled_consumer_timeout_seconds (session.stalled_consumer_timeout_seconds); 0 means off.
+	StalledConsumerTimeoutSeconds float64 `protobuf:"fixed64,22,opt,name=stalled_consumer_timeout_seconds,json=stalledConsumerTimeoutSeconds,proto3" json:"stalled_consumer_timeout_seconds,omitempty"`
+	// sessions_refused_total: calls refused at once because max_sessions were open.
+	SessionsRefusedTotal uint64 `protobuf:"varint,23,opt,name=sessions_refused_total,json=sessionsRefusedTotal,proto3" json:"sessions_refused_total,omitempty"`
+	// idle_timeouts_total: calls ended by the idle timeout.
+	IdleTimeoutsTotal uint64 `protobuf:"varint,24,opt,name=idle_timeouts_total,json=idleTimeoutsTotal,proto3" json:"idle_timeouts_total,omitempty"`
+	// stalled_timeouts_total: calls ended because the client read no audio.
+	StalledTimeoutsTotal uint64 `protobuf:"varint,25,opt,name=stalled_timeouts_total,json=stalledTimeoutsTotal,proto3" json:"stalled_timeouts_total,omitempty"`
+	// failed_generations_total: generations failed by a backend or codec error (each such call
+	// ended with INTERNAL and an error id).
+	FailedGenerationsTotal uint64 `protobuf:"varint,26,opt,name=failed_generations_total,json=failedGenerationsTotal,proto3" json:"failed_generations_total,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *GetStatusResponse) Reset() {
@@ -1656,6 +1676,69 @@ func (x *GetStatusResponse) GetUptimeSeconds() float64 {
 	return 0
 }
 
+func (x *GetStatusResponse) GetIdleSessions() uint32 {
+	if x != nil {
+		return x.IdleSessions
+	}
+	return 0
+}
+
+func (x *GetStatusResponse) GetMaxSessions() uint32 {
+	if x != nil {
+		return x.MaxSessions
+	}
+	return 0
+}
+
+func (x *GetStatusResponse) GetMaxConcurrentStreams() uint32 {
+	if x != nil {
+		return x.MaxConcurrentStreams
+	}
+	return 0
+}
+
+func (x *GetStatusResponse) GetIdleTimeoutSeconds() float64 {
+	if x != nil {
+		return x.IdleTimeoutSeconds
+	}
+	return 0
+}
+
+func (x *GetStatusResponse) GetStalledConsumerTimeoutSeconds() float64 {
+	if x != nil {
+		return x.StalledConsumerTimeoutSeconds
+	}
+	return 0
+}
+
+func (x *GetStatusResponse) GetSessionsRefusedTotal() uint64 {
+	if x != nil {
+		return x.SessionsRefusedTotal
+	}
+	return 0
+}
+
+func (x *GetStatusResponse) GetIdleTimeoutsTotal() uint64 {
+	if x != nil {
+		return x.IdleTimeoutsTotal
+	}
+	return 0
+}
+
+func (x *GetStatusResponse) GetStalledTimeoutsTotal() uint64 {
+	if x != nil {
+		return x.StalledTimeoutsTotal
+	}
+	return 0
+}
+
+func (x *GetStatusResponse) GetFailedGenerationsTotal() uint64 {
+	if x != nil {
+		return x.FailedGenerationsTotal
+	}
+	return 0
+}
+
 var File_orpheus_tts_v1_tts_proto protoreflect.FileDescriptor
 
 const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
@@ -1761,7 +1844,7 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"\x12ListVoicesResponse\x12-\n" +
 	"\x06voices\x18\x01 \x03(\v2\x15.orpheus.tts.v1.VoiceR\x06voices\x12!\n" +
 	"\femotion_tags\x18\x02 \x03(\tR\vemotionTags\"\x12\n" +
-	"\x10GetStatusRequest\"\x91\x05\n" +
+	"\x10GetStatusRequest\"\xe0\b\n" +
 	"\x11GetStatusResponse\x12\x18\n" +
 	"\aserving\x18\x01 \x01(\bR\aserving\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12\x14\n" +
@@ -1783,7 +1866,16 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"stepsTotal\x12-\n" +
 	"\x12grammar_violations\x18\x0f \x01(\x04R\x11grammarViolations\x12.\n" +
 	"\x13audio_seconds_total\x18\x10 \x01(\x01R\x11audioSecondsTotal\x12%\n" +
-	"\x0euptime_seconds\x18\x11 \x01(\x01R\ruptimeSeconds*\xe2\x01\n" +
+	"\x0euptime_seconds\x18\x11 \x01(\x01R\ruptimeSeconds\x12#\n" +
+	"\ridle_sessions\x18\x12 \x01(\rR\fidleSessions\x12!\n" +
+	"\fmax_sessions\x18\x13 \x01(\rR\vmaxSessions\x124\n" +
+	"\x16max_concurrent_streams\x18\x14 \x01(\rR\x14maxConcurrentStreams\x120\n" +
+	"\x14idle_timeout_seconds\x18\x15 \x01(\x01R\x12idleTimeoutSeconds\x12G\n" +
+	" stalled_consumer_timeout_seconds\x18\x16 \x01(\x01R\x1dstalledConsumerTimeoutSeconds\x124\n" +
+	"\x16sessions_refused_total\x18\x17 \x01(\x04R\x14sessionsRefusedTotal\x12.\n" +
+	"\x13idle_timeouts_total\x18\x18 \x01(\x04R\x11idleTimeoutsTotal\x124\n" +
+	"\x16stalled_timeouts_total\x18\x19 \x01(\x04R\x14stalledTimeoutsTotal\x128\n" +
+	"\x18failed_generations_total\x18\x1a \x01(\x04R\x16failedGenerationsTotal*\xe2\x01\n" +
 	"\rAudioEncoding\x12\x1e\n" +
 	"\x1aAUDIO_ENCODING_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14AUDIO_ENCODING_PCM16\x10\x01\x12\x18\n" +

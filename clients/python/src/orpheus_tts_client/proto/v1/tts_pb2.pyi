@@ -227,7 +227,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("serving", "backend", "model", "active_sessions", "active_generations", "waiting_generations", "free_slots", "total_slots", "max_batch_size", "sessions_total", "generations_total", "rejected_total", "tokens_total", "steps_total", "grammar_violations", "audio_seconds_total", "uptime_seconds")
+    __slots__ = ("serving", "backend", "model", "active_sessions", "active_generations", "waiting_generations", "free_slots", "total_slots", "max_batch_size", "sessions_total", "generations_total", "rejected_total", "tokens_total", "steps_total", "grammar_violations", "audio_seconds_total", "uptime_seconds", "idle_sessions", "max_sessions", "max_concurrent_streams", "idle_timeout_seconds", "stalled_consumer_timeout_seconds", "sessions_refused_total", "idle_timeouts_total", "stalled_timeouts_total", "failed_generations_total")
     SERVING_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +245,15 @@ class GetStatusResponse(_message.Message):
     GRAMMAR_VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
     AUDIO_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STALLED_CONSUMER_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_REFUSED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STALLED_TIMEOUTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FAILED_GENERATIONS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     serving: bool
     backend: str
     model: str
@@ -262,4 +271,13 @@ class GetStatusResponse(_message.Message):
     grammar_violations: int
     audio_seconds_total: float
     uptime_seconds: float
-    def __init__(self, serving: bool = ..., backend: _Optional[str] = ..., model: _Optional[str] = ..., active_sessions: _Optional[int] = ..., active_generations: _Optional[int] = ..., waiting_generations: _Optional[int] = ..., free_slots: _Optional[int] = ..., total_slots: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., sessions_total: _Optional[int] = ..., generations_total: _Optional[int] = ..., rejected_total: _Optional[int] = ..., tokens_total: _Optional[int] = ..., steps_total: _Optional[int] = ..., grammar_violations: _Optional[int] = ..., audio_seconds_total: _Optional[float] = ..., uptime_seconds: _Optional[float] = ...) -> None: ...
+    idle_sessions: int
+    max_sessions: int
+    max_concurrent_streams: int
+    idle_timeout_seconds: float
+    stalled_consumer_timeout_seconds: float
+    sessions_refused_total: int
+    idle_timeouts_total: int
+    stalled_timeouts_total: int
+    failed_generations_total: int
+    def __init__(self, serving: bool = ..., backend: _Optional[str] = ..., model: _Optional[str] = ..., active_sessions: _Optional[int] = ..., active_generations: _Optional[int] = ..., waiting_generations: _Optional[int] = ..., free_slots: _Optional[int] = ..., total_slots: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., sessions_total: _Optional[int] = ..., generations_total: _Optional[int] = ..., rejected_total: _Optional[int] = ..., tokens_total: _Optional[int] = ..., steps_total: _Optional[int] = ..., grammar_violations: _Optional[int] = ..., audio_seconds_total: _Optional[float] = ..., uptime_seconds: _Optional[float] = ..., idle_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., max_concurrent_streams: _Optional[int] = ..., idle_timeout_seconds: _Optional[float] = ..., stalled_consumer_timeout_seconds: _Optional[float] = ..., sessions_refused_total: _Optional[int] = ..., idle_timeouts_total: _Optional[int] = ..., stalled_timeouts_total: _Optional[int] = ..., failed_generations_total: _Optional[int] = ...) -> None: ...
