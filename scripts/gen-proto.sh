@@ -12,7 +12,8 @@
 # Usage: scripts/gen-proto.sh [OUTPUT_ROOT]
 #   OUTPUT_ROOT defaults to the repository root; scripts/check-generated.sh passes a temp copy.
 # Env:   BUF (default: .tools/bin/buf; run scripts/install-tools.sh first).
-#        PYTHON (default: python3) only creates the generator venv (.tools/py-gen-<version>).
+#        PYTHON (default: python3) only creates the generator venv (.tools/py-gen-<version>);
+#        grpcio-tools 1.63.2 has wheels for CPython 3.8 to 3.12 (a newer one builds from source).
 #
 # Why grpcio-tools 1.63.2: its protoc writes protobuf gencode 5.26.1 WITHOUT the
 # `ValidateProtobufRuntimeVersion` call that later generators add (gencode 5.27.2+ calls it,
