@@ -19,10 +19,16 @@ def synthesize(stub, encoding, rate, text=TEXT, seed=1234):
     return b"".join(c.audio for c in chunks), responses[-1].summary.num_samples
 
 
+_g711_references = {}
+
+
 def reference(stub, rate):
-    data, n = synthesize(stub, pb.AUDIO_ENCODING_PCM16, rate)
-    assert len(data) == 2 * n
-    return np.frombuffer(data, dtype="<i2").astype(np.float64) / 32768.0
+    """PCM16 of TEXT with the test seed (one request per rate, shared by the tests)."""
+    if rate not in _g711_references:
+        data, n = synthesize(stub, pb.AUDIO_ENCODING_PCM16, rate)
+        assert len(data) == 2 * n
+        _g711_references[rate] = np.frombuffer(data, dtype="<i2").astype(np.float64) / 32768.0
+    return _g711_references[rate]
 
 
 @pytest.mark.parametrize("encoding,name", [(pb.AUDIO_ENCODING_MULAW, "mulaw"),
