@@ -14,10 +14,13 @@ the mark (so "3." followed by "5" is not cut, and a Chinese closing quote that f
 stays with its sentence); that is what keeps the same text cutting into the same segments
 however it is fragmented.
 
-Length limits are in characters, and a character carries different amounts of speech per
-script: a Mandarin character is a syllable (about 4-5 per second of speech), a Hangul block
-about 6-7, Latin letters about 15. `length_scale` shrinks text.max_segment_chars so a segment
-is about as long to say in every language.
+Lengths (the segment limit, the token budget, the expected utterance) are counted in Latin
+characters of speech, `speech_chars`: a character carries different amounts of speech per
+script and class. A Mandarin character is a syllable (about 4-5 per second of speech, against
+about 15 Latin letters), a Hangul block about one, and a digit or a currency sign is said as a
+word ("7" -> "seven", "$" -> "dollars"). So `text.max_segment_chars` = 250 allows 250 letters
+of English, 75 Chinese characters, or about 50 characters of prices and phone numbers, all
+about as long to say.
 """
 
 from __future__ import annotations
@@ -46,8 +49,6 @@ _ABBREVIATIONS = {
     "es": "sr sra srta dr dra ud uds etc p.ej pág núm no vol av avda ee.uu",
     "it": "sig sigg sig.ra dott prof ing avv ecc es pag n no vol",
 }
-#: characters of speech per character of text, relative to Latin text (see module docstring)
-_LENGTH_SCALE = {"zh": 0.3, "ja": 0.3, "yue": 0.3, "ko": 0.45, "hi": 0.8}
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,6 @@ class SentenceRules:
     sentence_end: re.Pattern  # its lookahead is group "la": the text the decision needs
     clause_end: re.Pattern
     abbreviations: frozenset[str]
-    length_scale: float = 1.0
     ordinal_dot: bool = False  # German "am 3. Oktober": a dot after a day number is no end
 
     @staticmethod
@@ -67,10 +67,6 @@ class SentenceRules:
         """Index of the last character a sentence-end match needed: the segmenter cuts at
         the end that can be decided first, as it would when fed one character at a time."""
         return m.end("la") - 1
-
-    def scaled(self, chars: int) -> int:
-        """A character limit for this script (never below 20, the segmenter's minimum)."""
-        return max(20, round(chars * self.length_scale))
 
     def is_abbreviation(self, buf: str, dot: int) -> bool:
         if buf[dot] != ".":
@@ -89,33 +85,54 @@ class SentenceRules:
                 or (len(w) == 1 and w.isalpha() and raw[0].isupper()))
 
 
-# Latin characters of speech per character, by script (the reciprocal of the length scales
-# above): a Han character or kana is a syllable, a Hangul block about one, so they take about
-# as long to say as 3.3 and 2.2 Latin letters; a Devanagari code point a little over one.
+# Latin characters of speech per character, by script: a Han character or kana is a
+# syllable, a Hangul block about one, so they take about as long to say as 3.3 and 2.2 Latin
+# letters; a Devanagari code point a little over one.
 _SCRIPT_WEIGHTS = (
-    (0x3040, 0x30FF, 1 / 0.3),    # Hiragana, Katakana
-    (0x3400, 0x4DBF, 1 / 0.3),    # CJK Extension A
-    (0x4E00, 0x9FFF, 1 / 0.3),    # CJK Unified Ideographs
-    (0xF900, 0xFAFF, 1 / 0.3),    # CJK Compatibility Ideographs
-    (0x20000, 0x3FFFF, 1 / 0.3),  # CJK Extensions B and later
-    (0x1100, 0x11FF, 1 / 0.45),   # Hangul Jamo
-    (0x3130, 0x318F, 1 / 0.45),   # Hangul Compatibility Jamo
-    (0xAC00, 0xD7AF, 1 / 0.45),   # Hangul syllables
-    (0x0900, 0x097F, 1 / 0.8),    # Devanagari
+    (0x3040, 0x30FF, 3.3),      # Hiragana, Katakana
+    (0x3400, 0x4DBF, 3.3),      # CJK Extension A
+    (0x4E00, 0x9FFF, 3.3),      # CJK Unified Ideographs
+    (0xF900, 0xFAFF, 3.3),      # CJK Compatibility Ideographs
+    (0x20000, 0x3FFFF, 3.3),    # CJK Extensions B and later
+    (0x1100, 0x11FF, 2.2),      # Hangul Jamo
+    (0x3130, 0x318F, 2.2),      # Hangul Compatibility Jamo
+    (0xAC00, 0xD7AF, 2.2),      # Hangul syllables
+    (0x0900, 0x097F, 1.25),     # Devanagari
 )
 
 
+# A digit is said as a word or more ("7" -> "seven", "2024" -> "twenty twenty-four", "$3.50"
+# -> "three dollars and fifty cents"), and so are these signs.
+_DIGIT = 5.0
+_SIGNS = {"$": 7.0, "\u20ac": 5.0, "\u00a3": 6.0, "\u00a5": 4.0, "\u20b9": 6.0, "%": 8.0,
+          "@": 4.0, "&": 4.0, "#": 6.0}
+
+
+def char_weight(ch: str) -> float:
+    """Latin characters of speech in one character (module docstring)."""
+    if "0" <= ch <= "9":
+        return _DIGIT
+    cp = ord(ch)
+    if cp < 0x0900:
+        return _SIGNS.get(ch, 1.0)
+    return next((w for lo, hi, w in _SCRIPT_WEIGHTS if lo <= cp <= hi), 1.0)
+
+
 def speech_chars(text: str) -> float:
-    """How long `text` takes to say, in Latin characters (an English character counts 1, a
-    Chinese one 3.3): what the token budget and the expected length are computed from."""
+    """How long `text` takes to say, in Latin characters (an English letter counts 1, a
+    Chinese character 3.3, a digit 5): what the segment limit, the token budget and the
+    expected length are computed from."""
+    return sum(map(char_weight, text))
+
+
+def fit(text: str, limit: float) -> int:
+    """The longest prefix of `text` (its length) whose speech_chars is at most `limit`."""
     total = 0.0
-    for ch in text:
-        cp = ord(ch)
-        if cp < 0x0900:
-            total += 1.0
-            continue
-        total += next((w for lo, hi, w in _SCRIPT_WEIGHTS if lo <= cp <= hi), 1.0)
-    return total
+    for i, ch in enumerate(text):
+        total += char_weight(ch)
+        if total > limit + 1e-9:  # 75 x 1/0.3 is 250.00000000000003 in floating point
+            return i
+    return len(text)
 
 
 def _base(language: str) -> str:
@@ -127,27 +144,26 @@ def rules_for(language: str | None) -> SentenceRules:
     abbreviations beyond initials)."""
     lang = _base(language or "en")
     abbreviations = frozenset(_ABBREVIATIONS.get(lang, "").split())
-    scale = _LENGTH_SCALE.get(lang, 1.0)
     if lang in ("zh", "ja", "yue"):
         # no spaces between sentences: the mark ends one once any non-closer follows
         # (the character after must be neither a closer nor another mark: "。。" is one end)
         end = re.compile(r"(?:" + _CJK_END + r"|" + _LATIN_END + r"(?=\s))(?=(?P<la>[^"
                          + re.escape(CLOSERS) + _CJK_MARKS + r"]))")
         clause = re.compile(r"[\uff0c\uff1b\uff1a\u3001](?=.)|" + _LATIN_CLAUSE, re.DOTALL)
-        return SentenceRules(lang, end, clause, abbreviations, scale)
+        return SentenceRules(lang, end, clause, abbreviations)
     if lang == "hi":
         end = re.compile(r"[\u0964\u0965.!?\u2026]+[" + re.escape(CLOSERS) + r"]*(?=(?P<la>\s))")
-        return SentenceRules(lang, end, re.compile(_LATIN_CLAUSE), abbreviations, scale)
+        return SentenceRules(lang, end, re.compile(_LATIN_CLAUSE), abbreviations)
     if lang in ("es", "ca", "gl"):
         # "¡Hola!¿Qué tal?": an opening inverted mark may follow the end without a space
         end = re.compile(_LATIN_END + r"(?=(?P<la>[\s\u00bf\u00a1]))")
-        return SentenceRules(lang, end, re.compile(_LATIN_CLAUSE), abbreviations, scale)
+        return SentenceRules(lang, end, re.compile(_LATIN_CLAUSE), abbreviations)
     if lang == "fr":
         # "« Très bien. »": the closing guillemet comes after a (no-break) space, so the end
         # is decided at the next word (whose first character is not a closer)
         end = re.compile(r"[.!?\u2026]+(?:[ \u00a0\u202f]?[" + re.escape(CLOSERS) + r"])*"
                          r"(?=(?P<la>\s+[^\s" + re.escape(CLOSERS) + r"]))")
-        return SentenceRules(lang, end, re.compile(_LATIN_CLAUSE), abbreviations, scale)
+        return SentenceRules(lang, end, re.compile(_LATIN_CLAUSE), abbreviations)
     end = re.compile(_LATIN_END + r"(?=(?P<la>\s))")
     return SentenceRules(lang, end, re.compile(_LATIN_CLAUSE), abbreviations or frozenset(),
-                         scale, ordinal_dot=lang == "de")
+                         ordinal_dot=lang == "de")

@@ -12,13 +12,15 @@ Cuts happen at
     letter (initials); a newline also ends a segment. These are the English rules: the
     session's language (its voice's) picks others from core/sentences.py (CJK 。！？ without
     spaces, Spanish ¡¿, Hindi danda, French guillemets, German "3. Oktober", abbreviations
-    per language) and scales max_chars per script;
+    per language);
   * the first segment of a session may end early at a clause mark (, ; : -- ) once it is
     `first_clause_min_chars` long, so that the first audio does not wait for a long
     sentence to finish streaming in;
   * `max_chars`: a segment that grows past it is cut at the last clause mark or space
     before the limit (mid-word only when there is no space at all); a sentence end beyond
-    the limit does not count, however large the fragment that brought it;
+    the limit does not count, however large the fragment that brought it. Lengths count
+    Latin characters of speech (core/sentences.speech_chars): a Chinese character counts
+    3.3, a digit 5, so a segment is about as long to say whatever it is written in;
   * flush() and close(): whatever is buffered.
 Segments are stripped; whitespace-only text never becomes a segment.
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orpheus_svc.core.sentences import SentenceRules, rules_for
+from orpheus_svc.core.sentences import SentenceRules, fit, rules_for, speech_chars
 
 
 #: Why a segment ended (the proto's SegmentEndCause, in words).
@@ -58,13 +60,11 @@ class SentenceBuffer:
                  language: str = "en") -> None:
         if max_chars < 20:
             raise ValueError(f"max_chars must be >= 20, got {max_chars}")
-        # sentence ends, abbreviations and the length per character of the voice's language
-        # (core/sentences.py); max_chars is given in Latin characters and scaled per script
+        # sentence ends and abbreviations of the voice's language (core/sentences.py); both
+        # lengths are in Latin characters of speech (speech_chars), not code points
         self.rules: SentenceRules = rules_for(language)
-        self.max_chars = self.rules.scaled(max_chars)
-        self.first_clause_min_chars = min(
-            self.rules.scaled(first_clause_min_chars) if first_clause_min_chars else 0,
-            self.max_chars)
+        self.max_chars = max_chars
+        self.first_clause_min_chars = min(first_clause_min_chars, max_chars)
         self._buf = ""
         self._base = 0  # code points of the session's text before the buffer
         self._emitted = 0  # segments cut so far
@@ -112,11 +112,12 @@ class SentenceBuffer:
 
     def _next_cut(self) -> tuple[int, str] | None:
         # Each rule can decide at some index of the buffer (the character after a mark, a
-        # newline); the cut is the one that can be decided first, and only from the first
-        # max_chars + 1 characters. Pushing the text one character at a time would find
-        # exactly that cut, so any fragmentation gives the same segments (and one long
-        # fragment cannot make a segment longer than max_chars).
-        buf, limit, rules = self._buf, self.max_chars, self.rules
+        # newline); the cut is the one that can be decided first, and only within the
+        # prefix that fits max_chars (`limit` characters) plus one character. Pushing the text
+        # one character at a time would find exactly that cut, so any fragmentation gives
+        # the same segments (and one long fragment cannot make a segment too long).
+        buf, rules = self._buf, self.rules
+        limit = fit(buf, self.max_chars)
         found: list[tuple[int, int, str]] = []  # (decided at, cut at, cause)
         for m in rules.sentence_end.finditer(buf):
             if rules.decided_at(m) > limit:
@@ -129,13 +130,13 @@ class SentenceBuffer:
             found.append((newline, newline + 1, SENTENCE))
         if self._emitted == 0 and self.first_clause_min_chars:
             for m in rules.clause_end.finditer(buf):
-                if m.end() >= self.first_clause_min_chars and m.end() <= limit:
+                if m.end() <= limit and speech_chars(buf[:m.end()]) >= self.first_clause_min_chars:
                     found.append((m.end(), m.end(), CLAUSE))
                     break
         if found:
             _, cut, cause = min(found)
             return cut, cause
-        if len(buf) > limit:
+        if limit < len(buf):
             return self._forced_cut(buf[:limit + 1]), MAX_LENGTH
         return None
 

@@ -10,6 +10,7 @@ from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from orpheus_svc.config import load_config
+from orpheus_svc.core.prompt import max_tokens_for_text
 from orpheus_svc.models.demo import ensure_demo_checkpoint
 from orpheus_svc.models.tokenizer import TextTokenizer
 from orpheus_svc.server.app import Server
@@ -73,8 +74,9 @@ def test_normalize_text_false_sends_the_text_as_written(outcome):
     prompts, _ = outcome
     assert prompts[1][0] == f"tara: {TEXT}"
     assert prompts[2][0] == f"tara: {SPOKEN}"
-    # the token budget follows what is spoken, which is longer than what was written
-    assert prompts[2][1] > prompts[1][1]
+    # the token budget follows what is spoken, not what was written
+    assert prompts[2][1] == max_tokens_for_text(SPOKEN)
+    assert prompts[1][1] == max_tokens_for_text(TEXT) != max_tokens_for_text(SPOKEN)
 
 
 def test_no_normalisation_for_a_voice_without_a_normaliser(outcome):

@@ -14,8 +14,8 @@ def test_latin_text_counts_one_per_character_and_keeps_its_budget():
     assert speech_chars("Ça va? ß ø") == 10
 
 
-@pytest.mark.parametrize("text, per_char", [("你好世界", 1 / 0.3), ("ひらがなカタカナ", 1 / 0.3),
-                                            ("안녕하세요", 1 / 0.45), ("नमस्ते", 1 / 0.8)])
+@pytest.mark.parametrize("text, per_char", [("你好世界", 3.3), ("ひらがなカタカナ", 3.3),
+                                            ("안녕하세요", 2.2), ("नमस्ते", 1.25)])
 def test_other_scripts_count_as_the_latin_letters_they_take_to_say(text, per_char):
     assert speech_chars(text) == pytest.approx(len(text) * per_char)
 
@@ -30,4 +30,12 @@ def test_a_full_chinese_segment_is_budgeted_for_slow_mandarin():
 
 
 def test_tags_are_not_counted_as_text():
-    assert max_audio_seconds("你好<laugh>") == pytest.approx(2 + 2 / 0.3 / 7 + 1.5)
+    assert max_audio_seconds("你好<laugh>") == pytest.approx(2 + 2 * 3.3 / 7 + 1.5)
+
+
+def test_digits_and_currency_signs_count_as_the_words_they_are_said_as():
+    assert speech_chars("2024") == 20  # "twenty twenty-four" has 18
+    assert speech_chars("$3.50") == 7 + 5 + 1 + 10  # "three dollars and fifty cents": 29
+    # unnormalised digits (a French voice, or normalize_text off) get a budget that fits them
+    assert max_audio_seconds("1234567") > 2 + len("one million two hundred thirty-four "
+                                                   "thousand five hundred sixty-seven") / 15

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orpheus_svc.core.sentences import rules_for
+from orpheus_svc.core.sentences import speech_chars
 from orpheus_svc.server.segmenter import SentenceBuffer
 
 SAMPLES = {
@@ -88,8 +88,7 @@ def test_random_text_any_fragmentation_same_segments_nothing_lost(language, data
     assert _segments(text, cuts, **kw) == whole
     assert _segments(text, range(len(text)), **kw) == whole
     assert "".join("".join(whole).split()) == "".join(text.split())  # nothing lost or moved
-    limit = SentenceBuffer(**kw).max_chars
-    assert all(seg.strip() and len(seg) <= limit for seg in whole)
+    assert all(seg.strip() and speech_chars(seg) <= kw["max_chars"] for seg in whole)
 
 
 def test_one_long_fragment_cannot_make_a_segment_longer_than_the_limit():
@@ -99,11 +98,23 @@ def test_one_long_fragment_cannot_make_a_segment_longer_than_the_limit():
     assert segs == _segments(text, range(len(text)), max_chars=100)
 
 
-@pytest.mark.parametrize("language, limit", [("en", 250), ("fr", 250), ("zh", 75), ("ko", 112),
-                                             ("hi", 200), ("zh-CN", 75)])
-def test_length_limits_per_script(language, limit):
-    assert SentenceBuffer(max_chars=250, language=language).max_chars == limit
-    assert rules_for(language).scaled(30) >= 20  # never below the segmenter's minimum
+@pytest.mark.parametrize("language, char, first", [
+    ("en", "a", 250), ("fr", "a", 250), ("zh", "你", 75), ("zh-CN", "你", 75), ("ko", "가", 113),
+    ("hi", "क", 200), ("en", "7", 50)])
+def test_length_limits_count_speech_not_code_points(language, char, first):
+    # a run with no space, clause mark or sentence end is cut where it stops fitting
+    # max_chars Latin characters of speech: 250 letters, 75 Han characters, 50 digits
+    segs = _segments(char * 600, [], language=language, max_chars=250)
+    assert len(segs[0]) == first
+    assert all(speech_chars(seg) <= 250 for seg in segs)
+
+
+def test_a_price_list_is_cut_by_how_long_it_is_to_say():
+    text = ", ".join(f"item {i} costs ${i * 7}.99" for i in range(1, 40))
+    segs = _segments(text, [], max_chars=250)
+    assert all(speech_chars(seg) <= 250 for seg in segs)
+    assert max(map(len, segs)) < 120  # far fewer characters than 250 letters of prose
+    assert segs == _segments(text, range(len(text)), max_chars=250)
 
 
 def test_a_list_marker_opening_a_segment_is_not_a_sentence_end():
