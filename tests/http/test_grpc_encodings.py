@@ -88,3 +88,18 @@ def reference_text(stub, rate, text):
     data, n = synthesize(stub, pb.AUDIO_ENCODING_PCM16, rate, text=text)
     assert len(data) == 2 * n
     return np.frombuffer(data, dtype="<i2").astype(np.float64) / 32768.0
+
+
+@pytest.mark.parametrize("encoding", ["alaw", "ogg_opus", "flac"])
+def test_python_client_requests_the_new_encodings_by_name(server, encoding):
+    from orpheus_tts_client import Client, Sampling
+
+    with Client(server.addr) as client:
+        result = client.synthesize("Hi there.", encoding=encoding, sampling=Sampling(seed=5))
+    rate = 8000 if encoding == "alaw" else 24000
+    assert result.sample_rate == rate
+    got = ffmpeg_decode(result.audio, encoding, rate)
+    assert len(got) == result.summary.num_samples > 0
+    if encoding == "alaw":  # the client's own G.711 expansion agrees with ffmpeg's
+        pcm = np.frombuffer(result.pcm, dtype="<i2").astype(np.float64) / 32768.0
+        assert np.allclose(pcm, got, atol=1 / 32768)
