@@ -49,7 +49,8 @@ print("   resolved:", ", ".join(found))'
   local targets=("tests/clients")
   if [[ -n "${ORPHEUS_SERVER_ADDR:-}" && -d "tests/plugins" && "${name}" != low ]]; then
     cp -r tests/plugins "${WORK}/${name}-tests/tests/"
-    targets+=("tests/plugins")
+    # this framework's plugin tests and its example (the other framework is not installed)
+    targets+=("tests/plugins/test_${name}_plugin.py" "tests/plugins/test_examples.py")
     [[ -d examples ]] && cp -r examples "${WORK}/${name}-tests/"
   fi
   (cd "${WORK}/${name}-tests" && ORPHEUS_REQUIRE_PLUGIN_TESTS=1 PYTHONWARNINGS="error::UserWarning:google.protobuf" \

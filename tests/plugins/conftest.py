@@ -19,7 +19,8 @@ def require(module: str):
     except ImportError as e:
         if os.environ.get("ORPHEUS_REQUIRE_PLUGIN_TESTS") == "1":
             raise
-        pytest.skip(f"{module} is not installed ({e}); scripts/test-client-compat.sh runs this")
+        pytest.skip(f"{module} is not installed ({e}); scripts/test-client-compat.sh runs this",
+                    allow_module_level=True)
 
 
 @pytest.fixture(scope="session")
