@@ -113,9 +113,9 @@ class Server:
         self.state.serving = False  # new sessions: UNAVAILABLE; sessions in flight go on
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         await asyncio.sleep(self.config.server.drain_delay_seconds)
-        await self.grpc.stop(grace)
-        if self.http is not None:
-            await self.http.stop()
+        # both edges drain at once: the pod's termination grace covers one grace, not two
+        stops = [self.grpc.stop(grace)] + ([self.http.stop()] if self.http else [])
+        await asyncio.gather(*stops)
         if self.state.runtime is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.state.runtime.stop)
         log.info("stopped", sessions_total=self.state.sessions_total)
