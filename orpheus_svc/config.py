@@ -135,6 +135,24 @@ class ServerConfig:
     keepalive_timeout_seconds: float = 20.0
     min_client_ping_interval_seconds: float = 10.0
     max_ping_strikes: int = 2
+    # The Prometheus port's address (server.metrics_port). Loopback unless set: the metrics
+    # have no authentication (the Kubernetes overlays set the pod's address).
+    metrics_host: str = "127.0.0.1"
+    # TLS on the gRPC port from PEM files, re-read when they change (docs/security.md). With
+    # both set the server opens no plaintext gRPC port. tls_client_ca_file adds mTLS: clients
+    # must present a certificate signed by this CA.
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_client_ca_file: str | None = None
+    # API keys ('authorization: Bearer <key>'): a YAML/JSON file of names, key hashes and
+    # per-key limits, re-read on change, and/or the same document inline (e.g. in
+    # ORPHEUS_SERVER__API_KEYS). Neither set = no keys (every caller admitted).
+    api_keys_file: str | None = None
+    api_keys: str = ""
+    # With keys on, reflection and GetStatus need a key too unless opened here (health is
+    # always open: probes carry no key).
+    auth_open_reflection: bool = False
+    auth_open_status: bool = False
 
 
 @dataclass(frozen=True)
@@ -339,6 +357,10 @@ def validate(config: Config) -> None:
         (s.min_client_ping_interval_seconds >= 0, "server.min_client_ping_interval_seconds",
          "must be >= 0"),
         (s.max_ping_strikes >= 0, "server.max_ping_strikes", "must be >= 0"),
+        (bool(s.tls_cert_file) == bool(s.tls_key_file), "server.tls_key_file",
+         "and server.tls_cert_file must be set together"),
+        (not s.tls_client_ca_file or bool(s.tls_cert_file), "server.tls_client_ca_file",
+         "needs server.tls_cert_file and server.tls_key_file (mTLS is TLS first)"),
         (config.session.idle_timeout_seconds >= 0, "session.idle_timeout_seconds",
          "must be >= 0 (0 = off)"),
         (config.session.stalled_consumer_timeout_seconds >= 0,

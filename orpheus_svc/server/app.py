@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 import time
 
 import grpc
@@ -24,11 +25,14 @@ from orpheus_tts_client.proto.v1 import tts_pb2
 
 from orpheus_svc.config import Config
 from orpheus_svc.runtime import build_runtime
+from orpheus_svc.security import KeyFileError
 
+from .auth import ApiKeyInterceptor, AuthCollector, AuthGuard
 from .logs import configure_logging
 from .metrics import Metrics
 from .servicer import TTSServicer, add_tts_servicer
 from .state import ServerState
+from .tls import CertificateFiles, TlsFilesError
 
 log = structlog.get_logger("orpheus_svc.server")
 
@@ -62,7 +66,17 @@ class Server:
                         ("grpc.max_connection_age_grace_ms",
                          int(s.max_connection_age_grace_seconds * 1000))]
         options += _limit_options(s)
-        self.grpc = grpc.aio.server(options=options)
+        # API keys and TLS (docs/security.md); both off by default
+        self.auth = AuthGuard.from_config(s)
+        self.state.auth = self.auth  # the HTTP edge checks the same keys and limits
+        interceptors = []
+        if self.auth is not None:
+            interceptors.append(ApiKeyInterceptor(self.auth, s.auth_open_reflection,
+                                                  s.auth_open_status))
+            self.metrics.registry.register(AuthCollector(self.auth))
+        self.tls = CertificateFiles(s.tls_cert_file, s.tls_key_file, s.tls_client_ca_file) \
+            if s.tls_cert_file else None
+        self.grpc = grpc.aio.server(options=options, interceptors=interceptors)
         add_tts_servicer(TTSServicer(self.state), self.grpc)  # parses requests at the edge
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         if config.server.reflection:
@@ -77,19 +91,24 @@ class Server:
 
     async def start(self) -> None:
         s = self.config.server
-        self.port = self.grpc.add_insecure_port(f"{s.host}:{s.port}")
+        if self.tls is not None:  # TLS set: no plaintext gRPC port at all
+            self.port = self.grpc.add_secure_port(f"{s.host}:{s.port}", self.tls.credentials())
+        else:
+            self.port = self.grpc.add_insecure_port(f"{s.host}:{s.port}")
         if self.port == 0:
             raise OSError(f"cannot bind {s.host}:{s.port}")
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.grpc.start()
         if s.metrics_port:
-            self.metrics.serve(s.metrics_port, s.host)
+            self.metrics.serve(s.metrics_port, s.metrics_host)
         if s.http_port:  # the HTTP edge: same loop, same state and Runtime
             from orpheus_svc.http import HttpServer
             self.http = HttpServer(self.state, s.host, s.http_port, s.grace_seconds)
             await self.http.start()
         log.info("listening", host=s.host, port=self.port, reflection=s.reflection,
-                 metrics_port=s.metrics_port or None)
+                 tls=self.tls is not None, mtls=bool(s.tls_client_ca_file),
+                 api_keys=self.auth.store.names() if self.auth else None,
+                 metrics=f"{s.metrics_host}:{s.metrics_port}" if s.metrics_port else None)
 
     async def load(self) -> None:
         t0 = time.monotonic()
@@ -149,4 +168,8 @@ async def serve(config: Config, stop: asyncio.Event | None = None) -> int:
 
 def serve_main(config: Config) -> int:
     configure_logging(config.server.log_format, config.server.log_level)
-    return asyncio.run(serve(config))
+    try:
+        return asyncio.run(serve(config))
+    except (KeyFileError, TlsFilesError) as exc:  # unusable key or TLS files: say which
+        print(f"orpheus-svc: error: {exc}", file=sys.stderr)
+        return 2
