@@ -25,7 +25,23 @@ class _StateCollector:
     def collect(self):
         st = self.state.status()
         gauges = {
-            "orpheus_sessions_active": ("Open synthesis calls", st.active_sessions),
+            # what the HPA scales on: calls with work (text being spoken or audio pending);
+            # idle calls waiting for their client are orpheus_sessions_idle
+            "orpheus_sessions_active": ("Open synthesis calls with something to speak",
+                                        st.active_sessions - st.idle_sessions),
+            "orpheus_sessions_open": ("Open synthesis calls, idle ones included",
+                                      st.active_sessions),
+            "orpheus_sessions_idle": ("Open calls with nothing to speak, waiting for the client",
+                                      st.idle_sessions),
+            "orpheus_sessions_limit": ("server.max_sessions: open calls allowed (0 = no limit)",
+                                       st.max_sessions),
+            "orpheus_streams_per_connection_limit": (
+                "server.max_concurrent_streams (0 = gRPC's default)", st.max_concurrent_streams),
+            "orpheus_session_idle_timeout_seconds": ("session.idle_timeout_seconds (0 = off)",
+                                                     st.idle_timeout_seconds),
+            "orpheus_session_stalled_consumer_timeout_seconds": (
+                "session.stalled_consumer_timeout_seconds (0 = off)",
+                st.stalled_consumer_timeout_seconds),
             "orpheus_generations_active": ("Generations holding a KV slot", st.active_generations),
             "orpheus_generations_waiting": ("Generations queued for a slot", st.waiting_generations),
             "orpheus_slots_used": ("KV slots in use", st.total_slots - st.free_slots),
@@ -47,6 +63,10 @@ class _StateCollector:
             "orpheus_rejected": ("Sessions refused: server full", st.rejected_total),
             "orpheus_grammar_violations": ("Tokens outside the audio grammar",
                                            st.grammar_violations),
+            "orpheus_sessions_refused": ("Calls refused at once: server.max_sessions open",
+                                         st.sessions_refused_total),
+            "orpheus_failed_generations": ("Generations failed by a backend or codec error",
+                                           st.failed_generations_total),
         }
         for name, (doc, value) in counters.items():
             yield CounterMetricFamily(name, doc, value=value)
@@ -55,6 +75,12 @@ class _StateCollector:
         for code, n in sorted(self.state.errors.items()):
             errors.add_metric([code], n)
         yield errors
+        timeouts = CounterMetricFamily("orpheus_session_timeouts",
+                                       "Calls ended by a time limit (DEADLINE_EXCEEDED)",
+                                       labels=["reason"])
+        timeouts.add_metric(["idle"], st.idle_timeouts_total)
+        timeouts.add_metric(["stalled_consumer"], st.stalled_timeouts_total)
+        yield timeouts
 
 
 class Metrics:

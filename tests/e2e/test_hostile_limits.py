@@ -12,7 +12,7 @@ from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from .rpc import check_stream_invariants, requests
-from .server_proc import ServerProcess
+from .server_proc import ServerProcess, free_port
 
 NET_S = 60  # safety net for a call that would otherwise hang; never the thing asserted
 LONG_TEXT = "This sentence keeps the engine busy for a while. " * 30
@@ -21,7 +21,7 @@ LONG_TEXT = "This sentence keeps the engine busy for a while. " * 30
 @pytest.fixture(scope="module")
 def limits(tmp_path_factory):
     srv = ServerProcess(tmp_path_factory.mktemp("limits"), "engine.backend=sim",
-                        "engine.max_sessions=8", "session.idle_timeout_seconds=0.5",
+                        f"server.metrics_port={free_port()}", "engine.max_sessions=8", "session.idle_timeout_seconds=0.5",
                         "session.stalled_consumer_timeout_seconds=1", "server.max_sessions=3",
                         name="limits")
     try:
@@ -166,6 +166,23 @@ def test_a_client_that_reads_nothing_is_cut_and_its_generations_cancelled(limits
         channel.close()
     _wait_status(tts_pb2_grpc.TTSServiceStub(limits.channel), lambda s: s.active_sessions == 0,
                  "no open call")
+
+
+def test_limits_and_timeouts_are_in_the_metrics(limits):
+    # after the tests above: one refusal, idle and stalled cuts
+    import urllib.request
+    port = next(a.split("=")[1] for a in limits.proc.args if a.startswith("server.metrics_port"))
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+              if line and not line.startswith("#")}
+    assert values["orpheus_sessions_limit"] == 3
+    assert values["orpheus_session_idle_timeout_seconds"] == 0.5
+    assert values["orpheus_session_stalled_consumer_timeout_seconds"] == 1
+    assert values["orpheus_streams_per_connection_limit"] == 256
+    assert values["orpheus_sessions_refused_total"] >= 1
+    assert values['orpheus_session_timeouts_total{reason="idle"}'] >= 2
+    assert values['orpheus_session_timeouts_total{reason="stalled_consumer"}'] >= 1
+    assert values["orpheus_sessions_open"] == values["orpheus_sessions_idle"] == 0
 
 
 def test_an_injected_fault_fails_only_its_own_session(faulty):

@@ -156,3 +156,16 @@ def test_fault_spec_parsing():
     assert not SimFaults.parse("")
     with pytest.raises(ValueError, match="step_error:SEED@TOKEN"):
         SimFaults.parse("explode:7")
+
+
+def test_a_slow_step_delays_its_steps_and_fails_nobody():
+    profile = get_profile("h100-fp8")
+    slept: list[float] = []
+    backend = SimBackend(profile, num_slots=4, max_seq_len=1024, sleep=slept.append,
+                         faults=SimFaults(slow_step={BAD_SEED: 0.25}))
+    rec = _Recorder()
+    flusher = Flusher(SimCodec(profile, sleep=lambda s: None), FlusherSettings(), rec)
+    core = EngineCore(backend, flusher, rec, settings=SchedulerSettings(max_batch_size=4), seed=1)
+    ids = _run(core, flusher, rec, [_request(i, BAD_SEED if i == 0 else 90 + i) for i in range(4)])
+    assert all(rec.finished[g].reason == "stop" for g in ids)
+    assert slept.count(0.25) == rec.finished[ids[0]].num_generated  # every step it was in
