@@ -77,6 +77,8 @@ def digits(s: str) -> str:
 def _number(int_part: str, frac: str | None = None) -> str:
     """Words for "1,234" / "3.14" / "007" (leading zeros and long ids digit by digit)."""
     raw = int_part.replace(",", "")
+    if raw == "911" and not frac:
+        return "nine one one"  # the emergency number is never "nine hundred and eleven"
     if (len(raw) > 1 and raw.startswith("0") and "," not in int_part) or len(raw) > 15:
         words = digits(raw)
     else:
@@ -271,11 +273,12 @@ def _time(m: re.Match) -> str:
 
 
 def _hour_ampm(m: re.Match) -> str:
-    hour = int(m.group(1))
-    if not 1 <= hour <= 12:
+    first, hour = m.group(1), int(m.group(2))
+    if not 1 <= hour <= 12 or (first and not 1 <= int(first) <= 12):
         return m.group(0)
-    dot = "." if m.group(2).endswith(".") and _ends_sentence(m) else ""
-    return cardinal(hour) + _ampm(m.group(2)) + dot
+    dot = "." if m.group(3).endswith(".") and _ends_sentence(m) else ""
+    span = f"{cardinal(int(first))} to " if first else ""  # "2-3 pm"
+    return span + cardinal(hour) + _ampm(m.group(3)) + dot
 
 
 def _unit(m: re.Match) -> str:
@@ -363,7 +366,8 @@ _RULES: list[tuple[re.Pattern, Callable[[re.Match], str] | str]] = [
     (re.compile(r"\b" + _MONTH_RE + r"\s(\d{1,2})(?:st|nd|rd|th)?(?:,?\s(\d{4}))?" + _E), _month_day),
     (re.compile(_B + r"(\d{1,2})(?:st|nd|rd|th)?\s(?:of\s)?" + _MONTH_RE + r"(?:,?\s(\d{4}))?" + _E), _day_month),
     (re.compile(_B + r"(\d{1,2}):(\d{2})(?::\d{2})?(?:\s?([AaPp]\.?[Mm]\.?)(?![\w]))?"), _time),
-    (re.compile(_B + r"(\d{1,2})\s?([AaPp]\.[Mm]\.|[AaPp][Mm])(?![\w])"), _hour_ampm),
+    (re.compile(_B + r"(?:(\d{1,2})\s?[-\u2013]\s?)?(\d{1,2})\s?([AaPp]\.[Mm]\.|[AaPp][Mm])(?![\w])"),
+     _hour_ampm),
     (re.compile(r"(?:(?<=\s)|(?<=^)|(?<=\())(-)?(" + _NUM + r")(?:\.(\d+))?\s?(" + _UNIT_RE + r")(?![\w/])"),
      _unit),
     (re.compile(_B + r"(" + _NUM + r")(?:st|nd|rd|th)\b", re.IGNORECASE), _ordinal),

@@ -68,6 +68,8 @@ TABLE = [
     ("at 7am", "at seven A M"),
     ("Meet at 5 p.m.", "Meet at five P M."),
     ("at 9:00 AM", "at nine A M"),
+    ("open 9-5 pm", "open nine to five P M"),
+    ("call 911 now", "call nine one one now"),
     # units
     ("5 km", "five kilometers"),
     ("1 km", "one kilometer"),
