@@ -5,7 +5,8 @@
   2. `voices.json` in the checkpoint directory (model.path), then in the engine directory
      (engine.trtllm_engine_dir; orpheus-build-engine copies it there with the tokenizer);
   3. a preset for a known published checkpoint, found by its hub id (model.path as given,
-     or the `models--owner--name` folder of a hub-cache snapshot path);
+     or the `models--owner--name` folder of a hub-cache snapshot path) or by a local
+     directory named like the repository (/models/3b-fr-ft-research_release);
   4. the eight English voices (Canopy's English checkpoints and their fine-tunes), with a
      warning when the checkpoint is not one of Canopy's English ones.
 
@@ -121,6 +122,11 @@ def load_voice_registry(*, setting: str | None = None, model_ref: str | None = N
         hub_id = hub_id_of(ref)
         if hub_id in MULTILINGUAL_PRESETS:
             return MULTILINGUAL_PRESETS[hub_id]
+        # a local copy kept under the repository's own name (/models/3b-fr-ft-research_release)
+        name = Path(str(ref)).name if ref else ""
+        by_name = [reg for hub, reg in MULTILINGUAL_PRESETS.items() if hub.split("/")[1] == name]
+        if by_name:
+            return by_name[0]
     registry = english_registry()
     hub_id = hub_id_of(model_ref) or hub_id_of(str(model_dir) if model_dir else None)
     if model_ref and hub_id not in ENGLISH_CHECKPOINTS:

@@ -140,6 +140,13 @@ def test_source_order_setting_then_checkpoint_file_then_preset_then_english(tmp_
     assert load_voice_registry(setting=str(engine), model_dir=ckpt).names == ["eve"]
 
 
+def test_a_local_copy_named_like_the_repository_gets_its_preset(tmp_path):
+    local = tmp_path / "3b-es_it-ft-research_release"
+    local.mkdir()
+    reg = load_voice_registry(model_ref=str(local), model_dir=local)
+    assert reg.names[:3] == ["javi", "sergio", "maria"] and reg.resolve("Giulia").language == "it"
+
+
 def test_canopy_english_checkpoint_gets_the_english_voices_without_a_warning(caplog):
     reg = load_voice_registry(model_ref="canopylabs/orpheus-3b-0.1-ft")
     assert reg.names == list(VOICES) and "known voices" not in caplog.text
