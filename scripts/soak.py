@@ -31,6 +31,11 @@ from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 SERVICE = "/orpheus.tts.v1.TTSService/StreamingSynthesize"
 MIX = {"ok": 50, "cancel": 15, "garbage": 10, "badfirst": 5, "idle": 8, "stall": 4,
        "refused": 8}
+# what each kind may end with (docs/api.md); anything else is recorded with its details
+EXPECTED = {"ok": {"OK"}, "cancel": {"CANCELLED", "OK"}, "garbage": {"INVALID_ARGUMENT"},
+            "badfirst": {"INVALID_ARGUMENT"}, "idle": {"DEADLINE_EXCEEDED"},
+            "stall": {"DEADLINE_EXCEEDED"}, "refused": {"INVALID_ARGUMENT"}}
+UNEXPECTED: list[str] = []
 CONFIG = pb.StreamingSynthesizeRequest(config=pb.SynthesisConfig(voice="tara")).SerializeToString()
 
 
@@ -92,6 +97,8 @@ async def one(channel, kind: str, rng: random.Random, stall_s: float) -> str:
                 break
         return (await call.code()).name
     except grpc.aio.AioRpcError as exc:
+        if exc.code().name not in EXPECTED[kind]:
+            UNEXPECTED.append(f"{kind}: {exc.code().name}: {exc.details()}")
         return exc.code().name
     except asyncio.CancelledError:
         return "CANCELLED"
@@ -114,8 +121,13 @@ async def main() -> int:
     rng = random.Random(a.seed)
     kinds = rng.choices(list(MIX), weights=list(MIX.values()), k=a.sessions)
     channel = grpc.aio.insecure_channel(a.target)
+    # Stalling clients get their own connection without BDP probing: its HTTP/2 window stays
+    # at 64 KiB, so unread audio blocks the server at once (with a grown window a few MB of
+    # audio fit in the buffers, the generation ends, and the idle timeout ends the call).
+    stall_channel = grpc.aio.insecure_channel(a.target, options=[("grpc.http2.bdp_probe", 0)])
     stub = tts_pb2_grpc.TTSServiceStub(channel)
-    await stub.GetStatus(pb.GetStatusRequest())  # connect before the first measurement
+    await stub.GetStatus(pb.GetStatusRequest())  # connect both before the first measurement
+    await tts_pb2_grpc.TTSServiceStub(stall_channel).GetStatus(pb.GetStatusRequest())
     start = proc_figures(a.pid)
     statuses: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     after_warmup = None
@@ -128,7 +140,8 @@ async def main() -> int:
         nonlocal finished, after_warmup
         async with sem:
             t = time.monotonic()
-            code = await one(channel, kind, random.Random(a.seed * 1_000_003 + i), a.stall_timeout)
+            code = await one(stall_channel if kind == "stall" else channel, kind,
+                             random.Random(a.seed * 1_000_003 + i), a.stall_timeout)
             durations[kind].append(time.monotonic() - t)
         statuses[kind][code] += 1
         finished += 1
@@ -150,6 +163,7 @@ async def main() -> int:
         await asyncio.sleep(0.05)
     end = proc_figures(a.pid)
     await channel.close()
+    await stall_channel.close()
     leaked = {"open_calls": st.active_sessions, "active_generations": st.active_generations,
               "waiting_generations": st.waiting_generations,
               "slots_in_use": st.total_slots - st.free_slots}
@@ -158,6 +172,7 @@ async def main() -> int:
         "sessions": a.sessions, "warmup": a.warmup, "concurrency": a.concurrency,
         "mix": MIX, "seed": a.seed, "wall_s": round(wall, 1),
         "statuses": {k: dict(v) for k, v in statuses.items()},
+        "unexpected": UNEXPECTED[:20],
         "mean_session_s": {k: round(sum(v) / len(v), 3) for k, v in durations.items()},
         "process": {"start": start, "after_warmup": after_warmup, "end": end},
         "rss_growth_after_warmup": round(rss_growth, 4),

@@ -337,16 +337,16 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
         # own cleanup runs now: its undelivered generations are cancelled, slots freed
         async with contextlib.aclosing(session.run(inputs)) as outs:
             async for out in outs:
-                if isinstance(out, Summary):
+                call.writing_since = loop.time()  # the watchdog's stalled-consumer clock
+                await context.write(_to_proto(out, response_cls))
+                call.writing_since = None
+                if isinstance(out, Summary):  # logged once it is on its way to the client
                     self.state.add_audio_seconds(out.num_samples / options.sample_rate)
                     if out.time_to_first_audio_ms > 0:
                         self.state.observe_ttfa(out.time_to_first_audio_ms / 1000)
                     log.info("session finished", ttfa_ms=round(out.time_to_first_audio_ms, 1),
                              audio_ms=round(out.audio_ms), tokens=out.num_tokens,
                              segments=out.num_segments)
-                call.writing_since = loop.time()  # the watchdog's stalled-consumer clock
-                await context.write(_to_proto(out, response_cls))
-                call.writing_since = None
         log.debug("session closed", wall_s=round(time.monotonic() - t0, 3))
 
     @staticmethod

@@ -109,3 +109,25 @@ def test_every_call_ends_with_a_documented_status_and_leaves_nothing_open(
     if code == C.OK or (got and got[-1].WhichOneof("response") == "summary"):
         check_stream_invariants(got)
     _wait_clean(tts_pb2_grpc.TTSServiceStub(sim_server.channel))
+
+
+def test_every_call_left_exactly_one_closing_log_line(sim_server):
+    """After the property test above: each call the server opened has one closing line
+    (refused, ended with a status, cancelled, or finished OK), with its session id."""
+    import json
+    stub = tts_pb2_grpc.TTSServiceStub(sim_server.channel)
+    _wait_clean(stub)
+    closing: dict[str, list[str]] = {}
+    for line in sim_server.logs().splitlines():
+        if not line.startswith("{"):
+            continue
+        rec = json.loads(line)
+        if rec.get("event") in ("call refused", "call ended", "call cancelled",
+                                "session finished"):
+            closing.setdefault(rec["session_id"], []).append(rec["event"])
+    total = stub.GetStatus(pb.GetStatusRequest()).sessions_total
+    assert total > 0 and len(closing) == total
+    for sid, events in closing.items():
+        # an idle-timed-out call sends its summary first, then ends DEADLINE_EXCEEDED
+        assert events in (["call refused"], ["call ended"], ["call cancelled"],
+                          ["session finished"], ["session finished", "call ended"]), (sid, events)
