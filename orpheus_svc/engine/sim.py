@@ -300,6 +300,7 @@ class SimCodec:
     def __init__(self, profile: GpuProfile, *, level_db: float = -60.0, seed: int = 0,
                  sleep: Callable[[float], None] = time.sleep, faults: bool = False) -> None:
         self.faults = faults  # fail decode calls holding POISON_CODES frames (SimFaults)
+        self.failed_calls: list[int] = []  # windows in each decode call that failed
         self.profile = profile
         self._sleep = sleep
         amp = 10 ** (level_db / 20)
@@ -330,6 +331,7 @@ class SimCodec:
             raise ValueError(f"keep {keep} is outside the window's {full} samples")
         n = hi - lo
         if self.faults and bool(torch.isnan(z).any()):
+            self.failed_calls.append(b)
             raise SimFault(f"injected codec fault in a decode call of {b} window(s)")
         if n == 0:
             return np.zeros((b, 0), dtype=np.float32)

@@ -132,6 +132,9 @@ def test_a_codec_fault_fails_only_the_generation_whose_audio_it_is():
     ids = _run(core, flusher, rec, [_request(i, BAD_SEED if i == 5 else 70 + i)
                                     for i in range(8)])
     assert rec.finished[ids[5]].reason == "error" and ids[5] not in rec.finals
+    codec = flusher.codec
+    assert max(codec.failed_calls) > 1  # the poisoned window failed a batched call...
+    assert codec.failed_calls[-1] == 1  # ...and then failed alone, the others decoded
     for i, gid in enumerate(ids):
         if i != 5:
             assert gid in rec.finals
