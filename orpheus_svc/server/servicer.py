@@ -261,17 +261,21 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
             level = "warning" if exc.cause or exc.code in ("INTERNAL", "UNAVAILABLE") else "info"
             detail = None
         except asyncio.CancelledError:
-            if not call.stalled:  # the client cancelled, its deadline passed, or it left
+            if call.cut_by is None:  # the client cancelled, its deadline passed, or it left
                 outcome = "cancelled"
                 log.info("call cancelled", rpc=rpc, status="CANCELLED",
                          reason="cancelled by the client, its deadline or a disconnect")
                 raise
             asyncio.current_task().uncancel()
-            stall = self.state.config.session.stalled_consumer_timeout_seconds
-            code, reason, outcome, level, detail = "DEADLINE_EXCEEDED", (
-                f"the client read no audio for {stall:g} s "
-                "(session.stalled_consumer_timeout_seconds); its generations were cancelled"), \
-                "stalled", "warning", None
+            s = self.state.config.session
+            if call.stalled:
+                reason = (f"the client read no audio for {s.stalled_consumer_timeout_seconds:g}"
+                          " s (session.stalled_consumer_timeout_seconds); its generations were "
+                          "cancelled")
+            else:
+                reason = (f"no SynthesisConfig within {s.idle_timeout_seconds:g} s "
+                          "(session.idle_timeout_seconds)")
+            code, outcome, level, detail = "DEADLINE_EXCEEDED", call.cut_by, "warning", None
         except grpc.aio.AbortError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bug here must still end the call cleanly

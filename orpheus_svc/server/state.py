@@ -7,7 +7,9 @@ the open calls and the watchdog that times them out.
         call.writing_since older than session.stalled_consumer_timeout_seconds
             --> call.stall(): its task is cancelled; the servicer ends it DEADLINE_EXCEEDED
         call.session idle (nothing to speak, no client message) for session.idle_timeout_seconds
-            --> session.end_idle(): buffered text is spoken, then DEADLINE_EXCEEDED
+            --> session.check_idle(): buffered text is spoken, then DEADLINE_EXCEEDED
+        no config yet, session.idle_timeout_seconds after the call opened
+            --> call.cut("idle"): its task is cancelled; DEADLINE_EXCEEDED
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ class StatusSnapshot:
 class OpenCall:
     """One open StreamingSynthesize/Synthesize call, as the watchdog sees it."""
 
-    __slots__ = ("session_id", "rpc", "task", "session", "writing_since", "stalled")
+    __slots__ = ("session_id", "rpc", "task", "session", "writing_since", "cut_by",
+                 "opened_at")
 
     def __init__(self, session_id: str, rpc: str, task: "asyncio.Task | None") -> None:
         self.session_id = session_id
@@ -64,12 +67,18 @@ class OpenCall:
         self.task = task
         self.session: Any = None  # the StreamSession once the config was accepted
         self.writing_since: float | None = None  # loop time a write to the client began
-        self.stalled = False
+        self.cut_by: str | None = None  # "stalled" | "idle" once the watchdog cut the call
+        self.opened_at = time.monotonic()
 
-    def stall(self) -> None:
-        """The client reads nothing: cancel the handler (the servicer ends the call)."""
-        if not self.stalled and self.task is not None:
-            self.stalled = True
+    @property
+    def stalled(self) -> bool:
+        return self.cut_by == "stalled"
+
+    def cut(self, why: str) -> None:
+        """A time limit ran out ("stalled": the client reads nothing; "idle": no config
+        came): cancel the handler, which then ends the call DEADLINE_EXCEEDED."""
+        if self.cut_by is None and self.task is not None:
+            self.cut_by = why
             self.task.cancel()
 
 
@@ -129,11 +138,15 @@ class ServerState:
             now = loop.time()
             for call in list(self.calls):
                 stall = s.stalled_consumer_timeout_seconds
+                idle = s.idle_timeout_seconds
                 if (stall > 0 and call.writing_since is not None
                         and now - call.writing_since >= stall):
-                    call.stall()
-                elif s.idle_timeout_seconds > 0 and call.session is not None:
-                    call.session.check_idle(now, s.idle_timeout_seconds)
+                    call.cut("stalled")
+                elif idle > 0 and call.session is not None:
+                    call.session.check_idle(now, idle)
+                elif idle > 0 and call.rpc == "StreamingSynthesize" \
+                        and now - call.opened_at >= idle:
+                    call.cut("idle")  # no config yet
 
     def runtime_or_none(self) -> Runtime | None:
         return self.runtime if self.serving else None

@@ -105,6 +105,22 @@ def test_config_then_nothing_is_timed_out_and_counted(limits):
     assert st.idle_timeouts_total == before.idle_timeouts_total + 1
 
 
+def test_a_call_that_never_sends_its_config_is_timed_out(limits):
+    stub = tts_pb2_grpc.TTSServiceStub(limits.channel)
+    hold = threading.Event()
+
+    def nothing():
+        hold.wait(NET_S)
+        yield from ()
+    try:
+        got, err = _collect(stub.StreamingSynthesize(nothing(), timeout=NET_S))
+    finally:
+        hold.set()
+    assert got == [] and err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "no SynthesisConfig" in err.details() and "session.idle_timeout_seconds" in err.details()
+    _wait_status(stub, lambda s: s.active_sessions == 0, "no open call")
+
+
 def test_calls_beyond_max_sessions_are_refused_at_once(limits):
     stub = tts_pb2_grpc.TTSServiceStub(limits.channel)
     before = stub.GetStatus(pb.GetStatusRequest())
@@ -180,7 +196,7 @@ def test_limits_and_timeouts_are_in_the_metrics(limits):
     assert values["orpheus_session_stalled_consumer_timeout_seconds"] == 1
     assert values["orpheus_streams_per_connection_limit"] == 256
     assert values["orpheus_sessions_refused_total"] >= 1
-    assert values['orpheus_session_timeouts_total{reason="idle"}'] >= 2
+    assert values['orpheus_session_timeouts_total{reason="idle"}'] >= 3
     assert values['orpheus_session_timeouts_total{reason="stalled_consumer"}'] >= 1
     assert values["orpheus_sessions_open"] == values["orpheus_sessions_idle"] == 0
 
