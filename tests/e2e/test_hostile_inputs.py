@@ -105,3 +105,13 @@ def test_seed_at_uint64_max_on_two_segments_does_not_fail_its_neighbours(stub):
         assert not isinstance(got, grpc.RpcError), f"{name}: {got}"
         segments = check_stream_invariants(got)
         assert len(segments) == 2
+
+
+def test_undecodable_unary_requests_are_invalid_argument(server):
+    for method, resp in (("GetStatus", pb.GetStatusResponse), ("ListVoices", pb.ListVoicesResponse)):
+        rpc = server.channel.unary_unary(SERVICE + method, request_serializer=None,
+                                         response_deserializer=resp.FromString)
+        with pytest.raises(grpc.RpcError) as err:
+            rpc(GARBAGE, timeout=NET_S)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details() == "request could not be parsed"
