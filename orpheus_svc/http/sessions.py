@@ -8,6 +8,7 @@ seconds, time to first audio) go to the same ServerState the gRPC edge and GetSt
 
 from __future__ import annotations
 
+import asyncio
 from typing import AsyncIterator
 
 import structlog
@@ -15,7 +16,7 @@ from orpheus_tts_client.proto.v1 import tts_pb2
 
 from orpheus_svc.server.servicer import _options
 from orpheus_svc.server.session import Input, Output, SessionError, SessionOptions, StreamSession, Summary
-from orpheus_svc.server.state import ServerState
+from orpheus_svc.server.state import OpenCall, ServerState
 
 from .errors import ApiError
 
@@ -55,11 +56,26 @@ def require_runtime(state: ServerState):
 async def run_session(state: ServerState, options: SessionOptions, inputs: AsyncIterator[Input],
                       rpc: str) -> AsyncIterator[Output]:
     """The session's outputs; closing this generator early cancels the session's
-    generations (their slots are freed at the engine's next step)."""
+    generations (their slots are freed at the engine's next step).
+
+    The call counts against server.max_sessions like a gRPC call (ApiError
+    RESOURCE_EXHAUSTED beyond it) and is watched by the same watchdog: the idle timeout
+    ends the input (a WebSocket that sends nothing), and a consumer that has not asked
+    for the next output for session.stalled_consumer_timeout_seconds has its task
+    cancelled. The task is re-read at every output, because Starlette streams a response
+    body from another task than the endpoint's."""
     runtime = require_runtime(state)
     session = StreamSession(runtime, options, state.config.text)
+    call = OpenCall(session.session_id, rpc, asyncio.current_task())
+    refusal = state.open_call(call)
+    if refusal is not None:
+        state.count_error("RESOURCE_EXHAUSTED")
+        log.warning("call refused", rpc=rpc, session_id=session.session_id,
+                    status="RESOURCE_EXHAUSTED", reason=refusal)
+        raise ApiError("RESOURCE_EXHAUSTED", refusal)
+    call.session = session
     outputs = session.run(inputs)
-    state.session_started()
+    loop = asyncio.get_running_loop()
     outcome = "ok"
     log.info("session started", rpc=rpc, session_id=session.session_id, voice=options.voice,
              encoding=options.encoding, rate=options.sample_rate)
@@ -72,14 +88,20 @@ async def run_session(state: ServerState, options: SessionOptions, inputs: Async
                 log.info("session finished", session_id=session.session_id,
                          ttfa_ms=round(out.time_to_first_audio_ms, 1), audio_ms=round(out.audio_ms),
                          tokens=out.num_tokens, segments=out.num_segments)
+            call.task = asyncio.current_task()
+            call.writing_since = loop.time()  # the watchdog's stalled-consumer clock
             yield out
+            call.writing_since = None
     except SessionError as exc:
-        outcome = exc.code
+        outcome = exc.cause or exc.code
         log.info("session refused", session_id=session.session_id, code=exc.code, reason=exc.message)
         raise
     except BaseException:
-        outcome = "cancelled"
+        outcome = call.cut_by or "cancelled"
+        if call.cut_by:
+            log.warning("call ended", rpc=rpc, session_id=session.session_id,
+                        status="DEADLINE_EXCEEDED", reason=f"{call.cut_by} (session timeouts)")
         raise
     finally:
         await outputs.aclose()  # cancels generations still running: slots freed next step
-        state.session_ended(outcome)
+        state.close_call(call, outcome)

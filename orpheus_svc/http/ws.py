@@ -152,7 +152,7 @@ async def _pump(ws: WebSocket, state, options, inbox: asyncio.Queue) -> None:
             await ws.send_json(_event(out))
             if isinstance(out, Summary):
                 await ws.close(1000)
-    except SessionError as exc:
+    except (SessionError, ApiError) as exc:  # ApiError: refused at server.max_sessions
         await _send_error(ws, exc.code, exc.message)
     finally:
         await outputs.aclose()
