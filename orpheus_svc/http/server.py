@@ -18,6 +18,7 @@ from starlette.routing import Route, WebSocketRoute
 from orpheus_svc.server.state import ServerState
 
 from . import speech
+from .auth import ReleaseLeases
 
 log = structlog.get_logger("orpheus_svc.http")
 
@@ -34,6 +35,7 @@ def build_app(state: ServerState) -> Starlette:
         Route("/", playground.page, methods=["GET"]),
     ])
     app.state.server_state = state
+    app.add_middleware(ReleaseLeases)  # per-key session leases end with the response
     return app
 
 
@@ -49,10 +51,13 @@ class _Uvicorn(uvicorn.Server):
 class HttpServer:
     """Start/stop the HTTP edge on `host:port` in the current event loop."""
 
-    def __init__(self, state: ServerState, host: str, port: int, grace_seconds: float) -> None:
+    def __init__(self, state: ServerState, host: str, port: int, grace_seconds: float,
+                 ssl: dict | None = None) -> None:
+        # ssl: uvicorn's ssl_* settings when the server runs TLS (docs/security.md)
         config = uvicorn.Config(build_app(state), host=host, port=port, lifespan="off",
                                 log_config=None, access_log=False, ws="websockets-sansio",
-                                timeout_graceful_shutdown=max(grace_seconds, 0.1))
+                                timeout_graceful_shutdown=max(grace_seconds, 0.1),
+                                **(ssl or {}))
         self._server = _Uvicorn(config)
         self._task: asyncio.Task | None = None
         self.port = port

@@ -103,7 +103,8 @@ class Server:
             self.metrics.serve(s.metrics_port, s.metrics_host)
         if s.http_port:  # the HTTP edge: same loop, same state and Runtime
             from orpheus_svc.http import HttpServer
-            self.http = HttpServer(self.state, s.host, s.http_port, s.grace_seconds)
+            self.http = HttpServer(self.state, s.host, s.http_port, s.grace_seconds,
+                                   ssl=self.tls.uvicorn_ssl() if self.tls else None)
             await self.http.start()
         log.info("listening", host=s.host, port=self.port, reflection=s.reflection,
                  tls=self.tls is not None, mtls=bool(s.tls_client_ca_file),

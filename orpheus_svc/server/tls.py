@@ -94,6 +94,13 @@ class CertificateFiles:
             log.info("tls certificate reloaded", cert_file=self.cert_file)
             return config
 
+    def uvicorn_ssl(self) -> dict:
+        """The same files for the HTTP edge (uvicorn reads them once, at start-up)."""
+        out = {"ssl_certfile": self.cert_file, "ssl_keyfile": self.key_file}
+        if self.client_ca_file:
+            out.update(ssl_ca_certs=self.client_ca_file, ssl_cert_reqs=ssl.CERT_REQUIRED)
+        return out
+
     def credentials(self) -> grpc.ServerCredentials:
         return grpc.dynamic_ssl_server_credentials(
             self.initial, self.fetch,
