@@ -163,3 +163,30 @@ def test_plaintext_clients_get_nothing_and_ignored_keys_do_not_help(keyed):
             tts_pb2_grpc.TTSServiceStub(ch).ListVoices(pb.ListVoicesRequest(),
                                                        metadata=bearer(KEY_A), timeout=3)
         assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_python_client_and_orpheus_say_over_tls_with_a_key(keyed, pki, tmp_path):
+    import subprocess
+    import sys
+    import wave
+
+    from orpheus_tts_client import Client, TTSError, tls_credentials
+
+    creds = tls_credentials(str(pki["ca"].files.cert))
+    with Client(keyed.addr, credentials=creds, server_name="localhost") as c:
+        with pytest.raises(TTSError) as exc:
+            c.list_voices()
+        assert "UNAUTHENTICATED" in str(exc.value) or "Bearer" in str(exc.value)
+    with Client(keyed.addr, credentials=creds, api_key=KEY_A) as c:
+        assert c.list_voices()
+    out = tmp_path / "x.wav"
+    base = [sys.executable, "-m", "orpheus_tts_client.cli", "Hi there.", "-o", str(out),
+            "--server", keyed.addr, "--ca-file", str(pki["ca"].files.cert)]
+    env = {k: v for k, v in os.environ.items() if k != "ORPHEUS_API_KEY"}
+    bad = subprocess.run(base, capture_output=True, text=True, timeout=120, env=env)
+    assert bad.returncode != 0 and "Bearer" in bad.stderr
+    ok = subprocess.run(base, capture_output=True, text=True, timeout=300,
+                        env={**env, "ORPHEUS_API_KEY": KEY_A})
+    assert ok.returncode == 0, ok.stderr
+    with wave.open(str(out)) as w:
+        assert w.getnframes() > 0

@@ -16,6 +16,7 @@ Generated stubs are importable as ``orpheus_tts_client.proto.v1.tts_pb2`` / ``tt
 
 from ._aio_session import AsyncSession
 from ._session import Session
+from ._target import tls_credentials
 from .aio import AsyncClient
 from .client import Client, collect
 from .types import (
@@ -27,6 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient", "AsyncSession", "AudioChunk", "Client", "Encoding", "Event", "FLUSH", "Sampling",
+    "tls_credentials",
     "SegmentEnd", "SegmentStart", "ServerStatus", "Session", "Summary", "SynthesisResult", "TTSError",
     "Voice", "VoiceList", "collect", "mulaw_to_pcm16", "wav_payload",
 ]

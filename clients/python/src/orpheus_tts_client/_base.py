@@ -24,7 +24,14 @@ class _ClientBase:
                  credentials: grpc.ChannelCredentials | None = None,
                  metadata: Metadata | None = None, wait_for_ready: bool | None = None,
                  options: Sequence[tuple[str, Any]] | None = None,
-                 health_check: bool | None = None, retries: int = 2) -> None:
+                 health_check: bool | None = None, retries: int = 2,
+                 api_key: str | None = None, server_name: str | None = None) -> None:
+        # api_key: sent as 'authorization: Bearer <key>' on every call (docs/security.md);
+        # server_name: the name to check the server's TLS certificate against
+        if api_key:
+            metadata = (("authorization", f"Bearer {api_key}"),) + tuple(metadata or ())
+        if server_name:
+            options = [("grpc.ssl_target_name_override", server_name), *(options or ())]
         self.target = target
         self.grpc_target = resolve_target(target)
         self.timeout = timeout

@@ -152,3 +152,21 @@ def channel_options(lb_policy: str | None, extra: list[tuple[str, object]] | Non
         options.append(("grpc.service_config", json.dumps(config)))
     options.extend(extra or [])
     return options
+
+
+def tls_credentials(ca_file: str | None = None, cert_file: str | None = None,
+                    key_file: str | None = None):
+    """grpc channel credentials for a TLS server: ``ca_file`` the CA to trust (None: the
+    system's roots), ``cert_file``/``key_file`` this client's certificate for mTLS."""
+    import grpc
+
+    def read(path):
+        if path is None:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+    if bool(cert_file) != bool(key_file):
+        raise ValueError("a client certificate needs both cert_file and key_file")
+    return grpc.ssl_channel_credentials(root_certificates=read(ca_file),
+                                        private_key=read(key_file),
+                                        certificate_chain=read(cert_file))

@@ -21,6 +21,7 @@ import wave
 from typing import Iterator, Sequence
 
 from ._base import DEFAULT_TARGET, DEFAULT_VOICE
+from ._target import tls_credentials
 from .client import Client
 from .types import AudioChunk, Encoding, Sampling, SegmentEnd, Summary, TTSError
 
@@ -46,6 +47,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--repetition-penalty", type=float, default=None)
     p.add_argument("--lb-policy", default="round_robin", help="gRPC lb policy (default round_robin)")
+    p.add_argument("--api-key", default=os.environ.get("ORPHEUS_API_KEY"),
+                   help="API key, sent as 'authorization: Bearer' (default $ORPHEUS_API_KEY)")
+    p.add_argument("--tls", action="store_true",
+                   help="connect with TLS (implied by --ca-file/--cert-file)")
+    p.add_argument("--ca-file", help="CA certificate (PEM) to trust instead of the system roots")
+    p.add_argument("--cert-file", help="client certificate (PEM) for mTLS")
+    p.add_argument("--key-file", help="client private key (PEM) for mTLS")
+    p.add_argument("--server-name", help="name to check the server certificate against")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     return p
 
@@ -74,7 +83,10 @@ def main(argv: Sequence[str] | None = None, *, stdin=None, stderr=None) -> int:
     if sampling == Sampling():
         sampling = None
     try:
-        client = Client(args.server, timeout=args.timeout, lb_policy=args.lb_policy or None)
+        creds = tls_credentials(args.ca_file, args.cert_file, args.key_file) \
+            if args.tls or args.ca_file or args.cert_file else None
+        client = Client(args.server, timeout=args.timeout, lb_policy=args.lb_policy or None,
+                        credentials=creds, api_key=args.api_key, server_name=args.server_name)
     except ValueError as e:
         print(f"orpheus-say: error: {e}", file=stderr)
         return 2
