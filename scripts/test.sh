@@ -66,6 +66,7 @@ if grpcurl -plaintext -d '{"text":"Hi.","voice":"bob"}' "${ADDR}" orpheus.tts.v1
 fi
 grep -q 'InvalidArgument' "${LOG}.err"
 echo "grpcurl smoke: OK"
+scripts/tls-smoke.sh  # a second server with TLS + API keys (issue 13, docs/security.md)
 
 kill -TERM "${SERVER}"
 wait "${SERVER}" || { echo "server did not shut down cleanly:"; tail -20 "${LOG}"; exit 1; }
