@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -41,10 +42,13 @@ func newObject(apiVersion, kind string) (any, error) {
 		return &policyv1.PodDisruptionBudget{}, nil
 	case "autoscaling/v2 HorizontalPodAutoscaler":
 		return &autoscalingv2.HorizontalPodAutoscaler{}, nil
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}, nil
 	}
 	return nil, fmt.Errorf("unsupported apiVersion %q kind %q (known: apps/v1 Deployment, "+
 		"v1 Service, v1 ConfigMap, v1 ServiceAccount, policy/v1 PodDisruptionBudget, "+
-		"autoscaling/v2 HorizontalPodAutoscaler)", apiVersion, kind)
+		"autoscaling/v2 HorizontalPodAutoscaler, networking.k8s.io/v1 NetworkPolicy)",
+		apiVersion, kind)
 }
 
 // SplitDocuments returns the non-empty YAML documents of a multi-document stream.
