@@ -65,6 +65,17 @@ grpcurl "${TLS[@]}" "${AUTH[@]}" "${ADDR}" list | grep -qx 'orpheus.tts.v1.TTSSe
 grpcurl "${TLS[@]}" "${AUTH[@]}" -d '{"text":"Hello there.","voice":"tara"}' "${ADDR}" \
   orpheus.tts.v1.TTSService/Synthesize >"${D}/synth"
 grep -q '"summary"' "${D}/synth" && grep -q '"audio"' "${D}/synth"
+# the Go CLI and orpheus-say (Python) over TLS: refused without the key, a WAV with it
+(cd clients/go && go build -o "${D}/orpheus-say-go" ./cmd/orpheus-say)
+if ORPHEUS_API_KEY= "${D}/orpheus-say-go" -server "${ADDR}" -ca-file "${D}/ca.crt" -o "${D}/x.wav" \
+    "Hi." 2>"${D}/err"; then echo "Go CLI: accepted without a key"; exit 1; fi
+grep -q 'Bearer' "${D}/err"
+ORPHEUS_API_KEY="${KEY}" "${D}/orpheus-say-go" -server "${ADDR}" -ca-file "${D}/ca.crt" -q \
+  -o "${D}/go.wav" "Hello from Go."
+test -s "${D}/go.wav"
+.venv/bin/orpheus-say "Hello from Python." --server "${ADDR}" --ca-file "${D}/ca.crt" \
+  --api-key "${KEY}" -q -o "${D}/py.wav"
+test -s "${D}/py.wav"
 if grep -q "${KEY}" "${LOG}"; then echo "the key reached the server log"; exit 1; fi
 echo "grpcurl TLS + API key smoke: OK"
 kill -TERM "${SERVER}"

@@ -43,6 +43,9 @@ type config struct {
 	rate                                  int
 	timeout                               time.Duration
 	seed                                  int64
+	apiKey, caFile, certFile, keyFile     string
+	serverName                            string
+	tls                                   bool
 }
 
 // parseArgs accepts flags before and after the text (Go's flag package stops at the first
@@ -65,6 +68,13 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.Int64Var(&c.seed, "seed", -1, "sampling seed (-1: server default)")
 	fs.StringVar(&c.lbPolicy, "lb-policy", orpheus.DefaultLBPolicy, "gRPC load-balancing policy")
 	fs.BoolVar(&c.quiet, "q", false, "no summary on stderr")
+	// TLS and API key (docs/security.md)
+	fs.StringVar(&c.apiKey, "api-key", os.Getenv("ORPHEUS_API_KEY"), "API key, sent as 'authorization: Bearer' (default $ORPHEUS_API_KEY)")
+	fs.BoolVar(&c.tls, "tls", false, "connect with TLS (implied by -ca-file/-cert-file)")
+	fs.StringVar(&c.caFile, "ca-file", "", "CA certificate (PEM) to trust instead of the system roots")
+	fs.StringVar(&c.certFile, "cert-file", "", "client certificate (PEM) for mTLS")
+	fs.StringVar(&c.keyFile, "key-file", "", "client private key (PEM) for mTLS")
+	fs.StringVar(&c.serverName, "server-name", "", "name to check the server certificate against")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: orpheus-say [flags] [text]   (text \"-\" or absent: stdin)")
 		fs.PrintDefaults()
@@ -157,7 +167,19 @@ func run(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer) 
 			return 2
 		}
 	}
-	client, err := orpheus.Dial(c.server, orpheus.WithLBPolicy(c.lbPolicy))
+	dial := []orpheus.DialOption{orpheus.WithLBPolicy(c.lbPolicy)}
+	if c.tls || c.caFile != "" || c.certFile != "" {
+		creds, err := orpheus.TLSCredentials(c.caFile, c.certFile, c.keyFile, c.serverName)
+		if err != nil {
+			fmt.Fprintf(stderr, "orpheus-say: error: %v\n", err)
+			return 2
+		}
+		dial = append(dial, orpheus.WithTransportCredentials(creds))
+	}
+	if c.apiKey != "" {
+		dial = append(dial, orpheus.WithAPIKey(c.apiKey))
+	}
+	client, err := orpheus.Dial(c.server, dial...)
 	if err != nil {
 		fmt.Fprintf(stderr, "orpheus-say: error: %v\n", err)
 		return 2
