@@ -59,7 +59,8 @@ install grpcurl            github.com/fullstorydev/grpcurl/cmd/grpcurl         "
 install kustomize          sigs.k8s.io/kustomize/kustomize/v5                  "${KUSTOMIZE_VERSION}"
 
 # Debian packages the tests use as independent references (never needed for serving):
-# ffmpeg decodes every audio encoding we emit; chromium runs the playground page test.
+# ffmpeg decodes every audio encoding we emit; chromium runs the playground page test;
+# openssl makes the certificates of scripts/tls-smoke.sh.
 apt_install() {
   local missing=()
   for pair in "$@"; do
@@ -74,6 +75,6 @@ apt_install() {
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 }
-apt_install ffmpeg:ffmpeg chromium:chromium
+apt_install ffmpeg:ffmpeg chromium:chromium openssl:openssl
 
 echo "install-tools: done; tools are in ${GOBIN} (add it to PATH or use the scripts)"
