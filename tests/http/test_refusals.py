@@ -65,7 +65,10 @@ def test_full_server_is_429_in_openai_shape(one_slot):
     url = one_slot.http.replace("http://", "ws://") + "/v1/audio/speech/stream"
     with connect(url) as ws:  # holds the only slot
         ws.send(json.dumps({"type": "config"}))
-        ws.send(json.dumps({"type": "text", "text": long_text()}))
+        # one long segment (no sentence end, then a flush): the slot stays taken for its
+        # whole generation, with no gap between segments for the POST to slip into
+        ws.send(json.dumps({"type": "text", "text": "This goes on for quite a while, " * 6}))
+        ws.send(json.dumps({"type": "flush"}))
         while not isinstance(ws.recv(), bytes):
             pass
         r = httpx.post(f"{one_slot.http}/v1/audio/speech", json=SPEECH, timeout=60)
