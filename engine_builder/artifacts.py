@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orpheus_svc.engine.trtllm_gpu import GpuInfo
-from orpheus_svc.engine.trtllm_manifest import Limits, Manifest
+from orpheus_svc.engine.trtllm.gpu import GpuInfo
+from orpheus_svc.engine.trtllm.manifest import Limits, Manifest
 
 from .plan import BuildPlan
 

@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Callable
 
-from orpheus_svc.engine.trtllm_gpu import GpuInfo, fp8_problem, probe_gpu
+from orpheus_svc.engine.trtllm.gpu import GpuInfo, fp8_problem, probe_gpu
 
 from .artifacts import BuildEnvironmentError, run_build
 from .plan import BACKENDS, BuildRequest, PlanError, make_plan

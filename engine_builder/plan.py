@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orpheus_svc.engine.trtllm_manifest import (
+from orpheus_svc.engine.trtllm.manifest import (
     FORMAT_CHECKPOINT,
     FORMAT_ENGINE,
     KV_DTYPE_BYTES,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from orpheus_svc.engine.trtllm_gpu import GpuInfo, fp8_problem
-from orpheus_svc.engine.trtllm_manifest import MANIFEST_NAME
+from orpheus_svc.engine.trtllm.gpu import GpuInfo, fp8_problem
+from orpheus_svc.engine.trtllm.manifest import MANIFEST_NAME
 
 from .plan import BuildPlan
 

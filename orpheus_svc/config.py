@@ -22,7 +22,7 @@ import yaml
 
 from orpheus_svc.audio.settings import FlusherSettings
 from orpheus_svc.core.scheduler import POLICIES, SchedulerSettings
-from orpheus_svc.engine.sim_profiles import PROFILES as SIM_PROFILES
+from orpheus_svc.engine.sim.profiles import PROFILES as SIM_PROFILES
 
 ENV_PREFIX = "ORPHEUS_"
 
@@ -69,7 +69,7 @@ class EngineConfig:
     # sim
     sim_profile: str = "h100-fp8"
     sim_codec: bool = True
-    # Injected faults for tests only (engine/sim.py SimFaults), e.g. "step_error:7@14"; "" = none.
+    # Injected faults for tests only (engine/sim/backend.py SimFaults), e.g. "step_error:7@14"; "" = none.
     sim_faults: str = ""
 
     def scheduler_settings(self) -> SchedulerSettings:

@@ -1,4 +1,4 @@
-"""Builds the running engine from a Config: checkpoints, backend, flusher, EngineCore.
+"""Builds the running engine from a Config: checkpoints, backend, flusher, EngineLoop.
 
 Used by both `orpheus-svc serve` and `orpheus-svc synth`, so the offline path and the
 server run exactly the same pipeline. With no model configured it loads the seeded demo
@@ -26,7 +26,7 @@ from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.prompt import build_prompt, expected_audio_seconds, max_tokens_for_text
 from orpheus_svc.core.tokens import FRAME_SECONDS
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
-from orpheus_svc.engine.core import EngineCore
+from orpheus_svc.engine.loop import EngineLoop
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 class EventRouter:
-    """Routes engine events to per-generation handlers; the sink of EngineCore and Flusher.
+    """Routes engine events to per-generation handlers; the sink of EngineLoop and Flusher.
 
     A handler registered with an asyncio `loop` runs on that loop: all of a batch's events
     for one loop travel in a single call_soon_threadsafe, so the loop is woken once per
@@ -88,7 +88,7 @@ class EventRouter:
 
     def _audio_error(self, gen_ids: Sequence[int], exc: BaseException) -> None:
         # the client gets a short message and an id; the log gets the exception
-        from orpheus_svc.engine.core import new_error_id
+        from orpheus_svc.engine.loop import new_error_id
         error_id = new_error_id()
         self.failed_audio += len(gen_ids)
         log.error("audio decode failed (error id %s) for generations %s", error_id,
@@ -105,7 +105,7 @@ def _deliver(items: list) -> None:
 @dataclass
 class Runtime:
     config: Config
-    core: EngineCore
+    engine: EngineLoop
     flusher: Flusher
     router: EventRouter
     encode: Callable[[str], list[int]]
@@ -118,14 +118,14 @@ class Runtime:
 
     def start(self) -> None:
         self.flusher.start()
-        self.core.start()
+        self.engine.start()
         self._started = True
 
     def stop(self) -> None:
         if self._started:
-            self.core.stop()
+            self.engine.stop()
             self.flusher.stop(timeout=10)
-            close = getattr(self.core.backend, "close", None)
+            close = getattr(self.engine.backend, "close", None)
             if close is not None:  # trtllm: abort live requests, shut the LLM down
                 close()
             self._started = False
@@ -155,12 +155,12 @@ class Runtime:
                 got["error"] = getattr(ev, "reason", None) if isinstance(ev, Rejected) else ev.error
                 done.set()
 
-        gen_id = self.core.new_id()
+        gen_id = self.engine.new_id()
         self.router.register(gen_id, on_event)
         try:
             req = self.request("warm-up", 0, self.voices.default, "Hello.")
             req = dataclasses.replace(req, max_tokens=14)
-            self.core.submit(req, gen_id)
+            self.engine.submit(req, gen_id)
             if not done.wait(timeout):
                 raise RuntimeError(f"warm-up generation did not finish within {timeout:.0f} s")
             if got["error"]:
@@ -204,27 +204,27 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
         backend, encode, model_dir = _torch_backend(config, model_ref, device, dtype)
         model_name = "demo" if is_demo else str(model_ref)
     elif e.backend == "trtllm":
-        from orpheus_svc.engine.trtllm import build_trtllm_backend, trtllm_scheduler_settings
+        from orpheus_svc.engine.trtllm.build import build_trtllm_backend, trtllm_scheduler_settings
         backend, encode = build_trtllm_backend(config)
         settings = trtllm_scheduler_settings(e)
         model_name = str(e.trtllm_engine_dir)
     else:  # sim: GPU pacing without compute (config validation admits nothing else)
-        from orpheus_svc.engine.sim import build_sim_backend
+        from orpheus_svc.engine.sim.backend import build_sim_backend
         backend, encode, codec = build_sim_backend(config)
         model_name = f"sim:{e.sim_profile}"
     if not sim_codec:
         codec = load_snac(snac_ref, device=device, dtype=torch.float32)
     flusher = Flusher(codec, config.flusher, router, on_error=router.on_audio_error,
                       on_decode=on_decode)
-    core = EngineCore(backend, flusher, router, settings=settings, seed=e.seed, on_step=on_step)
-    return Runtime(config=config, core=core, flusher=flusher, router=router, encode=encode,
+    engine = EngineLoop(backend, flusher, router, settings=settings, seed=e.seed, on_step=on_step)
+    return Runtime(config=config, engine=engine, flusher=flusher, router=router, encode=encode,
                    model_name=model_name, is_demo=is_demo, device=device,
                    voices=_voices(config, model_dir))
 
 
 def _torch_backend(config: Config, model_ref: str, device: torch.device, dtype: torch.dtype):
-    from orpheus_svc.engine.llama import SlotLlama
-    from orpheus_svc.engine.torch_backend import TorchBackend
+    from orpheus_svc.engine.torch.llama import SlotLlama
+    from orpheus_svc.engine.torch.backend import TorchBackend
     from orpheus_svc.models.loader import load_checkpoint
 
     ckpt = load_checkpoint(model_ref, device="cpu", dtype=dtype)

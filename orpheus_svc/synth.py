@@ -1,4 +1,4 @@
-"""Offline synthesis through the same EngineCore and flusher the server uses (no gRPC)."""
+"""Offline synthesis through the same EngineLoop and flusher the server uses (no gRPC)."""
 
 from __future__ import annotations
 
@@ -57,10 +57,10 @@ def synthesize(runtime: Runtime, text: str, voice: str = "", seed: int | None = 
     for i, seg in enumerate(segments):
         sampling = SamplingParams(s.temperature, s.top_p, s.repetition_penalty,
                                   None if seed is None else seed + i)
-        gid = runtime.core.new_id()
+        gid = runtime.engine.new_id()
         runtime.router.register(gid, events.put)
         spoken = normalize_text(seg, entry.language) if normalize else seg
-        runtime.core.submit(runtime.request(session, i, voice, spoken, sampling), gid)
+        runtime.engine.submit(runtime.request(session, i, voice, spoken, sampling), gid)
         ids.append(gid)
     audio: dict[int, list[np.ndarray]] = {g: [] for g in ids}
     tokens, pending = 0, set(ids)
@@ -86,7 +86,7 @@ def synthesize(runtime: Runtime, text: str, voice: str = "", seed: int | None = 
         for gid in ids:
             runtime.router.unregister(gid)
             if gid in pending:
-                runtime.core.cancel(gid)
+                runtime.engine.cancel(gid)
         if bar is not None:
             bar.close()
     pcm = np.concatenate([p for g in ids for p in audio[g]] or [np.zeros(0, np.float32)])

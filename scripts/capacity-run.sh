@@ -4,7 +4,7 @@
 #   scripts/capacity-run.sh [OUT_DIR]        (default bench/results/capacity-<date>)
 #
 # For each text set (conversational, longform) and input style (whole, streaming): start
-# the server with the sim backend (GPU simulated: engine/sim_profiles.py, docs/capacity.md)
+# the server with the sim backend (GPU simulated: engine/sim/profiles.py, docs/capacity.md)
 # pinned to core $SERVER_CORE, run `orpheus-bench tuning` pinned to $LOAD_CORE, write JSON
 # and plots, then stop the server. Everything else running on the machine competes for
 # the same cores: run it on a quiet machine; the JSON records how busy the machine was.

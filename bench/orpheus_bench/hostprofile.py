@@ -2,7 +2,7 @@
 
     python -m orpheus_bench.hostprofile --gens 256 --steps 2000 [--cprofile engine|flusher]
 
-Drives a real EngineCore (its _step, on this thread) over the sim backend with sleeping
+Drives a real EngineLoop (its _step, on this thread) over the sim backend with sleeping
 switched off, feeding its frames to a real Flusher with the SimCodec (no sleeping either),
 with `--gens` generations always live (a finished one is replaced at once, like a server
 at steady state). Prints CPU microseconds per step and per row for the engine and the
@@ -35,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     from orpheus_svc.core.generation import GenerationRequest
     from orpheus_svc.core.prompt import build_prompt
     from orpheus_svc.core.scheduler import SchedulerSettings
-    from orpheus_svc.engine.core import EngineCore
-    from orpheus_svc.engine.sim import SimBackend, SimCodec, sim_encode
-    from orpheus_svc.engine.sim_profiles import get_profile
+    from orpheus_svc.engine.loop import EngineLoop
+    from orpheus_svc.engine.sim.backend import SimBackend, SimCodec, sim_encode
+    from orpheus_svc.engine.sim.profiles import get_profile
 
     profile = get_profile("h100-fp8")
     backend = SimBackend(profile, num_slots=args.gens * 2, max_seq_len=4096, sleep=lambda s: None)
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     def sink(batch):
         finished.extend(1 for e in batch if isinstance(e, Finished))
 
-    core = EngineCore(backend, flusher, sink,
+    core = EngineLoop(backend, flusher, sink,
                       settings=SchedulerSettings(max_batch_size=args.gens * 2,
                                                  max_waiting=args.gens * 2), seed=1)
     text = "Sure, I checked the details this morning and everything looks fine."

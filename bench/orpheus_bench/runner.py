@@ -238,7 +238,7 @@ class Runner:
         """Modelled GPU critical path to first audio (sim profiles only; see sim_profiles)."""
         if not self.opts.sim_profile:
             return None
-        from orpheus_svc.engine.sim_profiles import get_profile
+        from orpheus_svc.engine.sim.profiles import get_profile
 
         p = get_profile(self.opts.sim_profile)
         batch = res["server"].get("mean_batch") or res["concurrency"]

@@ -1,6 +1,6 @@
-"""Events that leave the engine (EngineCore thread and Flusher thread) for their consumers.
+"""Events that leave the engine (EngineLoop thread and Flusher thread) for their consumers.
 
-The engine boundary is message based: commands go in (see engine/core.py), these come out,
+The engine boundary is message based: commands go in (see engine/loop.py), these come out,
 in batches (a sink is called with a list), so that a consumer on an asyncio loop pays one
 call_soon_threadsafe per batch rather than one per event. Everything here is plain data.
 """

@@ -1,7 +1,7 @@
 """Generation state: what the scheduler knows about one utterance segment being generated.
 
 A Generation is created from a GenerationRequest when it is submitted and is owned by the
-EngineCore thread from then on (scheduler and backend read it; only the scheduler writes it).
+EngineLoop thread from then on (scheduler and backend read it; only the scheduler writes it).
 Progress is kept as counters rather than phases:
 
     num_prompt_tokens  prompt length (prefilled when num_generated > 0 or prefilled is set)

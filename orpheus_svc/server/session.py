@@ -3,7 +3,7 @@
     client text --> reader task --> SentenceBuffer --> segments [0, 1, 2, ...]
                                                          |  submitted while fewer than
                                                          v  max_segments_in_flight are undelivered
-    EngineCore / Flusher events --> inbox --> writer: delivers segment d's audio, in order
+    EngineLoop / Flusher events --> inbox --> writer: delivers segment d's audio, in order
 
 Everything arrives in one asyncio queue (the inbox): engine events for any of the session's
 generations (the router delivers them on the loop, one wake-up per batch) and the reader's
@@ -196,7 +196,7 @@ class StreamSession:
                 if seg.gen_id is not None:
                     self.runtime.router.unregister(seg.gen_id)
                     if seg.index >= self._delivered:
-                        self.runtime.core.cancel(seg.gen_id)
+                        self.runtime.engine.cancel(seg.gen_id)
 
     # -- reader -----------------------------------------------------------------------------
 
@@ -293,10 +293,10 @@ class StreamSession:
                                            self._spoken(seg), sampling)
             except ValueError as exc:  # e.g. control tokens spelled in the text
                 raise SessionError("INVALID_ARGUMENT", f"segment {seg.index}: {exc}") from exc
-            seg.gen_id = self.runtime.core.new_id()
+            seg.gen_id = self.runtime.engine.new_id()
             self._by_gen[seg.gen_id] = seg
             self.runtime.router.register(seg.gen_id, self._inbox.put_nowait, loop)
-            self.runtime.core.submit(req, seg.gen_id)
+            self.runtime.engine.submit(req, seg.gen_id)
 
     def _spoken(self, seg: _Segment) -> str:
         """The text the model gets for `seg`: normalised when the session asked for it.

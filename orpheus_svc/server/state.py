@@ -172,7 +172,7 @@ class ServerState:
             self.metrics.ttfa.observe(seconds)
 
     def underrun_risk(self) -> int:
-        return self.runtime.core.stats().underrun_risk if self.runtime is not None else 0
+        return self.runtime.engine.stats().underrun_risk if self.runtime is not None else 0
 
     def add_audio_seconds(self, seconds: float) -> None:
         self.audio_seconds_total += seconds
@@ -180,7 +180,7 @@ class ServerState:
     def status(self) -> StatusSnapshot:
         rt = self.runtime
         e = self.config.engine
-        st = rt.core.stats() if rt is not None else None
+        st = rt.engine.stats() if rt is not None else None
         return StatusSnapshot(
             serving=self.serving, backend=e.backend,
             model=rt.model_name if rt is not None else "",
@@ -204,5 +204,5 @@ class ServerState:
 
     def _failed_generations(self) -> int:
         rt = self.runtime
-        return getattr(rt.core, "failed_rows", 0) + getattr(rt.router, "failed_audio", 0) \
+        return getattr(rt.engine, "failed_rows", 0) + getattr(rt.router, "failed_audio", 0) \
             if rt is not None else 0

@@ -2,7 +2,7 @@
 stretch with no sentence end) sent as one Synthesize text come back as contiguous segments
 that cover the whole text, none cut short by its token budget.
 
-The server runs the sim backend (engine/sim.py): everything but the model is real (segmenter,
+The server runs the sim backend (engine/sim/backend.py): everything but the model is real (segmenter,
 normaliser, budgets, scheduler, flusher, gRPC), and each segment's utterance length follows
 a model of real speech (about 15 characters per second of the text the model is given, with
 a log-normal spread), so a "length" finish here means a budget too small for a plausible

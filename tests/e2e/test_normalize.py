@@ -31,13 +31,13 @@ async def _run(calls):
         await server.load()
         runtime = server.state.runtime
         seen = []
-        submit = runtime.core.submit
+        submit = runtime.engine.submit
 
         def recording_submit(req, gen_id):
             seen.append(req)
             return submit(req, gen_id)
 
-        runtime.core.submit = recording_submit
+        runtime.engine.submit = recording_submit
         results = []
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             stub = tts_pb2_grpc.TTSServiceStub(channel)

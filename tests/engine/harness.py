@@ -1,4 +1,4 @@
-"""Drive an EngineCore from a test: a recording frame sink and an event collector."""
+"""Drive an EngineLoop from a test: a recording frame sink and an event collector."""
 
 import threading
 from collections import defaultdict

@@ -3,8 +3,8 @@ import time
 from orpheus_svc.core.events import Admitted, Finished, Rejected
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler import SchedulerSettings
-from orpheus_svc.engine.core import EngineCore
-from orpheus_svc.engine.torch_backend import TorchBackend
+from orpheus_svc.engine.loop import EngineLoop
+from orpheus_svc.engine.torch.backend import TorchBackend
 
 from .harness import Collector, RecordingFlusher
 from .tiny import tiny_model
@@ -15,7 +15,7 @@ PROMPT = (128259, 128000, 40, 41, 42, 128009, 128260, 128261, 128257)
 def _engine(slots=8, batch=8, waiting=64, max_seq_len=256, seed=1):
     events = Collector()
     flusher = RecordingFlusher(events)
-    core = EngineCore(TorchBackend(tiny_model(num_slots=slots, max_seq_len=max_seq_len)), flusher,
+    core = EngineLoop(TorchBackend(tiny_model(num_slots=slots, max_seq_len=max_seq_len)), flusher,
                       events, settings=SchedulerSettings(max_batch_size=batch, max_waiting=waiting),
                       seed=seed)
     core.start()
@@ -123,7 +123,7 @@ class _FailingBackend:
 
 def test_a_failing_step_fails_its_generations_and_frees_their_slots():
     flusher, events = RecordingFlusher(), Collector()
-    core = EngineCore(_FailingBackend(), flusher, events)
+    core = EngineLoop(_FailingBackend(), flusher, events)
     core.start()
     try:
         gid = core.submit(_req())
@@ -143,7 +143,7 @@ class _ExplodingFlusher(RecordingFlusher):
 
 def test_an_unexpected_error_after_the_step_ends_generations_and_keeps_the_thread():
     events = Collector()
-    core = EngineCore(TorchBackend(tiny_model()), _ExplodingFlusher(events), events, seed=1)
+    core = EngineLoop(TorchBackend(tiny_model()), _ExplodingFlusher(events), events, seed=1)
     core.start()
     try:
         gid = core.submit(_req(max_tokens=35))
@@ -160,7 +160,7 @@ def test_an_unexpected_error_after_the_step_ends_generations_and_keeps_the_threa
 
 
 def test_64_concurrent_generations_stream_exact_audio_through_the_real_flusher(tmp_path):
-    """EngineCore + Flusher + a random-init SNAC of the real 24 kHz architecture: every
+    """EngineLoop + Flusher + a random-init SNAC of the real 24 kHz architecture: every
     generation's audio is exactly frames x 2048 samples, contiguous, with one final event."""
     from orpheus_svc.audio.codec import load_snac, write_random_snac
     from orpheus_svc.audio.flusher import Flusher
@@ -170,7 +170,7 @@ def test_64_concurrent_generations_stream_exact_audio_through_the_real_flusher(t
     codec = load_snac(write_random_snac(tmp_path / "snac", seed=3))
     events = Collector()
     flusher = Flusher(codec, FlusherSettings(), events)
-    core = EngineCore(TorchBackend(tiny_model(num_slots=16, max_seq_len=256)), flusher, events,
+    core = EngineLoop(TorchBackend(tiny_model(num_slots=16, max_seq_len=256)), flusher, events,
                       settings=SchedulerSettings(max_batch_size=16, max_waiting=64), seed=2)
     flusher.start()
     core.start()
@@ -205,7 +205,7 @@ class _CountingBackend(TorchBackend):
 
 def test_engine_waits_instead_of_spinning_when_everything_is_far_ahead():
     events = Collector()
-    core = EngineCore(TorchBackend(tiny_model(max_seq_len=4096)), RecordingFlusher(events),
+    core = EngineLoop(TorchBackend(tiny_model(max_seq_len=4096)), RecordingFlusher(events),
                       events, seed=1, settings=SchedulerSettings(max_ahead_s=2.0))
     core.start()
     try:

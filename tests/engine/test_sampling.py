@@ -3,7 +3,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, FrameParser, position_id_range
-from orpheus_svc.engine.sampling import (
+from orpheus_svc.engine.torch.sampling import (
     RowParams,
     SeenAudio,
     apply_repetition_penalty,
@@ -118,7 +118,7 @@ def test_uniforms_are_in_range_and_decorrelated():
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.floats(0.05, 1.0), st.floats(0.1, 3.0))
 def test_candidate_shortcut_samples_exactly_like_the_full_sort(seed, top_p, scale):
-    import orpheus_svc.engine.sampling as S
+    import orpheus_svc.engine.torch.sampling as S
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(6, 4097, generator=g) * scale
     params = _params([3] * 6, [False] * 6, temp=1.0, top_p=top_p, counters=list(range(6)))

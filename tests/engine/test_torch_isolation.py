@@ -1,13 +1,13 @@
 """Fault isolation on the torch backend (issue 10): a step that raises mid-way (after the
-forward pass wrote KV, before sampling finished) is re-run in parts by EngineCore; the
+forward pass wrote KV, before sampling finished) is re-run in parts by EngineLoop; the
 innocent rows' tokens come out exactly as in a run without the failing row, which is what
 makes TorchBackend.retry_safe true."""
 
 from orpheus_svc.core.events import Finished
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler import SchedulerSettings
-from orpheus_svc.engine.core import EngineCore
-from orpheus_svc.engine.torch_backend import TorchBackend
+from orpheus_svc.engine.loop import EngineLoop
+from orpheus_svc.engine.torch.backend import TorchBackend
 
 from .harness import Collector, RecordingFlusher
 from .tiny import tiny_model
@@ -28,7 +28,7 @@ class _FailsForOneSeed(TorchBackend):
 def _run(backend_cls, seeds):
     events = Collector()
     flusher = RecordingFlusher(events)
-    core = EngineCore(backend_cls(tiny_model(num_slots=8, max_seq_len=256)), flusher, events,
+    core = EngineLoop(backend_cls(tiny_model(num_slots=8, max_seq_len=256)), flusher, events,
                       settings=SchedulerSettings(max_batch_size=8), seed=1)
     core.start()
     try:

@@ -1,4 +1,4 @@
-"""Fault isolation in EngineCore, proven with the sim backend's injected faults (issue 10):
+"""Fault isolation in EngineLoop, proven with the sim backend's injected faults (issue 10):
 a backend step or codec call that raises fails only the generation that caused it."""
 
 import threading
@@ -12,9 +12,9 @@ from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.prompt import build_prompt, max_tokens_for_text
 from orpheus_svc.core.scheduler import SchedulerSettings
 from orpheus_svc.core.tokens import SAMPLES_PER_FRAME
-from orpheus_svc.engine.core import EngineCore
-from orpheus_svc.engine.sim import SimBackend, SimCodec, SimFaults, sim_encode
-from orpheus_svc.engine.sim_profiles import get_profile
+from orpheus_svc.engine.loop import EngineLoop
+from orpheus_svc.engine.sim.backend import SimBackend, SimCodec, SimFaults, sim_encode
+from orpheus_svc.engine.sim.profiles import get_profile
 
 BAD_SEED = 4242
 
@@ -72,7 +72,7 @@ def _engine(faults: SimFaults, rows: int = 32, codec_faults: bool = False):
     codec = SimCodec(profile, sleep=lambda s: None, faults=codec_faults)
     flusher = Flusher(codec, FlusherSettings(), rec, on_error=lambda gids, exc: rec(
         [Finished(g, "error", 0, 0, 0, "audio decode failed") for g in gids]))
-    core = EngineCore(backend, flusher, rec, settings=SchedulerSettings(max_batch_size=rows),
+    core = EngineLoop(backend, flusher, rec, settings=SchedulerSettings(max_batch_size=rows),
                       seed=1)
     return core, flusher, backend, rec
 
@@ -168,7 +168,7 @@ def test_a_slow_step_delays_its_steps_and_fails_nobody():
                          faults=SimFaults(slow_step={BAD_SEED: 0.25}))
     rec = _Recorder()
     flusher = Flusher(SimCodec(profile, sleep=lambda s: None), FlusherSettings(), rec)
-    core = EngineCore(backend, flusher, rec, settings=SchedulerSettings(max_batch_size=4), seed=1)
+    core = EngineLoop(backend, flusher, rec, settings=SchedulerSettings(max_batch_size=4), seed=1)
     ids = _run(core, flusher, rec, [_request(i, BAD_SEED if i == 0 else 90 + i) for i in range(4)])
     assert all(rec.finished[g].reason == "stop" for g in ids)
     assert slept.count(0.25) == rec.finished[ids[0]].num_generated  # every step it was in

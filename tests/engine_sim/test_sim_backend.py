@@ -9,8 +9,8 @@ from orpheus_svc.core.generation import Generation, GenerationRequest
 from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings, StepPlan
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, FRAME_TOKENS, FrameParser
-from orpheus_svc.engine.sim import SimBackend, sim_encode
-from orpheus_svc.engine.sim_profiles import PROFILES, get_profile
+from orpheus_svc.engine.sim.backend import SimBackend, sim_encode
+from orpheus_svc.engine.sim.profiles import PROFILES, get_profile
 
 H100 = get_profile("h100-fp8")
 

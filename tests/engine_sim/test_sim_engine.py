@@ -1,4 +1,4 @@
-"""The sim backend under the real EngineCore and Flusher (real threads; no timing asserted)."""
+"""The sim backend under the real EngineLoop and Flusher (real threads; no timing asserted)."""
 
 import dataclasses
 import threading
@@ -13,8 +13,8 @@ from orpheus_svc.core.generation import GenerationRequest
 from orpheus_svc.core.prompt import build_prompt, max_tokens_for_text
 from orpheus_svc.core.scheduler import SchedulerSettings
 from orpheus_svc.core.tokens import SAMPLES_PER_FRAME
-from orpheus_svc.engine.core import EngineCore
-from orpheus_svc.engine.sim import SimBackend, SimCodec, build_sim_backend
+from orpheus_svc.engine.loop import EngineLoop
+from orpheus_svc.engine.sim.backend import SimBackend, SimCodec, build_sim_backend
 
 
 def test_build_sim_backend_from_config():
@@ -55,7 +55,7 @@ def test_sixteen_generations_stream_complete_audio_through_engine_and_flusher():
                 done.set()
 
     flusher = Flusher(codec, FlusherSettings(), sink)
-    core = EngineCore(backend, flusher, sink, settings=SchedulerSettings(max_batch_size=16), seed=1)
+    core = EngineLoop(backend, flusher, sink, settings=SchedulerSettings(max_batch_size=16), seed=1)
     flusher.start()
     core.start()
     try:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from orpheus_svc.engine import sim_profiles as sp
+from orpheus_svc.engine.sim import profiles as sp
 from orpheus_svc.models.llama_config import orpheus_3b_spec
 
 

@@ -22,7 +22,7 @@ class FakeRuntime:
         self.frames, self.reverse = frames, reverse
         self._ids = itertools.count(1)
         self.handlers, self.submitted, self.cancelled = {}, [], []
-        self.router, self.core = self, self
+        self.router, self.engine = self, self
         self._pending = []
 
     # router

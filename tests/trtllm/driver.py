@@ -1,6 +1,6 @@
 """Drive the trtllm backend step by step with the real Scheduler, StreamBridge and a stand-in.
 
-The test thread plays EngineCore: schedule -> release -> backend.step -> update, and keeps
+The test thread plays EngineLoop: schedule -> release -> backend.step -> update, and keeps
 what came out (frames per generation, finished generations, errors).
 """
 
@@ -14,9 +14,9 @@ from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingP
 from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, audio_token_id
-from orpheus_svc.engine.trtllm import sampling_kwargs
-from orpheus_svc.engine.trtllm_backend import TrtllmBackend
-from orpheus_svc.engine.trtllm_stream import StreamBridge
+from orpheus_svc.engine.trtllm.build import sampling_kwargs
+from orpheus_svc.engine.trtllm.backend import TrtllmBackend
+from orpheus_svc.engine.trtllm.stream import StreamBridge
 
 from .standin import StandInLLM
 

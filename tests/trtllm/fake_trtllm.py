@@ -15,7 +15,7 @@ import sys
 import types
 from dataclasses import dataclass, field
 
-from orpheus_svc.engine.trtllm_gpu import GpuInfo
+from orpheus_svc.engine.trtllm.gpu import GpuInfo
 
 from .driver import Params
 from .replay import ExecutorReplay
@@ -55,5 +55,5 @@ def install(monkeypatch) -> FakeTrtllm:
         fake.gpu_probes += 1
         return GpuInfo("stand-in H100", (9, 0))
 
-    monkeypatch.setattr("orpheus_svc.engine.trtllm.require_fp8_gpu", gpu)
+    monkeypatch.setattr("orpheus_svc.engine.trtllm.build.require_fp8_gpu", gpu)
     return fake

@@ -10,10 +10,10 @@ from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingP
 from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
 from orpheus_svc.core.scheduler import StepPlan
 from orpheus_svc.core.tokens import FRAME_TOKENS
-from orpheus_svc.engine.core import EngineCore
-from orpheus_svc.engine.trtllm import sampling_kwargs
-from orpheus_svc.engine.trtllm_backend import TrtllmBackend
-from orpheus_svc.engine.trtllm_stream import StreamBridge
+from orpheus_svc.engine.loop import EngineLoop
+from orpheus_svc.engine.trtllm.build import sampling_kwargs
+from orpheus_svc.engine.trtllm.backend import TrtllmBackend
+from orpheus_svc.engine.trtllm.stream import StreamBridge
 from tests.engine.harness import Collector, RecordingFlusher
 
 from .driver import PROMPT, Driver, _params, speech
@@ -43,7 +43,7 @@ def _core(llm, max_seq_len=64):
     backend = TrtllmBackend(StreamBridge(llm), partial(_params, sampling_kwargs), num_slots=2,
                             max_seq_len=max_seq_len)
     events = Collector()
-    core = EngineCore(backend, RecordingFlusher(events), events, seed=1)
+    core = EngineLoop(backend, RecordingFlusher(events), events, seed=1)
     return core, backend, events
 
 
@@ -71,7 +71,7 @@ def test_through_engine_core_tensorrt_llm_never_sees_a_request_it_would_refuse()
 def test_the_backend_fits_a_request_that_bypassed_admission():
     d = Driver(slots=2, llm=StandInLLM(max_seq_len=256))
     try:
-        gen = d.add(max_tokens=1000)  # straight into the scheduler, no EngineCore admission
+        gen = d.add(max_tokens=1000)  # straight into the scheduler, no EngineLoop admission
         d.run_until(lambda: d.llm.requests)
         assert d.llm.requests[0].params.kwargs["max_tokens"] == 245
         assert gen.request.max_tokens == 245  # the scheduler ends it where TensorRT-LLM will

@@ -8,7 +8,7 @@ import pytest
 
 from engine_builder.cli import main
 from engine_builder.plan import BuildRequest, PlanError, make_plan
-from orpheus_svc.engine.trtllm_gpu import GpuInfo
+from orpheus_svc.engine.trtllm.gpu import GpuInfo
 from orpheus_svc.models.demo import demo_spec
 
 ORPHEUS = "canopylabs/orpheus-3b-0.1-ft"

@@ -1,4 +1,4 @@
-"""The trtllm backend behind the real EngineCore thread, TensorRT-LLM replaced by the stand-in."""
+"""The trtllm backend behind the real EngineLoop thread, TensorRT-LLM replaced by the stand-in."""
 
 import dataclasses
 from functools import partial
@@ -6,10 +6,10 @@ from functools import partial
 from orpheus_svc.config import EngineConfig
 from orpheus_svc.core.events import Finished
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
-from orpheus_svc.engine.core import EngineCore
-from orpheus_svc.engine.trtllm import sampling_kwargs, trtllm_scheduler_settings
-from orpheus_svc.engine.trtllm_backend import TrtllmBackend
-from orpheus_svc.engine.trtllm_stream import StreamBridge
+from orpheus_svc.engine.loop import EngineLoop
+from orpheus_svc.engine.trtllm.build import sampling_kwargs, trtllm_scheduler_settings
+from orpheus_svc.engine.trtllm.backend import TrtllmBackend
+from orpheus_svc.engine.trtllm.stream import StreamBridge
 from tests.engine.harness import Collector, RecordingFlusher
 
 from .driver import PROMPT, Params, _params, frame_codes, frame_tokens
@@ -34,7 +34,7 @@ def test_sessions_beyond_the_slots_all_finish_with_their_frames_and_never_overfi
                             max_seq_len=256)
     events = Collector()
     flusher = RecordingFlusher(events)
-    core = EngineCore(backend, flusher, events, settings=settings, seed=1)
+    core = EngineLoop(backend, flusher, events, settings=settings, seed=1)
     core.start()
     try:
         ids = [core.submit(GenerationRequest(session_id=f"s{i}", segment_index=0,

@@ -12,7 +12,7 @@ from orpheus_svc.core.tokens import (
     audio_token_id,
     position_id_range,
 )
-from orpheus_svc.engine.trtllm_grammar import AudioGrammarLogitsProcessor, next_position
+from orpheus_svc.engine.trtllm.grammar import AudioGrammarLogitsProcessor, next_position
 
 PROMPT = [128259, 128000, 40, 128009, 128260, 128261, 128257]
 

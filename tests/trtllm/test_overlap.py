@@ -9,11 +9,11 @@ from orpheus_svc.config import Config, EngineConfig
 from orpheus_svc.core.events import Finished
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.tokens import AUDIO_BASE, CODES_PER_POSITION
-from orpheus_svc.engine.core import EngineCore
-from orpheus_svc.engine.trtllm import build_trtllm_backend, trtllm_scheduler_settings
-from orpheus_svc.engine.trtllm_grammar import AudioGrammarLogitsProcessor
-from orpheus_svc.engine.trtllm_manifest import FORMAT_CHECKPOINT, FORMAT_ENGINE
-from orpheus_svc.engine.trtllm_startup import TrtllmStartupError
+from orpheus_svc.engine.loop import EngineLoop
+from orpheus_svc.engine.trtllm.build import build_trtllm_backend, trtllm_scheduler_settings
+from orpheus_svc.engine.trtllm.grammar import AudioGrammarLogitsProcessor
+from orpheus_svc.engine.trtllm.manifest import FORMAT_CHECKPOINT, FORMAT_ENGINE
+from orpheus_svc.engine.trtllm.startup import TrtllmStartupError
 from tests.engine.harness import Collector, RecordingFlusher
 
 from . import fake_trtllm
@@ -30,10 +30,10 @@ def _config(engine_dir, **engine):
 
 
 def _run(backend, engine_cfg, n, max_tokens):
-    """n generations through the real EngineCore; returns (Finished by id, flusher, stats)."""
+    """n generations through the real EngineLoop; returns (Finished by id, flusher, stats)."""
     events = Collector()
     flusher = RecordingFlusher(events)
-    core = EngineCore(backend, flusher, events, settings=trtllm_scheduler_settings(engine_cfg),
+    core = EngineLoop(backend, flusher, events, settings=trtllm_scheduler_settings(engine_cfg),
                       seed=3)
     core.start()
     try:
@@ -51,7 +51,7 @@ def _run(backend, engine_cfg, n, max_tokens):
 def test_the_default_configuration_builds_the_llm_without_the_overlap_scheduler(
         tmp_path, monkeypatch, caplog):
     fake = fake_trtllm.install(monkeypatch)
-    caplog.set_level("INFO", logger="orpheus_svc.engine.trtllm")
+    caplog.set_level("INFO", logger="orpheus_svc.engine.trtllm.build")
     build_trtllm_backend(_config(_artifact(tmp_path, fmt=FORMAT_CHECKPOINT)))
     (llm,) = fake.llms
     assert fake.runtimes == ["pytorch"]

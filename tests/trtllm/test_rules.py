@@ -5,9 +5,9 @@ import dataclasses
 import pytest
 
 from orpheus_svc.config import ConfigError, EngineConfig, load_config
-from orpheus_svc.engine.trtllm_manifest import FORMAT_CHECKPOINT, FORMAT_ENGINE, Limits, Manifest
-from orpheus_svc.engine.trtllm_rules import plan_llm
-from orpheus_svc.engine.trtllm_startup import TrtllmStartupError
+from orpheus_svc.engine.trtllm.manifest import FORMAT_CHECKPOINT, FORMAT_ENGINE, Limits, Manifest
+from orpheus_svc.engine.trtllm.rules import plan_llm
+from orpheus_svc.engine.trtllm.startup import TrtllmStartupError
 
 
 def _manifest(fmt=FORMAT_CHECKPOINT, batch=32, seq=4096, num_tokens=8192):

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from orpheus_svc.config import Config, ConfigError, EngineConfig
-from orpheus_svc.engine.trtllm import build_trtllm_backend
-from orpheus_svc.engine.trtllm_gpu import GpuInfo
-from orpheus_svc.engine.trtllm_manifest import (
+from orpheus_svc.engine.trtllm.build import build_trtllm_backend
+from orpheus_svc.engine.trtllm.gpu import GpuInfo
+from orpheus_svc.engine.trtllm.manifest import (
     FORMAT_CHECKPOINT,
     FORMAT_ENGINE,
     Limits,
@@ -18,7 +18,7 @@ from orpheus_svc.engine.trtllm_manifest import (
     ManifestError,
     read_manifest,
 )
-from orpheus_svc.engine.trtllm_startup import TrtllmStartupError, require_fp8_gpu
+from orpheus_svc.engine.trtllm.startup import TrtllmStartupError, require_fp8_gpu
 from orpheus_svc.models.tokenizer import build_byte_level_tokenizer_json
 
 HAS_TRTLLM = importlib.util.find_spec("tensorrt_llm") is not None
@@ -42,7 +42,7 @@ def _artifact(tmp_path, fmt=FORMAT_ENGINE, batch=32, seq=4096, tokenizer=True):
 def test_backend_and_builder_modules_import_with_tensorrt_llm_and_modelopt_blocked():
     # None in sys.modules makes any import of the name fail: a top-level import would show.
     code = ("import sys; sys.modules['tensorrt_llm'] = None; sys.modules['modelopt'] = None; "
-            "import orpheus_svc.engine.trtllm, engine_builder.cli, engine_builder.artifacts")
+            "import orpheus_svc.engine.trtllm.build, engine_builder.cli, engine_builder.artifacts")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 

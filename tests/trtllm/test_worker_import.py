@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from orpheus_svc.engine.trtllm_grammar import AudioGrammarLogitsProcessor
-from orpheus_svc.engine.trtllm_startup import TrtllmStartupError
-from orpheus_svc.engine.trtllm_worker import ensure_worker_can_import
+from orpheus_svc.engine.trtllm.grammar import AudioGrammarLogitsProcessor
+from orpheus_svc.engine.trtllm.startup import TrtllmStartupError
+from orpheus_svc.engine.trtllm.worker import ensure_worker_can_import
 
 
 def test_the_installed_package_needs_nothing():

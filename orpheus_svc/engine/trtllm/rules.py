@@ -30,8 +30,8 @@ from typing import Any
 
 from orpheus_svc.core.tokens import FRAME_TOKENS
 
-from .trtllm_manifest import FORMAT_ENGINE, Manifest
-from .trtllm_startup import TrtllmStartupError
+from orpheus_svc.engine.trtllm.manifest import FORMAT_ENGINE, Manifest
+from orpheus_svc.engine.trtllm.startup import TrtllmStartupError
 
 _ON = ("on", "true")
 _OFF = ("off", "false")

@@ -1,4 +1,4 @@
-"""EngineCore: the thread that owns the scheduler, the slot pool and the backend.
+"""EngineLoop: the thread that owns the scheduler, the slot pool and the backend.
 
 Message based on both sides, so it can move to its own process without a rewrite:
 
@@ -114,7 +114,7 @@ class _Cancel:
 _STOP = object()
 
 
-class EngineCore:
+class EngineLoop:
     def __init__(self, backend: Backend, flusher: FrameSink, sink: EventSink, *,
                  settings: SchedulerSettings = SchedulerSettings(), seed: int | None = None,
                  clock: Callable[[], float] = time.monotonic,

@@ -37,10 +37,10 @@ from orpheus_svc.core.generation import Generation
 from orpheus_svc.core.scheduler import SchedulerSettings
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, PAD_ID
 
-from .trtllm_backend import TrtllmBackend
-from .trtllm_manifest import KV_DTYPE_BYTES, Manifest, kv_cache_bytes
-from .trtllm_rules import LlmPlan, plan_llm
-from .trtllm_startup import (
+from orpheus_svc.engine.trtllm.backend import TrtllmBackend
+from orpheus_svc.engine.trtllm.manifest import KV_DTYPE_BYTES, Manifest, kv_cache_bytes
+from orpheus_svc.engine.trtllm.rules import LlmPlan, plan_llm
+from orpheus_svc.engine.trtllm.startup import (
     TrtllmStartupError,
     artifact_dir,
     load_encoder,
@@ -48,7 +48,7 @@ from .trtllm_startup import (
     require_fp8_gpu,
     require_tensorrt_llm,
 )
-from .trtllm_worker import ensure_worker_can_import
+from orpheus_svc.engine.trtllm.worker import ensure_worker_can_import
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def build_trtllm_backend(config: Any) -> tuple[TrtllmBackend, Callable[[str], li
                     e.max_batch_size, e.max_sessions)
     grammar = None
     if plan.grammar_mask:
-        from .trtllm_grammar import AudioGrammarLogitsProcessor
+        from orpheus_svc.engine.trtllm.grammar import AudioGrammarLogitsProcessor
         grammar = AudioGrammarLogitsProcessor()
         # Before the LLM starts its worker: that process unpickles the processor.
         ensure_worker_can_import(AudioGrammarLogitsProcessor.__module__)
@@ -112,7 +112,7 @@ def build_trtllm_backend(config: Any) -> tuple[TrtllmBackend, Callable[[str], li
     llm = _open_llm(plan, manifest, path, e)
     from tensorrt_llm import SamplingParams
 
-    from .trtllm_stream import StreamBridge
+    from orpheus_svc.engine.trtllm.stream import StreamBridge
 
     make_params = partial(_make_params, SamplingParams, grammar)
     backend = TrtllmBackend(StreamBridge(llm), make_params, num_slots=e.max_sessions,

@@ -20,8 +20,8 @@ from typing import Any, Callable
 
 from orpheus_svc.config import ConfigError
 
-from .trtllm_gpu import fp8_problem, probe_gpu
-from .trtllm_manifest import Manifest, ManifestError, read_manifest
+from orpheus_svc.engine.trtllm.gpu import fp8_problem, probe_gpu
+from orpheus_svc.engine.trtllm.manifest import Manifest, ManifestError, read_manifest
 
 log = logging.getLogger(__name__)
 

@@ -8,15 +8,15 @@ import torch
 from orpheus_svc.core.generation import Generation
 from orpheus_svc.core.scheduler import StepPlan, StepResult
 
-from .llama import SlotLlama
-from .sampling import RowParams, SeenAudio, apply_repetition_penalty, constrained_logits, sample_rows
+from orpheus_svc.engine.torch.llama import SlotLlama
+from orpheus_svc.engine.torch.sampling import RowParams, SeenAudio, apply_repetition_penalty, constrained_logits, sample_rows
 
 _MASK64 = (1 << 64) - 1
 
 
 class TorchBackend:
     name = "torch"
-    # A step that raises can be re-run on a subset of its rows (EngineCore isolates the row
+    # A step that raises can be re-run on a subset of its rows (EngineLoop isolates the row
     # that fails): prefill rewrites a slot from position 0, decode rewrites the same KV
     # position, and the seen-token marks are only set after sampling succeeded.
     retry_safe = True
@@ -63,7 +63,7 @@ class TorchBackend:
             temperature=[g.request.sampling.temperature for g in gens],
             top_p=[g.request.sampling.top_p for g in gens],
             repetition_penalty=[g.request.sampling.repetition_penalty for g in gens],
-            seeds=[g.seed & _MASK64 for g in gens],  # EngineCore already reduces them
+            seeds=[g.seed & _MASK64 for g in gens],  # EngineLoop already reduces them
             counters=[g.num_generated for g in gens],
         )
         logits = constrained_logits(hidden, self.model.lm_head, params.positions,

@@ -1,10 +1,10 @@
 """The `sim` backend: a GPU timing model with no model compute, for load-testing the real server.
 
-Everything around the model is real: EngineCore, the scheduler, the flusher's bookkeeping,
+Everything around the model is real: EngineLoop, the scheduler, the flusher's bookkeeping,
 the gRPC server. Only two things are simulated:
 
   * SimBackend.step(plan): the tokens come from a seeded RNG that follows the audio grammar,
-    and the step lasts t(batch, context) from a GpuProfile (engine/sim_profiles.py, derived
+    and the step lasts t(batch, context) from a GpuProfile (engine/sim/profiles.py, derived
     in docs/capacity.md).
   * SimCodec: the flusher's codec; a decode call costs the profile's SNAC time and returns
     low-level noise of exactly the right length.
@@ -32,7 +32,7 @@ the generation's seed, never on batching.
 Fault injection (engine.sim_faults; tests only, never for serving): SimFaults names
 generations by their seed (a client sets it in SamplingOptions; segment i of a session
 runs with seed + i) and makes the backend raise when such a generation reaches a token,
-makes a step slow, or makes the codec fail on that generation's audio. EngineCore must
+makes a step slow, or makes the codec fail on that generation's audio. EngineLoop must
 then fail only the targeted rows (tests/engine_sim/test_faults.py, tests/e2e).
 """
 
@@ -62,7 +62,7 @@ from orpheus_svc.core.tokens import (
     SAMPLES_PER_FRAME,
 )
 
-from .sim_profiles import GpuProfile, get_profile
+from orpheus_svc.engine.sim.profiles import GpuProfile, get_profile
 
 log = logging.getLogger(__name__)
 
@@ -140,10 +140,10 @@ class SimFaults:
 
 
 class SimBackend:
-    """Backend protocol (engine/core.py) with modelled step times and grammar-legal tokens."""
+    """Backend protocol (engine/loop.py) with modelled step times and grammar-legal tokens."""
 
     name = "sim"
-    retry_safe = True  # step() changes nothing before it can raise; EngineCore may re-run parts
+    retry_safe = True  # step() changes nothing before it can raise; EngineLoop may re-run parts
 
     def __init__(self, profile: GpuProfile, num_slots: int, max_seq_len: int, *,
                  length_sigma: float = 0.2,

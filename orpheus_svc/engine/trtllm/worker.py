@@ -7,7 +7,7 @@ included) is pickled by the proxy and unpickled by that worker from a ZeroMQ que
 (HMAC-signed plain pickle). So:
 
   * the processor's class is imported by module path in the worker: the worker must be
-    able to import orpheus_svc.engine.trtllm_grammar. It is started by a fresh
+    able to import orpheus_svc.engine.trtllm.grammar. It is started by a fresh
     interpreter with this process's environment, so what this process found through its
     working directory or a sys.path edit is not necessarily there. ensure_worker_can_import
     checks exactly that (a fresh interpreter, an empty working directory, our environment)
@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, MutableMapping
 
-from .trtllm_startup import TrtllmStartupError
+from orpheus_svc.engine.trtllm.startup import TrtllmStartupError
 
 log = logging.getLogger(__name__)
 

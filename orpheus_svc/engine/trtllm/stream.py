@@ -1,4 +1,4 @@
-"""Bridge from TensorRT-LLM's asyncio streaming results to the EngineCore thread.
+"""Bridge from TensorRT-LLM's asyncio streaming results to the EngineLoop thread.
 
     engine thread                     bridge thread (own asyncio loop)
     -------------                     --------------------------------

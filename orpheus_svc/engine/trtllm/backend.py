@@ -1,6 +1,6 @@
 """The trtllm backend's step logic: our scheduler decides who runs, TensorRT-LLM batches.
 
-TensorRT-LLM runs its own in-flight batching, so one EngineCore step here is not one
+TensorRT-LLM runs its own in-flight batching, so one EngineLoop step here is not one
 forward pass. step(plan) does three things, in this order:
 
     1. retire   generations our scheduler has finished (stop, length, grammar error) whose
@@ -15,7 +15,7 @@ forward pass. step(plan) does three things, in this order:
                 admission already did), so TensorRT-LLM's own check of prompt + max_tokens
                 against max_seq_len never refuses a request; a prompt that does not fit
                 ends the generation with the reason without reaching TensorRT-LLM
-                (EngineCore's admission has already refused it with INVALID_ARGUMENT)
+                (EngineLoop's admission has already refused it with INVALID_ARGUMENT)
     3. collect  the token deltas that arrived since the last step, in arrival order, for
                 the generations in the plan; when none are ready, wait up to wait_s for
                 the next one (no busy spin; returns as soon as a delta arrives)
@@ -41,7 +41,7 @@ from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
 from orpheus_svc.core.scheduler import StepPlan, StepResult
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, AudioGrammarError, FrameParser
 
-from .trtllm_stream import StreamEvent
+from orpheus_svc.engine.trtllm.stream import StreamEvent
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class _Stream:
 
 
 class TrtllmBackend:
-    """EngineCore Backend over TensorRT-LLM streams (see the module docstring)."""
+    """EngineLoop Backend over TensorRT-LLM streams (see the module docstring)."""
 
     name = "trtllm"
 
@@ -120,7 +120,7 @@ class TrtllmBackend:
 
     def close(self) -> None:
         """Server shutdown: the bridge aborts every live request and stops; then the LLM
-        shuts down. Call it after EngineCore.stop() (the engine thread owns this object)."""
+        shuts down. Call it after EngineLoop.stop() (the engine thread owns this object)."""
         close = getattr(self._bridge, "close", None)
         if close is not None:
             close()
@@ -191,7 +191,7 @@ class TrtllmBackend:
 
     def _fit(self, gen: Generation, result: StepResult) -> bool:
         """Fit max_tokens to what the slot has left; False (and the reason) if the prompt
-        cannot fit. EngineCore's admission does the same, so this only catches a request
+        cannot fit. EngineLoop's admission does the same, so this only catches a request
         that reached the backend some other way."""
         req = gen.request
         try:
