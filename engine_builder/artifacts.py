@@ -65,7 +65,7 @@ def versions() -> dict[str, str | None]:
 
 def run_build(plan: BuildPlan, gpu: GpuInfo, *, force: bool = False) -> Path:
     """Build plan.out and write its manifest; returns the manifest path."""
-    from orpheus_svc.models.hub import resolve_checkpoint
+    from orpheus_svc.hub import resolve_checkpoint
     from orpheus_svc.models.loader import CHECKPOINT_PATTERNS  # imports torch: only for builds
 
     check_packages(plan.backend)

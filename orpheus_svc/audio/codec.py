@@ -30,11 +30,11 @@ import torch
 from torch import nn
 
 from orpheus_svc.core.tokens import FRAME_TOKENS, SAMPLES_PER_FRAME, frames_to_codebooks
-from orpheus_svc.models.hub import CheckpointNotFoundError, resolve_checkpoint
+from orpheus_svc.hub import CheckpointNotFoundError, resolve_checkpoint
 
 SNAC_FILES = ("config.json", "pytorch_model.bin")
 
-#: hubertsiuzdak/snac_24khz, the codec Orpheus was trained on (DESIGN.md, "SNAC flusher").
+#: hubertsiuzdak/snac_24khz, the codec Orpheus was trained on (docs/architecture.md).
 SNAC_24KHZ_CONFIG: dict = {
     "sampling_rate": 24000,
     "encoder_dim": 48,

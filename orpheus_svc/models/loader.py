@@ -27,7 +27,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from orpheus_svc.models.hub import resolve_checkpoint
+from orpheus_svc.hub import resolve_checkpoint
 from orpheus_svc.models.llama_config import LlamaSpec
 from orpheus_svc.models.tokenizer import BOS_TOKEN, TextTokenizer
 

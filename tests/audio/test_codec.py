@@ -11,7 +11,7 @@ from torch.nn.utils import parametrize
 
 from orpheus_svc.audio.codec import SNAC_24KHZ_CONFIG, SnacLoadError, load_snac, write_random_snac
 from orpheus_svc.core.tokens import frames_to_codebooks
-from orpheus_svc.models.hub import CheckpointNotFoundError
+from orpheus_svc.hub import CheckpointNotFoundError
 
 from .conftest import TINY_CONFIG, random_frames
 

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from orpheus_svc.models.demo import random_state_dict
-from orpheus_svc.models.hub import CheckpointNotFoundError
+from orpheus_svc.hub import CheckpointNotFoundError
 from orpheus_svc.models.loader import (
     INDEX_FILE, SINGLE_FILE, CheckpointError, load_checkpoint, write_checkpoint,
 )

@@ -1,5 +1,8 @@
 """Resolve a checkpoint reference (local directory or Hugging Face hub id) to a local directory.
 
+A leaf module (no torch, nothing else of orpheus_svc): the LM loader (models/), the SNAC loader
+(audio/) and engine_builder all use it.
+
 A reference that names an existing directory is used as is. Anything else is treated as a
 hub id ("owner/name" or "owner/name@revision") and resolved through huggingface_hub's
 snapshot_download, restricted to the files we read. Offline mode (HF_HUB_OFFLINE=1, or
