@@ -41,10 +41,13 @@ def raw_dir() -> Path:
     env = os.environ.get(RAW_ENV)
     if env:
         return Path(env).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache" if Path.home() else None)
-    if cache:
-        return Path(cache) / "orpheus-bench" / "raw"
-    return Path(tempfile.gettempdir()) / "orpheus-bench-raw"
+    cache = os.environ.get("XDG_CACHE_HOME")
+    if not cache:
+        try:
+            cache = Path.home() / ".cache"
+        except RuntimeError:  # no home directory
+            return Path(tempfile.gettempdir()) / "orpheus-bench-raw"
+    return Path(cache) / "orpheus-bench" / "raw"
 
 
 def summary_path(output: str | os.PathLike) -> Path:
