@@ -5,9 +5,16 @@
 #
 # For each text set (conversational, longform) and input style (whole, streaming): start
 # the server with the sim backend (GPU simulated: engine/sim/profiles.py, docs/capacity.md)
-# pinned to core $SERVER_CORE, run `orpheus-bench tuning` pinned to $LOAD_CORE, write JSON
-# and plots, then stop the server. Everything else running on the machine competes for
-# the same cores: run it on a quiet machine; the JSON records how busy the machine was.
+# pinned to core $SERVER_CORE, run `orpheus-bench tuning` pinned to $LOAD_CORE, write the
+# results, then stop the server. Everything else running on the machine competes for the
+# same cores: run it on a quiet machine; the results record how busy the machine was.
+#
+# What goes where (issue 16): OUT_DIR, in the repository, gets only what is committed: per
+# run NAME.summary.json (settings, per level the table row, percentiles, host figures, and
+# the sim's host-bound steps and step-time distribution) and NAME.txt (the table). The raw
+# JSON with every session's record, the server logs, the plots and py-spy profiles go to
+# RAW_DIR, outside the repository: $ORPHEUS_BENCH_RAW/<OUT_DIR's name> (default
+# ~/.cache/orpheus-bench/raw/<OUT_DIR's name>). Copy a plot into OUT_DIR only if a doc shows it.
 #
 # Environment: SETS ("conversational longform"), INPUTS ("whole streaming"), START (64: first
 # concurrency tried), PROFILE (h100-fp8), PORT (50071), SERVER_CORE (0), LOAD_CORE (1), SLOTS (1024:
@@ -15,34 +22,58 @@
 # SERVER_CMD (default: orpheus-svc serve --backend sim ...; scheduler variants with
 # --set engine.scheduler_policy=fifo|round_robin or engine.max_ahead_seconds=S),
 # EXTRA (extra orpheus-bench flags), PYSPY=1 to record
-# a py-spy profile of the server during a 60 s run at the found capacity.
+# a py-spy profile of the server during a 60 s run at the found capacity,
+# PACES ("playout"): "playout none" adds the continuous-load sets, where each session slot
+# starts its next call as soon as the last one ends (`--pace none`: every stream generating
+# at once, the host's worst case, issue 16); "none" runs only those. CONT_SETS
+# ("conversational longform") and CONT_INPUTS ("whole") choose the continuous-load sets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:-bench/results/capacity-$(date +%Y%m%d-%H%M)}
+RESULTS=${1:-bench/results/capacity-$(date +%Y%m%d-%H%M)}
+RAW_DIR=${RAW_DIR:-${ORPHEUS_BENCH_RAW:-${XDG_CACHE_HOME:-$HOME/.cache}/orpheus-bench/raw}/$(basename "$RESULTS")}
+mkdir -p "$RESULTS"
 PORT=${PORT:-50071}
+OUT=$RAW_DIR  # bench-server.sh writes the server logs to $OUT
 . scripts/bench-server.sh
 trap stop_server EXIT
+# The sim server writes its step counters here; orpheus-bench reads them (GPU or host?).
+export ORPHEUS_SIM_STATS_FILE=${ORPHEUS_SIM_STATS_FILE:-$RAW_DIR/sim-stats-$PORT.json}
 
-for set in ${SETS:-conversational longform}; do
-  rounds=2; [ "$set" = longform ] && rounds=1
-  for input in ${INPUTS:-whole streaming}; do
-    start_server "$set"
-    name="$set-$input"
-    taskset -c "$LOAD_CORE" $BENCH tuning --target "localhost:$PORT" --text-set "$set" \
-      --input "$input" --rounds "$rounds" --start "${START:-64}" --factor 2 --resolution 0.1 \
-      --server-pid "$SERVER_PID" --sim-profile "$PROFILE" --label "capacity $name" \
-      --output "$OUT/$name.json" --plot "$OUT/plots-$name" ${EXTRA:-} 2>&1 | tee "$OUT/$name.txt"
-    if [ "${PYSPY:-0}" = 1 ]; then
-      cap=$("$PY" -c "import json; print(json.load(open('$OUT/$name.json'))['tuning']['max_passing_concurrency'] or 64)")
-      (taskset -c "$LOAD_CORE" $BENCH scaling --target "localhost:$PORT" --text-set "$set" \
-         --input "$input" --concurrent "$cap" --duration 60 --warmup 0 \
-         --output "$OUT/$name-profiled.json" >/dev/null 2>&1 &)
-      sleep 20
-      taskset -c "$LOAD_CORE" .venv/bin/py-spy record --pid "$SERVER_PID" --duration 30 \
-        --rate 200 --format speedscope -o "$OUT/$name-pyspy.json" || true
-      sleep 45
-    fi
-    stop_server
+run_set() {  # $1 = text set, $2 = input, $3 = pace
+  local set=$1 input=$2 pace=$3 rounds=2 name
+  [ "$set" = longform ] && rounds=1
+  name="$set-$input"
+  [ "$pace" = none ] && name="$name-pace-none"
+  rm -f "$ORPHEUS_SIM_STATS_FILE"
+  local sfx=""; [ "$pace" = none ] && sfx=-pace-none
+  LOG_SUFFIX=$sfx start_server "$set"
+  taskset -c "$LOAD_CORE" $BENCH tuning --target "localhost:$PORT" --text-set "$set" \
+    --input "$input" --pace "$pace" --rounds "$rounds" --start "${START:-64}" --factor 2 \
+    --resolution 0.1 --server-pid "$SERVER_PID" --sim-profile "$PROFILE" \
+    --sim-stats "$ORPHEUS_SIM_STATS_FILE" --label "capacity $name" \
+    --output "$RESULTS/$name.summary.json" --raw "$RAW_DIR/$name.raw.json" \
+    --plot "$RAW_DIR/plots-$name" ${EXTRA:-} 2>&1 | tee "$RESULTS/$name.txt"
+  if [ "${PYSPY:-0}" = 1 ]; then
+    cap=$("$PY" -c "import json; print(json.load(open('$RESULTS/$name.summary.json'))['tuning']['max_passing_concurrency'] or 64)")
+    (taskset -c "$LOAD_CORE" $BENCH scaling --target "localhost:$PORT" --text-set "$set" \
+       --input "$input" --pace "$pace" --concurrent "$cap" --duration 60 --warmup 0 \
+       --output "$RESULTS/$name-profiled.summary.json" \
+       --raw "$RAW_DIR/$name-profiled.raw.json" >/dev/null 2>&1 &)
+    sleep 20
+    taskset -c "$LOAD_CORE" .venv/bin/py-spy record --pid "$SERVER_PID" --duration 30 \
+      --rate 200 --format speedscope -o "$RAW_DIR/$name-pyspy.json" || true
+    sleep 45
+  fi
+  stop_server
+}
+
+for pace in ${PACES:-playout}; do
+  if [ "$pace" = none ]; then sets=${CONT_SETS:-conversational longform}; inputs=${CONT_INPUTS:-whole}
+  else sets=${SETS:-conversational longform}; inputs=${INPUTS:-whole streaming}; fi
+  for set in $sets; do
+    for input in $inputs; do
+      run_set "$set" "$input" "$pace"
+    done
   done
 done
-echo "results in $OUT"
+echo "summaries in $RESULTS; raw results, server logs and plots in $RAW_DIR"

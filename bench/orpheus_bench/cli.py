@@ -24,7 +24,8 @@ import sys
 
 from . import __version__
 from .load import WorkerSpec
-from .report import machine, plot, table, write_json
+from .report import machine, plot, table
+from .summary import default_raw_path, summarize_doc, write_raw, write_summary
 from .runner import Options, Runner, Slo, status
 from .texts import TEXT_SETS
 
@@ -82,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--server-pid", default=None, help="server pid for /proc CPU, or 'auto'")
     m.add_argument("--sim-profile", default=None,
                    help="the server's sim profile: report modelled GPU TTFB and server-added TTFB")
+    m.add_argument("--sim-stats", metavar="FILE", default=os.environ.get("ORPHEUS_SIM_STATS_FILE"),
+                   help="the sim server's stats file (the server writes it when started with "
+                        "ORPHEUS_SIM_STATS_FILE set; default: that variable here): adds host-bound "
+                        "steps and the step-time distribution to each level")
     m.add_argument("--slo-ttfb-ms", type=float, default=150.0)
     m.add_argument("--slo-percentile", type=float, default=95.0)
     m.add_argument("--slo-underruns", type=int, default=0, help="max underrun events per level")
@@ -95,7 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--resolution", type=float, default=0.1,
                    help="bisect until the gap is this fraction of the passing level")
     o = p.add_argument_group("output")
-    o.add_argument("--output", help="results JSON (rewritten after every level)")
+    o.add_argument("--output", help="summary JSON, the file to commit (rewritten after every "
+                                    "level): settings, per level the table row, percentiles and "
+                                    "host figures; no per-session records")
+    o.add_argument("--raw", metavar="PATH",
+                   help="the raw JSON with every session's record (default with --output: "
+                        "$ORPHEUS_BENCH_RAW/<output's folder>/<name>.raw.json, else "
+                        "~/.cache/orpheus-bench/raw/...: outside the repository)")
+    o.add_argument("--raw-gzip", action="store_true", help="gzip the raw JSON (.raw.json.gz)")
+    o.add_argument("--no-raw", action="store_true", help="write no raw JSON")
     o.add_argument("--plot", metavar="DIR", help="write ttfb.png and underruns.png here")
     o.add_argument("--traces", action="store_true", help="include raw arrival traces in the JSON")
     o.add_argument("--label", default="", help="free text stored in the JSON meta")
@@ -139,9 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     pid = _server_pid(args.server_pid, args.target)
     ramp = args.ramp if args.ramp == "auto" else float(args.ramp)
     opts = Options(target=args.target, base=base, jitter_s=args.jitter_ms / 1000, server_pid=pid,
-                   sim_profile=args.sim_profile, slo=slo, keep_traces=args.traces, ramp=ramp,
+                   sim_profile=args.sim_profile, sim_stats=args.sim_stats, slo=slo, keep_traces=args.traces, ramp=ramp,
                    channels_per_proc=args.channels_per_proc)
     runner = Runner(opts)
+    raw_path = _raw_path(args)
     doc = {"tool": "orpheus-bench", "version": __version__,
            "meta": {"started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                     "argv": sys.argv if argv is None else ["orpheus-bench", *argv],
@@ -153,15 +167,19 @@ def main(argv: list[str] | None = None) -> int:
                     "pace": args.pace,
                     "slo": slo.__dict__,
                     "simulated_gpu": info.get("backend") == "sim",
-                    "sim_profile": args.sim_profile},
+                    "sim_profile": args.sim_profile,
+                    "sim_stats_file": args.sim_stats},
            "runs": []}
     results: list[dict] = doc["runs"]
 
     def save(r: dict | None = None) -> None:
         if r is not None and not any(x is r for x in results):
             results.append(r)
+        if raw_path is not None:
+            write_raw(raw_path, doc)
         if args.output:
-            write_json(args.output, doc)
+            raw = {"path": str(raw_path)} if raw_path is not None else None
+            write_summary(args.output, summarize_doc(doc, raw=raw))
 
     runner.warmup(args.warmup)
     if args.mode in ("single", "all"):
@@ -189,7 +207,24 @@ def main(argv: list[str] | None = None) -> int:
         print("plots: " + ", ".join(files), file=sys.stderr)
     if args.output:
         print(f"results: {os.path.abspath(args.output)}", file=sys.stderr)
+    if raw_path is not None:
+        print(f"raw results: {raw_path}", file=sys.stderr)
     return 0
+
+
+def _raw_path(args: argparse.Namespace):
+    """Where the raw document goes: --raw, else (with --output) under the raw directory,
+    which is outside the repository unless $ORPHEUS_BENCH_RAW says otherwise."""
+    if args.no_raw:
+        return None
+    if args.raw:
+        raw = args.raw
+        if args.raw_gzip and not raw.endswith(".gz"):
+            raw += ".gz"
+        return raw
+    if args.output:
+        return default_raw_path(args.output, gz=args.raw_gzip)
+    return None
 
 
 if __name__ == "__main__":

@@ -69,6 +69,11 @@ def table(results: list[dict], out=None) -> None:
              f"(cpu {r['load']['cpu_util_per_proc']}, loop lag p99 "
              f"{r['load']['loop_lag_ms_p99_max']:.1f} ms)"
              for r in results if r.get("load", {}).get("maybe_saturated")]
+    notes += [f"  conc {r['concurrency']}: sim {r['sim'].get('steps')} steps, "
+              f"{r['sim']['host_bound_steps']} host-bound ({r['sim']['host_excess_s']:.2f} s "
+              f"over the GPU model); step ms p50/p95/p99/max "
+              + "/".join(_f(r['sim']['step_ms'][k], "{:.1f}") for k in ("p50", "p95", "p99", "max"))
+              for r in results if r.get("sim")]
     for n in notes:
         print(n, file=out)
     out.flush()

@@ -21,7 +21,7 @@ from typing import Callable
 import grpc
 from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
 
-from . import procstat
+from . import procstat, simstats
 from .load import WorkerSpec, run_worker, spec_dict, worker_process
 from .metrics import SessionTrace, aggregate, session_metrics, slo_check
 
@@ -47,6 +47,7 @@ class Options:
     jitter_s: float = 0.1
     server_pid: int | None = None
     sim_profile: str | None = None
+    sim_stats: str | None = None   # the sim server's ORPHEUS_SIM_STATS_FILE (GPU or host?)
     slo: Slo = Slo()
     keep_traces: bool = False
     ramp: str | float = "auto"     # seconds, or "auto": one typical session length
@@ -103,12 +104,17 @@ class Runner:
         self.log(f"[{label}] concurrency {concurrency}, "
                  f"{requests if requests is not None else f'{duration_s:.0f} s of'} sessions, "
                  f"{procs} load process(es), ramp {ramp:.1f} s")
+        sim0 = simstats.read(o.sim_stats)
         st0, cpu0, m0 = status(o.target), self._cpu(), procstat.machine_ticks()
         t0 = time.monotonic()
         results = self._run_workers(spec, procs)
         wall = time.monotonic() - t0
         st1, cpu1, m1 = status(o.target), self._cpu(), procstat.machine_ticks()
+        sim1 = simstats.read(o.sim_stats, not_before=time.time())
         out = self._result(label, spec, results, wall, st0, st1, cpu0, cpu1)
+        sim = simstats.delta(sim0, sim1)
+        if sim is not None:
+            out["sim"] = sim  # GPU or host: host_bound_steps, host_excess_s, step_ms
         # Everything else on this machine competes for the same cores: say how much there was.
         busy = procstat.machine_busy_cores(m0, m1)
         other = None

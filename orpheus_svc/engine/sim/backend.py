@@ -38,9 +38,13 @@ then fail only the targeted rows (tests/engine_sim/test_faults.py, tests/e2e).
 
 from __future__ import annotations
 
+import bisect
+import json
 import logging
 import math
+import os
 import re
+import threading
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -139,6 +143,15 @@ class SimFaults:
             sleep(extra)
 
 
+# Step-period histogram (stats()["step_hist"]): bucket i counts periods up to
+# STEP_BUCKET_FIRST_S x STEP_BUCKET_RATIO**i (5% apart, 0.1 ms to ~12 s; the last counts the rest).
+STEP_BUCKET_FIRST_S, STEP_BUCKET_RATIO = 1e-4, 1.05
+STEP_BUCKETS_S = tuple(STEP_BUCKET_FIRST_S * STEP_BUCKET_RATIO ** i for i in range(241))
+# Set in the server's environment, the sim writes stats() as JSON to this file 5 times a second,
+# so a benchmark on the same machine can tell whether the GPU model or the host set the pace.
+STATS_FILE_ENV = "ORPHEUS_SIM_STATS_FILE"
+
+
 class SimBackend:
     """Backend protocol (engine/loop.py) with modelled step times and grammar-legal tokens."""
 
@@ -166,6 +179,16 @@ class SimBackend:
         # The latest steps whose host time overran the modelled step by > 20 ms:
         # (monotonic time, overrun s, rows), for correlating stalls with what else ran.
         self.slow_steps: list[tuple[float, float, int]] = []
+        # Step periods while busy (one step's return to the next's: the modelled time, or the
+        # host's when it is slower), counted per STEP_BUCKETS_S bucket. Timed around step()
+        # (_timed_step), so step() itself stays as it is.
+        self.step_hist = [0] * (len(STEP_BUCKETS_S) + 1)
+        self.max_step_s = 0.0
+        self._last_return: float | None = None
+        self._untimed_step, self.step = self.step, self._timed_step
+        if os.environ.get(STATS_FILE_ENV):
+            threading.Thread(target=self._write_stats_file, args=(os.environ[STATS_FILE_ENV],),
+                             name="sim-stats", daemon=True).start()
         need = profile.weight_bytes + profile.kv_bytes(num_slots * max_seq_len)
         if need > profile.memory_bytes:
             log.warning(
@@ -243,6 +266,32 @@ class SimBackend:
             self._sleep(wait)
         return StepResult(tokens=tokens)
 
+    def _timed_step(self, *args, **kwargs) -> StepResult:
+        busy = bool(self._streams)
+        result = self._untimed_step(*args, **kwargs)
+        now = self._clock()
+        if busy and self._last_return is not None:
+            period = now - self._last_return
+            self.step_hist[bisect.bisect_left(STEP_BUCKETS_S, period)] += 1
+            self.max_step_s = max(self.max_step_s, period)
+        self._last_return = now
+        return result
+
+    def _write_stats_file(self, path: str, every_s: float = 0.2) -> None:
+        """STATS_FILE_ENV's writer thread: stats() plus the wall time, replaced atomically."""
+        tmp = f"{path}.{os.getpid()}.tmp"
+        while True:
+            try:
+                doc = {**self.stats(), "profile": self.profile.name, "pid": os.getpid(),
+                       "written_at": time.time()}
+                with open(tmp, "w") as f:
+                    json.dump(doc, f)
+                os.replace(tmp, path)
+            except (OSError, RuntimeError, ValueError) as exc:
+                log.warning("sim stats file %s: %s", path, exc)
+                return
+            time.sleep(every_s)
+
     # -- tokens ----------------------------------------------------------------------------
 
     def num_frames(self, g: Generation, rng: np.random.Generator) -> int:
@@ -273,6 +322,10 @@ class SimBackend:
         c["mean_batch"] = c["rows"] / c["steps"] if c["steps"] else 0.0
         c["host_bound_fraction"] = c["host_bound_steps"] / c["steps"] if c["steps"] else 0.0
         c["peak_kv_gb"] = self.profile.kv_bytes(c["peak_kv_tokens"]) / 1e9
+        c["step_hist"] = {i: n for i, n in enumerate(list(self.step_hist)) if n}
+        c["step_buckets"] = {"first_s": STEP_BUCKET_FIRST_S, "ratio": STEP_BUCKET_RATIO,
+                             "count": len(STEP_BUCKETS_S)}
+        c["max_step_s"] = self.max_step_s
         return c
 
 

@@ -1,0 +1,202 @@
+"""Results hygiene (issue 16): the summary keeps every run-level figure and drops the
+per-session records; raw results go outside the repository by default; the committed
+summaries still hold the figures BENCHMARKS.md quotes."""
+
+import gzip
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from orpheus_bench import cli, summary
+from orpheus_bench.metrics import SessionTrace, aggregate, session_metrics, slo_check
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "bench" / "results"
+
+
+def level(c):
+    traces = [SessionTrace(index=i, t_start=0.0, t_end=2.0,
+                           arrivals=[(0.05 + k * 0.1, 2400) for k in range(10)]) for i in range(4)]
+    sm = [session_metrics(t) for t in traces]
+    r = {"label": "scaling", "concurrency": c, "requests": 4, "input": "whole",
+         "text_set": "conversational", **aggregate(sm, 2.0)}
+    r["server"] = {"cpu_util": 0.5, "cpu_s_per_audio_s": 0.002, "tokens_per_s": 1000.0,
+                   "threads": [{"tid": 1, "name": "engine", "cpu_s": 0.4}]}
+    r["load"] = {"cpu_util_per_proc": [0.1], "maybe_saturated": False}
+    r["sim"] = {"steps": 50, "host_bound_steps": 3, "host_excess_s": 0.01,
+                "step_ms": {"n": 10, "p50": 12.0, "p95": 14.0, "p99": 15.0, "max": 16.0}}
+    r["slo"] = slo_check(r)
+    r["sessions_detail"] = [{"i": m.index, "code": m.code, "audio_s": m.audio_s,
+                             "rtf": m.rtf, "tokens": 100} for m in sm]
+    r["traces"] = [t.to_dict() for t in traces]
+    return r
+
+
+def doc():
+    return {"tool": "orpheus-bench", "version": "0.1.0",
+            "meta": {"argv": ["orpheus-bench", "scaling"], "pace": "none"},
+            "runs": [level(8), level(16)], "tuning": {"max_passing_concurrency": 16}}
+
+
+def test_summary_keeps_the_run_figures_and_drops_per_session_records():
+    d = doc()
+    s = summary.summarize_doc(d, raw={"path": "/elsewhere/x.raw.json"})
+    assert s["summary"] is True and s["raw"] == {"path": "/elsewhere/x.raw.json"}
+    assert s["meta"] == d["meta"] and s["tuning"] == d["tuning"]
+    for r, full in zip(s["runs"], d["runs"]):
+        assert "sessions_detail" not in r and "traces" not in r
+        for key in ("ttfb_ms", "ttfb_text_ms", "underruns", "audio_s_per_wall_s", "server",
+                    "load", "slo", "sim", "concurrency", "success_rate"):
+            assert r[key] == full[key]
+        assert r["sim"]["host_bound_steps"] == 3 and r["sim"]["step_ms"]["p99"] == 15.0
+        assert r["row"].split()[1] == str(full["concurrency"])
+        # derived from the per-session records, so checkable without them
+        assert r["per_session"]["open_calls_mean"] == pytest.approx(
+            sum(x["rtf"] * x["audio_s"] for x in full["sessions_detail"]) / full["wall_s"], abs=1e-4)
+        assert r["per_session"]["tokens"]["n"] == 4
+
+
+def test_summary_file_is_valid_json_and_far_smaller(tmp_path):
+    raw = tmp_path / "run.json"
+    raw.write_text(json.dumps(doc(), indent=1))
+    out = summary.summarize_file(raw)
+    assert out == tmp_path / "run.summary.json"
+    s = json.loads(out.read_text())
+    assert s["raw"]["derived_from"]["sha256"] and s["raw"]["derived_from"]["bytes"] == raw.stat().st_size
+    assert out.stat().st_size < raw.stat().st_size / 2
+    assert s["runs"][1]["concurrency"] == 16
+
+
+def test_log_digest_counts_events_and_keeps_the_non_session_lines(tmp_path):
+    log = tmp_path / "server.log"
+    lines = [{"event": "serving", "level": "info"}]
+    lines += [{"event": "session finished", "session_id": f"s{i}", "level": "info",
+               "timestamp": f"t{i}"} for i in range(50)]
+    lines += [{"event": "boom", "level": "error", "session_id": "s9"}, {"event": "stopped", "level": "info"}]
+    log.write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
+    d = summary.summarize_log(log)
+    assert d["lines"] == 54 and d["events"]["session finished"] == 50
+    assert d["first"] == "t0" and d["last"] == "t49"
+    kept = [json.loads(x)["event"] if x.startswith("{") else x for x in d["notable"]]
+    assert kept == ["serving", "boom", "stopped", "not json"]
+
+
+def test_raw_goes_outside_the_repository_by_default(monkeypatch, tmp_path):
+    monkeypatch.delenv(summary.RAW_ENV, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    output = RESULTS / "capacity-x" / "conversational-whole.summary.json"
+    raw = summary.default_raw_path(output)
+    assert not raw.resolve().is_relative_to(REPO)
+    assert raw == tmp_path / "home" / ".cache" / "orpheus-bench" / "raw" / "capacity-x" / \
+        "conversational-whole.raw.json"
+    assert not summary.inside_git_worktree(raw)
+    monkeypatch.setenv(summary.RAW_ENV, str(tmp_path / "mine"))
+    assert summary.default_raw_path(output, gz=True) == \
+        tmp_path / "mine" / "capacity-x" / "conversational-whole.raw.json.gz"
+
+
+def test_cli_writes_the_summary_to_output_and_the_raw_elsewhere(monkeypatch, tmp_path):
+    """The CLI's save path, with a fake server: --output gets the summary, the raw document
+    goes to the raw directory (gzipped with --raw-gzip); nothing raw next to the summary."""
+    monkeypatch.setenv(summary.RAW_ENV, str(tmp_path / "raw"))
+    monkeypatch.setattr(cli, "status", lambda target: {"serving": True, "backend": "sim"})
+    monkeypatch.setattr(cli, "machine", lambda: {})
+
+    class FakeRunner:
+        def __init__(self, opts):
+            pass
+
+        def warmup(self, n):
+            pass
+
+        def scaling(self, levels, requests, rounds, duration, on_result):
+            for c in levels:
+                on_result(level(c))
+
+    monkeypatch.setattr(cli, "Runner", FakeRunner)
+    out = tmp_path / "repo" / "results" / "run.summary.json"
+    assert cli.main(["scaling", "--concurrent", "8,16", "--output", str(out), "--raw-gzip",
+                     "--warmup", "0"]) == 0
+    s = json.loads(out.read_text())
+    assert [r["concurrency"] for r in s["runs"]] == [8, 16]
+    assert all("sessions_detail" not in r for r in s["runs"])
+    raw = tmp_path / "raw" / "results" / "run.raw.json.gz"
+    assert s["raw"]["path"] == str(raw)
+    full = json.loads(gzip.decompress(raw.read_bytes()))
+    assert len(full["runs"][0]["sessions_detail"]) == 4
+    assert sorted(p.name for p in out.parent.iterdir()) == ["run.summary.json"]
+    assert cli.main(["scaling", "--concurrent", "8", "--output", str(out), "--no-raw",
+                     "--warmup", "0"]) == 0
+    assert json.loads(out.read_text()).get("raw") is None
+
+
+def test_no_raw_results_are_committed():
+    """What bench/results holds: summaries, tables, the plots the docs show, two small
+    hand-made JSONs; no per-session records, no server logs (the committed files: a local
+    run may leave ignored raw files here)."""
+    try:
+        listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "bench/results"],
+                                capture_output=True, text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    files = [REPO / f for f in listed if (REPO / f).exists()]
+    assert files
+    for p in files:
+        assert p.suffix in (".json", ".txt", ".png"), p
+        if p.suffix == ".json" and not p.name.endswith(".summary.json"):
+            assert p.name in ("engine_batching.json", "soak-10000.json"), p
+        if p.name.endswith(".summary.json"):
+            text = p.read_text()
+            assert '"sessions_detail"' not in text and '"traces"' not in text, p
+    shown = "".join((REPO / f).read_text() for f in ["BENCHMARKS.md"])
+    for png in (p for p in files if p.suffix == ".png"):
+        assert str(png.relative_to(REPO)) in shown, png
+
+
+def _run(path, concurrency):
+    s = json.loads((RESULTS / path).read_text())
+    return next(r for r in s["runs"] if r["concurrency"] == concurrency), s
+
+
+@pytest.mark.parametrize("path,c,p50,p95,p99,underruns,cores", [
+    # BENCHMARKS.md, Capacity: conversational whole at each concurrency
+    ("capacity-quiet/conversational-whole.summary.json", 64, 20, 23, 24, 0, 0.12),
+    ("capacity-quiet/conversational-whole.summary.json", 512, 37, 50, 61, 0, 0.58),
+    ("capacity-quiet/conversational-whole.summary.json", 640, 63, 115, 148, 0, 0.64),
+    ("capacity-quiet/conversational-whole.summary.json", 704, 102, 167, 203, 31, 0.66),
+    ("capacity-quiet/conversational-whole.summary.json", 1024, 1076, 1958, 2139, 23814, 0.72),
+    # 32 KV slots
+    ("capacity-quiet-32slots/conversational-whole.summary.json", 160, 40, 100, 126, 0, 0.37),
+    # longform, the three code states
+    ("capacity-quiet-longform-noparking/longform-whole-256.summary.json", 256, 30, 471, 610, 9, 0.90),
+    ("capacity-quiet-longform/longform-whole.summary.json", 384, 37, 517, 690, 122, 0.86),
+    ("capacity-quiet-longform-v2/longform-whole-256-320.summary.json", 256, 25, 39, 47, 0, 0.70),
+    ("capacity-quiet-longform-v2/longform-whole.summary.json", 512, 39, 200, 270, 8317, 0.82),
+    # conversational re-check, scheduling policy, demo
+    ("capacity-quiet-ab/old-0.summary.json", 640, 107, 229, 305, 16, 0.75),
+    ("capacity-quiet-ab/final-512-576.summary.json", 576, 47, 69, 83, 0, 0.62),
+    ("policy-quiet/fifo.summary.json", 96, 1742, 2418, 2640, 0, 0.28),
+    ("policy-quiet/round_robin.summary.json", 96, 97, 188, 216, 3996, 0.47),
+    ("demo-quiet-after/scaling-c8-r16.summary.json", 8, 521, 858, 867, 165, 1.78),
+])
+def test_committed_summaries_hold_the_figures_benchmarks_md_quotes(path, c, p50, p95, p99,
+                                                                   underruns, cores):
+    r, _ = _run(path, c)
+    t = r["ttfb_ms"]
+    assert (round(t["p50"]), round(t["p95"]), round(t["p99"])) == (p50, p95, p99)
+    assert r["underruns"]["events_total"] == underruns
+    assert round(r["server"]["cpu_util"], 2) == cores
+
+
+def test_committed_tuning_results_match_benchmarks_md():
+    for path, passing, failing in [("capacity-quiet/conversational-whole.summary.json", 640, 704),
+                                   ("capacity-quiet/conversational-streaming.summary.json", 480, 512),
+                                   ("capacity-quiet-32slots/conversational-whole.summary.json", 160, 176)]:
+        t = json.loads((RESULTS / path).read_text())["tuning"]
+        assert (t["max_passing_concurrency"], t["first_failing_concurrency"]) == (passing, failing)
+    r, _ = _run("capacity-quiet-32slots/conversational-whole.summary.json", 176)
+    assert (r["succeeded"], r["requests"]) == (124, 352)
+    assert r["per_session"]["open_calls_mean"] == pytest.approx(41.3, abs=0.05)
