@@ -57,7 +57,7 @@ stop_server() {
 FAILED=()
 for BUILD_BACKEND in $BUILD_BACKENDS; do
 OUT=${OUT_PREFIX}${BUILD_BACKEND}
-RESULTS=${RESULTS_PREFIX}-${BUILD_BACKEND}.json
+RESULTS=${RESULTS_PREFIX}-${BUILD_BACKEND}.summary.json
 LOG=${RESULTS%.json}.server.log
 
 say "engine ($BUILD_BACKEND) -> $OUT"

@@ -22,7 +22,7 @@ for policy in ${POLICIES:-deadline fifo round_robin}; do
     --set engine.max_batch_size="$BATCH" --set engine.scheduler_policy="$policy"
   taskset -c "$LOAD_CORE" $BENCH scaling --target "localhost:$PORT" --concurrent "$CONCURRENT" \
     --warmup 1 --server-pid "$SERVER_PID" --sim-profile "$PROFILE" \
-    --label "policy $policy, max_batch_size $BATCH" --output "$OUT/$policy.json" \
+    --label "policy $policy, max_batch_size $BATCH" --output "$OUT/$policy.summary.json" \
     2>&1 | tee "$OUT/$policy.txt"
   stop_server
 done
