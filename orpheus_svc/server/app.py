@@ -94,6 +94,7 @@ class Server:
 
     async def start(self) -> None:
         s = self.config.server
+        self.state.loop = asyncio.get_running_loop()  # the owner of the state (snapshots)
         if self.tls is not None:  # TLS set: no plaintext gRPC port at all
             self.port = self.grpc.add_secure_port(f"{s.host}:{s.port}", self.tls.credentials())
         else:
