@@ -79,7 +79,12 @@ def main(argv: list[str] | None = None, *, priority=None) -> int:
         sys.stdout.write(dump(config))
         return 0
     if args.command == "serve":
-        from orpheus_svc.server.app import serve_main
+        try:
+            from orpheus_svc.server.app import serve_main
+        except ImportError as exc:  # installed without the server extra (e.g. a build machine)
+            print(f"orpheus-svc: serving needs the server extra (pip install "
+                  f"'orpheus-svc[server]' and ./clients/python): {exc}", file=sys.stderr)
+            return 2
         return serve_main(config, priority=priority)
     return _synth(config, args)
 
