@@ -107,7 +107,8 @@ class ServerState:
         self.sessions_total = 0
         self.audio_seconds_total = 0.0
         self.outcomes: Counter[str] = Counter()
-        self.errors: Counter[Status] = Counter()  # status code -> calls that ended with it
+        # calls that ended with a status other than OK, by its name ("cancelled": by the client)
+        self.errors: Counter[str] = Counter()
         self.metrics = None  # server/metrics.py Metrics, set by the app
         self.calls: set[OpenCall] = set()
         self.refused: Counter[str] = Counter()   # reason -> calls refused at once
@@ -118,7 +119,7 @@ class ServerState:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self.loop = None
-        self._published: MetricsSnapshot | None = None
+        self._published = self.publish()  # nothing open yet: safe from any thread
 
     # -- open calls -----------------------------------------------------------------------
 
@@ -186,7 +187,7 @@ class ServerState:
             self.count_error(outcome)
 
     def count_error(self, code: Status | str) -> None:
-        self.errors[Status(code)] += 1
+        self.errors[str(code)] += 1
 
     def observe_ttfa(self, seconds: float) -> None:
         if self.metrics is not None:
@@ -201,7 +202,7 @@ class ServerState:
         """Loop only: freeze the state now (and keep it as the latest published)."""
         self._published = MetricsSnapshot(
             status=self.status(), underrun_risk=self.underrun_risk(),
-            errors=tuple(sorted((str(code), n) for code, n in self.errors.items())))
+            errors=tuple(sorted(self.errors.items())))
         return self._published
 
     def snapshot(self, timeout: float = 2.0) -> MetricsSnapshot:
@@ -220,7 +221,7 @@ class ServerState:
             return done.result(timeout)
         except (RuntimeError, concurrent.futures.TimeoutError):  # loop closed / too busy
             done.cancel()
-            return self._published or self._empty_snapshot()
+            return self._published
 
     @staticmethod
     def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
@@ -228,16 +229,6 @@ class ServerState:
             return asyncio.get_running_loop() is loop
         except RuntimeError:
             return False
-
-    def _empty_snapshot(self) -> MetricsSnapshot:
-        e = self.config.engine
-        return MetricsSnapshot(status=StatusSnapshot(
-            serving=False, backend=e.backend, model="", active_sessions=0, active_generations=0,
-            waiting_generations=0, free_slots=0, total_slots=e.max_sessions,
-            max_batch_size=e.max_batch_size, sessions_total=0, generations_total=0,
-            rejected_total=0, tokens_total=0, steps_total=0, grammar_violations=0,
-            audio_seconds_total=0.0, uptime_seconds=time.monotonic() - self.started_at),
-            errors=(), underrun_risk=0)
 
     def add_audio_seconds(self, seconds: float) -> None:
         self.audio_seconds_total += seconds

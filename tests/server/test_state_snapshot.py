@@ -69,12 +69,12 @@ def test_a_scrape_reads_a_snapshot_the_loop_computed():
     assert state.snapshot(timeout=0.1) is state._published
 
 
-def test_a_snapshot_before_any_loop_or_publish_is_empty_not_an_error():
+def test_a_snapshot_before_the_loop_ever_answered_is_the_empty_state():
     state = ServerState(load_config(environ={}))
     state.loop = asyncio.new_event_loop()
     state.loop.close()
     snap = state.snapshot(timeout=0.1)
-    assert snap.status.active_sessions == 0 and snap.errors == ()
+    assert snap.status.active_sessions == 0 and snap.errors == () and not snap.status.serving
 
 
 def test_get_status_reports_the_engine_s_effective_batch_size():
