@@ -128,3 +128,20 @@ def test_config_command_prints_the_effective_configuration(tmp_path, capsys, mon
 def test_config_command_reports_configuration_errors(capsys):
     assert main(["config", "--set", "engine.max_batch_size=0"]) == 2
     assert "engine.max_batch_size must be >= 1" in capsys.readouterr().err
+
+
+def test_config_command_from_the_shell_needs_no_model_and_no_server_stack(tmp_path):
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "ORPHEUS_ENGINE__MAX_WAITING": "7"}
+    probe = ("import sys; from orpheus_svc.cli import main; code = main(sys.argv[1:]); "
+             "assert 'torch' not in sys.modules and 'grpc' not in sys.modules; sys.exit(code)")
+    run = subprocess.run([sys.executable, "-c", probe, "config", "--profile", "longform"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    f = tmp_path / "out.yaml"
+    f.write_text(run.stdout)
+    cfg = load_config(f, environ={})
+    assert cfg.profile == "longform" and cfg.engine.max_waiting == 7
+    assert cfg.engine.max_ahead_seconds == 3.0  # from the profile
