@@ -39,8 +39,8 @@ _log = structlog.get_logger("orpheus_svc.session")
 
 
 class SessionError(Exception):
-    """Ends a call with a domain Status (core/status.py) and a message a person can act on; `cause`
-    names a time limit that ended it ("idle"), for the counters."""
+    """Ends a call with a domain Status (core/status.py; its name is accepted) and a message
+    a person can act on; `cause` names a time limit that ended it ("idle"), for the counters."""
 
     def __init__(self, code: Status | str, message: str, cause: str | None = None) -> None:
         super().__init__(message)

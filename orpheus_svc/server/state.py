@@ -182,7 +182,7 @@ class ServerState:
         self.outcomes[outcome] += 1
         if outcome in ("idle", "stalled"):
             self.timeouts[outcome] += 1
-            outcome = "DEADLINE_EXCEEDED"
+            outcome = Status.DEADLINE_EXCEEDED
         if outcome != "ok":
             self.count_error(outcome)
 
