@@ -242,7 +242,8 @@ class ServerState:
             model=rt.model_name if rt is not None else "",
             active_sessions=self.active_sessions,
             active_generations=st.active if st else 0, waiting_generations=st.waiting if st else 0,
-            free_slots=st.free_slots if st else 0, total_slots=e.max_sessions,
+            free_slots=st.free_slots if st else 0,
+            total_slots=st.total_slots if st else e.max_sessions,  # the backend's slots
             # the engine's effective batch cap (a backend may raise the configured one)
             max_batch_size=rt.engine.settings.max_batch_size if rt is not None
             else e.max_batch_size, sessions_total=self.sessions_total,

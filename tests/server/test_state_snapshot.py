@@ -77,11 +77,12 @@ def test_a_snapshot_before_the_loop_ever_answered_is_the_empty_state():
     assert snap.status.active_sessions == 0 and snap.errors == () and not snap.status.serving
 
 
-def test_get_status_reports_the_engine_s_effective_batch_size():
+def test_get_status_reports_the_engine_s_effective_batch_size_and_slots():
     state = ServerState(load_config(environ={}, overrides={"engine.max_batch_size": 8}))
     assert state.status().max_batch_size == 8  # not loaded yet: the configured one
     state.runtime = _runtime(32)  # e.g. trtllm raises the cap to the slot count
     assert state.status().max_batch_size == 32
+    assert state.status().total_slots == 4  # the engine's slot pool, too
 
 
 def test_each_edge_maps_every_status_once():
