@@ -1,7 +1,7 @@
 """Prove the audio grammar holds on a running server: python -m engine_builder.grammar_smoke.
 
     python -m engine_builder.grammar_smoke --target localhost:50071 [--requests 4]
-        [--min-tokens 300] [--voice tara] [--timeout 600]
+        [--min-tokens 300] [--voice NAME] [--timeout 600]
 
 Runs `--requests` Synthesize calls at once, each with a text long enough for several
 hundred tokens, and reads GetStatus before and after. It passes (exit 0) only when
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", required=True, help="host:port of a serving orpheus-svc")
     ap.add_argument("--requests", type=int, default=4)
     ap.add_argument("--min-tokens", type=int, default=300)
-    ap.add_argument("--voice", default="tara")
+    ap.add_argument("--voice", default="", help="voice (default: the served model's default)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per call")
     args = ap.parse_args(argv)
     try:

@@ -1,4 +1,5 @@
-"""`orpheus-svc` command line: `serve` (the gRPC server) and `synth` (offline, to a WAV file)."""
+"""`orpheus-svc` command line: `serve` (the gRPC server), `synth` (offline, to a WAV file)
+and `config` (print the effective configuration)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from orpheus_svc.config import ConfigError, load_config
+from orpheus_svc.config import ConfigError, dump, load_config
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -49,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (default 0.0.0.0)")
     serve.add_argument("--port", type=int, help="port (default 50051; 0 picks a free one)")
     serve.add_argument("--sim-profile", dest="sim_profile", help="GPU timing profile for --backend sim")
+    show = sub.add_parser("config", help="print the effective configuration (defaults, "
+                                         "profile, file, ORPHEUS_* environment and flags "
+                                         "applied) as a config file")
+    _common(show)
+    show.add_argument("--host", help="bind address")
+    show.add_argument("--port", type=int, help="port")
+    show.add_argument("--sim-profile", dest="sim_profile", help="GPU timing profile for --backend sim")
     synth = sub.add_parser("synth", help="synthesize text to a WAV file without a server")
     _common(synth)
     synth.add_argument("--text", required=True, help="text to speak")
@@ -58,16 +66,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, priority=None) -> int:
+    """`priority`: a batch order other than the deadline one, for the scheduling benchmark
+    only (bench/orpheus_bench/policies.py); the command line offers none."""
     args = build_parser().parse_args(argv)
     try:
         config = load_config(args.config, overrides=_overrides(args))
     except ConfigError as exc:
         print(f"orpheus-svc: configuration error: {exc}", file=sys.stderr)
         return 2
+    if args.command == "config":
+        sys.stdout.write(dump(config))
+        return 0
     if args.command == "serve":
-        from orpheus_svc.server.app import serve_main
-        return serve_main(config)
+        try:
+            from orpheus_svc.server.app import serve_main
+        except ImportError as exc:  # installed without the server extra (e.g. a build machine)
+            print(f"orpheus-svc: serving needs the server extra (pip install "
+                  f"'orpheus-svc[server]' and ./clients/python): {exc}", file=sys.stderr)
+            return 2
+        return serve_main(config, priority=priority)
     return _synth(config, args)
 
 

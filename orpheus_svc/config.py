@@ -4,8 +4,15 @@
 
 Environment variables name a setting as ORPHEUS_<SECTION>__<FIELD>, e.g.
 ORPHEUS_ENGINE__MAX_BATCH_SIZE=16 or ORPHEUS_SERVER__PORT=50052. Flags pass the same dotted
-names (`--set engine.max_batch_size=16`) or the few shortcuts the CLI defines. Every
-setting is validated at start-up; errors name the setting and the source it came from.
+names (`--set engine.max_batch_size=16`) or the few shortcuts the CLI defines.
+
+Checks: the loader converts each value to its field's type here (errors name the setting and
+the source it came from); each section then checks its own values once, in its
+__post_init__ (core/checks.py `require`), and the loader words a failure with the section
+("engine.max_batch_size must be >= 1, got 0"). The scheduler's settings are
+core/scheduler.py SchedulerSettings under the same names: engine.max_batch_size is
+SchedulerSettings.max_batch_size, checked there only. `orpheus-svc config` prints the
+effective tree (`dump`).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import dataclasses
 import os
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,8 +29,8 @@ from typing import Any, Mapping
 import yaml
 
 from orpheus_svc.audio.settings import FlusherSettings
-from orpheus_svc.core.scheduler import POLICIES, SchedulerSettings
-from orpheus_svc.engine.sim.profiles import PROFILES as SIM_PROFILES
+from orpheus_svc.core.checks import SettingError, require
+from orpheus_svc.core.scheduler import SchedulerSettings
 
 ENV_PREFIX = "ORPHEUS_"
 
@@ -46,18 +54,27 @@ class ModelConfig:
     # a known preset, else the eight English voices.
     voices: str | None = None
 
+    def __post_init__(self) -> None:
+        require(self.dtype in ("auto", "float32", "float16", "bfloat16"), self, "dtype",
+                "must be auto, float32, float16 or bfloat16")
+        require(self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda"), self,
+                "device", "must be auto, cpu, cuda or cuda:N")
+
+
+_SCHEDULER = SchedulerSettings()  # the scheduler's defaults, written once (core/scheduler.py)
+
 
 @dataclass(frozen=True)
 class EngineConfig:
     backend: str = "torch"  # torch | trtllm | sim
     max_sessions: int = 32  # KV slots, allocated at start-up
     max_seq_len: int = 4096
-    max_batch_size: int = 32
-    max_waiting: int = 64
-    aging_steps: int = 64
-    max_prefill_tokens: int = 4096
-    scheduler_policy: str = "deadline"  # deadline | fifo | round_robin (baselines for benchmarks)
-    max_ahead_seconds: float = 0.0      # playout horizon; 0 = off (see SchedulerSettings)
+    # The scheduler's settings (SchedulerSettings, same names; its comments say what they do)
+    max_batch_size: int = _SCHEDULER.max_batch_size
+    max_waiting: int = _SCHEDULER.max_waiting
+    aging_steps: int = _SCHEDULER.aging_steps
+    max_prefill_tokens: int = _SCHEDULER.max_prefill_tokens
+    max_ahead_seconds: float = _SCHEDULER.max_ahead_seconds  # playout horizon; 0 = off
     seed: int | None = None  # engine seed for requests without one (None: random per start)
     # trtllm
     trtllm_engine_dir: str | None = None
@@ -71,12 +88,25 @@ class EngineConfig:
     sim_codec: bool = True
     # Injected faults for tests only (engine/sim/backend.py SimFaults), e.g. "step_error:7@14"; "" = none.
     sim_faults: str = ""
+    # (engine.sim_profile is checked by the sim backend, against engine/sim/profiles.py:
+    # the config does not import the engine.)
+
+    def __post_init__(self) -> None:
+        require(self.backend in ("torch", "trtllm", "sim"), self, "backend",
+                "must be torch, trtllm or sim")
+        require(self.max_sessions >= 1, self, "max_sessions", "must be >= 1")
+        require(self.max_seq_len >= 64, self, "max_seq_len", "must be >= 64")
+        require(0 < self.trtllm_kv_free_gpu_fraction <= 1, self, "trtllm_kv_free_gpu_fraction",
+                "must be in (0, 1]")
+        # YAML reads a bare on/off as a boolean, which arrives here as "True"/"False"
+        require(self.trtllm_overlap_scheduler.lower() in ("auto", "on", "off", "true", "false"),
+                self, "trtllm_overlap_scheduler", "must be auto, on or off")
+        self.scheduler_settings()  # the scheduler checks its own fields
 
     def scheduler_settings(self) -> SchedulerSettings:
-        return SchedulerSettings(max_batch_size=self.max_batch_size, max_waiting=self.max_waiting,
-                                 aging_steps=self.aging_steps,
-                                 max_prefill_tokens=self.max_prefill_tokens,
-                                 policy=self.scheduler_policy, max_ahead_s=self.max_ahead_seconds)
+        """The scheduler's settings: the fields of the same names."""
+        return SchedulerSettings(**{f.name: getattr(self, f.name)
+                                    for f in fields(SchedulerSettings) if hasattr(self, f.name)})
 
 
 @dataclass(frozen=True)
@@ -99,6 +129,14 @@ class TextConfig:
     # Default of SynthesisConfig.normalize_text for sessions that leave it unset: speak
     # "$3.50" as "three dollars and fifty cents" (English voices only; docs/api.md).
     normalize: bool = True
+
+    def __post_init__(self) -> None:
+        require(self.max_text_chars >= 1, self, "max_text_chars", "must be >= 1")
+        require(20 <= self.max_segment_chars <= self.max_text_chars, self, "max_segment_chars",
+                "must be between 20 and text.max_text_chars")
+        require(self.max_segments_in_flight >= 1, self, "max_segments_in_flight", "must be >= 1")
+        require(0 <= self.first_clause_min_chars <= self.max_segment_chars, self,
+                "first_clause_min_chars", "must be between 0 and text.max_segment_chars")
 
 
 @dataclass(frozen=True)
@@ -154,6 +192,25 @@ class ServerConfig:
     auth_open_reflection: bool = False
     auth_open_status: bool = False
 
+    def __post_init__(self) -> None:
+        for name in ("port", "metrics_port", "http_port"):
+            require(0 <= getattr(self, name) <= 65535, self, name, "must be 0..65535")
+        for name in ("grace_seconds", "max_connection_age_seconds",
+                     "max_connection_age_grace_seconds", "drain_delay_seconds",
+                     "max_concurrent_streams", "min_client_ping_interval_seconds",
+                     "max_ping_strikes"):
+            require(getattr(self, name) >= 0, self, name, "must be >= 0")
+        require(self.log_format in ("json", "console"), self, "log_format",
+                "must be json or console")
+        require(self.max_sessions >= 0, self, "max_sessions", "must be >= 0 (0 = no limit)")
+        for name in ("keepalive_time_seconds", "keepalive_timeout_seconds"):
+            require(getattr(self, name) > 0, self, name, "must be > 0")
+        require(bool(self.tls_cert_file) == bool(self.tls_key_file), self, "tls_key_file",
+                "and server.tls_cert_file must be set together")
+        require(not self.tls_client_ca_file or bool(self.tls_cert_file), self,
+                "tls_client_ca_file", "needs server.tls_cert_file and server.tls_key_file "
+                "(mTLS is TLS first)")
+
 
 @dataclass(frozen=True)
 class SessionConfig:
@@ -165,6 +222,10 @@ class SessionConfig:
     # Audio waits this long for a client that reads nothing: the call's generations are
     # cancelled and it ends with DEADLINE_EXCEEDED.
     stalled_consumer_timeout_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("idle_timeout_seconds", "stalled_consumer_timeout_seconds"):
+            require(getattr(self, name) >= 0, self, name, "must be >= 0 (0 = off)")
 
 
 @dataclass(frozen=True)
@@ -246,6 +307,8 @@ def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
             kwargs[key] = _convert(value, ann, name)
     try:
         return cls(**kwargs)
+    except SettingError as exc:  # a section's own check: name the setting as the file does
+        raise ConfigError(exc.worded(where) if where else str(exc)) from exc
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where or 'config'}: {exc}") from exc
 
@@ -308,72 +371,35 @@ def load_config(path: str | os.PathLike[str] | None = None, *, overrides: Mappin
     for layer in (PROFILES[profile], file_tree, env_tree, flag_tree):
         tree = _merge(tree, layer)
     tree["profile"] = profile
-    config = _build(Config, tree, "")
-    validate(config)
-    return config
+    _drop_removed(tree)
+    return _build(Config, tree, "")
 
 
-def validate(config: Config) -> None:
-    e, t, s = config.engine, config.text, config.server
-    checks = [
-        (e.backend in ("torch", "trtllm", "sim"), "engine.backend", "must be torch, trtllm or sim"),
-        (e.max_sessions >= 1, "engine.max_sessions", "must be >= 1"),
-        (e.max_batch_size >= 1, "engine.max_batch_size", "must be >= 1"),
-        (e.max_seq_len >= 64, "engine.max_seq_len", "must be >= 64"),
-        (e.max_waiting >= 0, "engine.max_waiting", "must be >= 0"),
-        (e.aging_steps >= 1, "engine.aging_steps", "must be >= 1"),
-        (0 < e.trtllm_kv_free_gpu_fraction <= 1, "engine.trtllm_kv_free_gpu_fraction", "must be in (0, 1]"),
-        # YAML reads a bare on/off as a boolean, which arrives here as "True"/"False"
-        (e.trtllm_overlap_scheduler.lower() in ("auto", "on", "off", "true", "false"),
-         "engine.trtllm_overlap_scheduler",
-         "must be auto, on or off"),
-        (e.scheduler_policy in POLICIES, "engine.scheduler_policy", f"must be one of {', '.join(POLICIES)}"),
-        (e.max_ahead_seconds >= 0, "engine.max_ahead_seconds", "must be >= 0"),
-        (e.backend != "sim" or e.sim_profile in SIM_PROFILES, "engine.sim_profile",
-         f"must be one of {', '.join(SIM_PROFILES)}"),
-        (config.model.dtype in ("auto", "float32", "float16", "bfloat16"), "model.dtype",
-         "must be auto, float32, float16 or bfloat16"),
-        (config.model.device == "auto" or config.model.device.split(":")[0] in ("cpu", "cuda"),
-         "model.device", "must be auto, cpu, cuda or cuda:N"),
-        (t.max_text_chars >= 1, "text.max_text_chars", "must be >= 1"),
-        (20 <= t.max_segment_chars <= t.max_text_chars, "text.max_segment_chars",
-         "must be between 20 and text.max_text_chars"),
-        (t.max_segments_in_flight >= 1, "text.max_segments_in_flight", "must be >= 1"),
-        (0 <= t.first_clause_min_chars <= t.max_segment_chars, "text.first_clause_min_chars",
-         "must be between 0 and text.max_segment_chars"),
-        (0 <= s.port <= 65535, "server.port", "must be 0..65535"),
-        (0 <= s.metrics_port <= 65535, "server.metrics_port", "must be 0..65535"),
-        (0 <= s.http_port <= 65535, "server.http_port", "must be 0..65535"),
-        (s.grace_seconds >= 0, "server.grace_seconds", "must be >= 0"),
-        (s.max_connection_age_seconds >= 0, "server.max_connection_age_seconds", "must be >= 0"),
-        (s.max_connection_age_grace_seconds >= 0, "server.max_connection_age_grace_seconds",
-         "must be >= 0"),
-        (s.drain_delay_seconds >= 0, "server.drain_delay_seconds", "must be >= 0"),
-        (s.log_format in ("json", "console"), "server.log_format", "must be json or console"),
-        (s.max_sessions >= 0, "server.max_sessions", "must be >= 0 (0 = no limit)"),
-        (s.max_concurrent_streams >= 0, "server.max_concurrent_streams", "must be >= 0"),
-        (s.keepalive_time_seconds > 0, "server.keepalive_time_seconds", "must be > 0"),
-        (s.keepalive_timeout_seconds > 0, "server.keepalive_timeout_seconds", "must be > 0"),
-        (s.min_client_ping_interval_seconds >= 0, "server.min_client_ping_interval_seconds",
-         "must be >= 0"),
-        (s.max_ping_strikes >= 0, "server.max_ping_strikes", "must be >= 0"),
-        (bool(s.tls_cert_file) == bool(s.tls_key_file), "server.tls_key_file",
-         "and server.tls_cert_file must be set together"),
-        (not s.tls_client_ca_file or bool(s.tls_cert_file), "server.tls_client_ca_file",
-         "needs server.tls_cert_file and server.tls_key_file (mTLS is TLS first)"),
-        (config.session.idle_timeout_seconds >= 0, "session.idle_timeout_seconds",
-         "must be >= 0 (0 = off)"),
-        (config.session.stalled_consumer_timeout_seconds >= 0,
-         "session.stalled_consumer_timeout_seconds", "must be >= 0 (0 = off)"),
-    ]
-    for ok, name, why in checks:
-        if not ok:
-            value = _lookup(config, name)
-            raise ConfigError(f"{name} {why}, got {value!r}")
+# Settings that no longer exist: dotted name -> (value still accepted, why it went). The
+# accepted value is what the server does anyway, so old files keep working (with a warning);
+# any other value is an error that says what to do instead.
+REMOVED = {
+    "engine.scheduler_policy": (
+        "deadline",
+        "the server always schedules by deadline; the fifo and round_robin baselines of the "
+        "scheduling comparison live in bench/orpheus_bench/policies.py "
+        "(scripts/policy-compare.sh runs them)"),
+}
 
 
-def _lookup(config: Config, dotted: str) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        node = getattr(node, part)
-    return node
+def _drop_removed(tree: dict) -> None:
+    for dotted, (accepted, why) in REMOVED.items():
+        section, key = dotted.split(".")
+        node = tree.get(section)
+        if not isinstance(node, dict) or key not in node:
+            continue
+        value = node.pop(key)
+        if str(value).strip() != accepted:
+            raise ConfigError(f"{dotted}: this setting was removed ({why}); got {value!r}")
+        warnings.warn(f"{dotted} is deprecated and ignored: {why}; remove it from your "
+                      "configuration", FutureWarning, stacklevel=3)
+
+
+def dump(config: Config) -> str:
+    """The configuration as a config file (YAML) that loads back to the same Config."""
+    return yaml.safe_dump(dataclasses.asdict(config), sort_keys=False, default_flow_style=False)

@@ -20,7 +20,8 @@
 # concurrency tried), PROFILE (h100-fp8), PORT (50071), SERVER_CORE (0), LOAD_CORE (1), SLOTS (1024:
 # KV slots and batch cap), WAITING (admission queue, default SLOTS),
 # SERVER_CMD (default: orpheus-svc serve --backend sim ...; scheduler variants with
-# --set engine.scheduler_policy=fifo|round_robin or engine.max_ahead_seconds=S),
+# "$PY -m orpheus_bench.policies --policy fifo|round_robin ..." or
+# --set engine.max_ahead_seconds=S),
 # EXTRA (extra orpheus-bench flags), PYSPY=1 to record
 # a py-spy profile of the server during a 60 s run at the found capacity,
 # PACES ("playout"): "playout none" adds the continuous-load sets, where each session slot

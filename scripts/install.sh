@@ -15,7 +15,7 @@ if [[ ! -x .venv/bin/python ]]; then
   "${PYTHON}" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ./clients/python -e '.[dev]'
+.venv/bin/python -m pip install --quiet -e ./clients/python -e '.[server,dev]'
 if command -v go >/dev/null 2>&1; then
   scripts/install-tools.sh
 elif [[ "${ORPHEUS_REQUIRE_GO_TOOLS:-}" == 1 ]]; then

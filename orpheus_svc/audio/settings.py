@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from orpheus_svc.core.checks import is_finite, is_int, require
 
 #: Samples per SNAC latent step at 24 kHz (prod of decoder_rates); 4 steps = 1 frame.
 HOP = 512
@@ -72,32 +73,24 @@ class FlusherSettings:
     max_iteration_s: float = 0.1
 
     def __post_init__(self) -> None:
-        def fail(field: str, why: str) -> None:
-            raise ValueError(f"FlusherSettings.{field} {why}, got {getattr(self, field)!r}")
-
         for name in ("first_chunk_samples", "left_context_samples", "lookahead_samples",
                      "min_chunk_samples", "max_chunk_samples", "low_water_samples",
                      "max_decode_frames"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool):
-                fail(name, "must be an int")
-        if not 0 <= self.first_chunk_samples <= FRAME:
-            fail("first_chunk_samples", f"must be 0..{FRAME} (a part of frame 0)")
+            require(is_int(getattr(self, name)), self, name, "must be an int")
+        require(0 <= self.first_chunk_samples <= FRAME, self, "first_chunk_samples",
+                f"must be 0..{FRAME} (a part of frame 0)")
         for name in ("left_context_samples", "lookahead_samples"):
-            if getattr(self, name) < 0 or getattr(self, name) % HOP:
-                fail(name, f"must be a non-negative multiple of {HOP} (one latent step)")
-        if self.min_chunk_samples < 1:
-            fail("min_chunk_samples", "must be >= 1")
-        if self.max_chunk_samples < HOP or self.max_chunk_samples % HOP:
-            fail("max_chunk_samples", f"must be a positive multiple of {HOP}")
-        if self.max_chunk_samples < self.min_chunk_samples:
-            fail("max_chunk_samples", f"must be >= min_chunk_samples ({self.min_chunk_samples})")
-        for name, floor in (("chunk_growth", ">= 0"), ("max_iteration_s", "> 0")):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value < 0 or (floor == "> 0" and value == 0):
-                fail(name, f"must be a finite number {floor}")
-        if self.low_water_samples < 0:
-            fail("low_water_samples", "must be >= 0")
-        if self.max_decode_frames < 1:
-            fail("max_decode_frames", "must be >= 1")
+            require(value >= 0 and not value % HOP, self, name,
+                    f"must be a non-negative multiple of {HOP} (one latent step)")
+        require(self.min_chunk_samples >= 1, self, "min_chunk_samples", "must be >= 1")
+        require(self.max_chunk_samples >= HOP and not self.max_chunk_samples % HOP, self,
+                "max_chunk_samples", f"must be a positive multiple of {HOP}")
+        require(self.max_chunk_samples >= self.min_chunk_samples, self, "max_chunk_samples",
+                f"must be >= min_chunk_samples ({self.min_chunk_samples})")
+        require(is_finite(self.chunk_growth) and self.chunk_growth >= 0, self, "chunk_growth",
+                "must be a finite number >= 0")
+        require(is_finite(self.max_iteration_s) and self.max_iteration_s > 0, self,
+                "max_iteration_s", "must be a finite number > 0")
+        require(self.low_water_samples >= 0, self, "low_water_samples", "must be >= 0")
+        require(self.max_decode_frames >= 1, self, "max_decode_frames", "must be >= 1")

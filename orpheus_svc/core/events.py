@@ -12,6 +12,8 @@ from typing import Callable, Sequence, Union
 
 import numpy as np
 
+from .status import Status
+
 
 @dataclass(frozen=True)
 class Admitted:
@@ -27,7 +29,10 @@ class Rejected:
 
     gen_id: int
     reason: str
-    code: str = "RESOURCE_EXHAUSTED"  # a grpc.StatusCode name; mapped at the servicer edge
+    code: Status = Status.RESOURCE_EXHAUSTED  # mapped to the wire at the edges
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", Status(self.code))  # a name is accepted, and checked
 
 
 @dataclass(frozen=True)

@@ -17,36 +17,57 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import Callable
 
+from .checks import is_finite, is_int, require
 from .generation import Generation
 from .playout import SessionPlayout
 from .slots import SlotPool
 from .tokens import END_OF_SPEECH_ID, FRAME_SECONDS, AudioGrammarError
 
 
+def deadline_priority(gen: Generation, session: SessionPlayout, now: float,
+                      settings: "SchedulerSettings") -> tuple:
+    """The batch order of the module docstring, as a sort key (smaller runs first). The
+    playout horizon relies on its shape: a key (2, slack) carries the slack in seconds."""
+    if gen.steps_waited >= settings.aging_steps:
+        return (0, -gen.steps_waited)
+    if session.listener_waiting(gen, now):
+        return (1, gen.arrival)
+    return (2, session.slack(gen, now))
+
+
+# A batch order: (generation, its session's playout, now, settings) -> sort key.
+PriorityFn = Callable[[Generation, SessionPlayout, float, "SchedulerSettings"], tuple]
+
+
 @dataclass(frozen=True)
 class SchedulerSettings:
+    """The scheduler's settings. The names are the config file's (engine.<name>,
+    docs/configuration.md); each field checks itself here and nowhere else."""
+
     max_batch_size: int = 32
     max_waiting: int = 64
     aging_steps: int = 64
     # Prompt tokens prefilled in one step; the oldest candidate always goes, however long.
     max_prefill_tokens: int = 4096
-    # "deadline" (ours, above); "fifo" (arrival order) and "round_robin" (longest left out
-    # first) exist only as baselines for the scheduling comparison in BENCHMARKS.md.
-    policy: str = "deadline"
     # Playout horizon (0 = off): a generation whose listener has more than this many seconds
     # buffered ahead sits the step out (and does not age), so sessions far ahead of playback
     # do not lengthen everyone's steps. Measured in BENCHMARKS.md (longform, 256 sessions).
-    max_ahead_s: float = 0.0
+    max_ahead_seconds: float = 0.0
+    # The batch order. Not a config setting: the server always runs deadline_priority; the
+    # baselines of the scheduling comparison (BENCHMARKS.md) are injected by the benchmark
+    # (bench/orpheus_bench/policies.py).
+    priority: PriorityFn = deadline_priority
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
-        if self.max_ahead_s < 0:
-            raise ValueError(f"max_ahead_s must be >= 0, got {self.max_ahead_s}")
-
-
-POLICIES = ("deadline", "fifo", "round_robin")
+        for name, floor in (("max_batch_size", 1), ("max_waiting", 0), ("aging_steps", 1),
+                            ("max_prefill_tokens", 1)):
+            value = getattr(self, name)
+            require(is_int(value) and value >= floor, self, name, f"must be >= {floor}")
+        require(is_finite(self.max_ahead_seconds) and self.max_ahead_seconds >= 0, self,
+                "max_ahead_seconds", "must be >= 0")
+        require(callable(self.priority), self, "priority", "must be a function")
 
 
 class AdmissionError(RuntimeError):
@@ -111,10 +132,6 @@ UNDERRUN_RISK_SECONDS = 0.25
 
 class Scheduler:
     def __init__(self, pool: SlotPool, settings: SchedulerSettings = SchedulerSettings()) -> None:
-        if settings.max_batch_size < 1:
-            raise ValueError("max_batch_size must be >= 1")
-        if settings.max_waiting < 0:
-            raise ValueError("max_waiting must be >= 0")
         self.pool = pool
         self.settings = settings
         self._waiting: list[Generation] = []
@@ -182,7 +199,7 @@ class Scheduler:
                 plan.released.append(gen)
         self._admit(plan, now)
         self._forget_idle_sessions(now)
-        horizon = self.settings.max_ahead_s
+        horizon = self.settings.max_ahead_seconds
         self._unpark(now, everything=horizon <= 0 or self.settings is not self._parked_under)
         self._parked_under = self.settings
         keyed = []
@@ -292,16 +309,8 @@ class Scheduler:
         return self._sessions[sid]
 
     def _priority(self, gen: Generation, now: float) -> tuple:
-        if self.settings.policy == "fifo":
-            return (0, gen.arrival)
-        if self.settings.policy == "round_robin":
-            return (0, -gen.steps_waited, gen.arrival)
-        session = self._sessions[gen.request.session_id]
-        if gen.steps_waited >= self.settings.aging_steps:
-            return (0, -gen.steps_waited)
-        if session.listener_waiting(gen, now):
-            return (1, gen.arrival)
-        return (2, session.slack(gen, now))
+        return self.settings.priority(gen, self._sessions[gen.request.session_id], now,
+                                      self.settings)
 
     def _admit(self, plan: StepPlan, now: float) -> None:
         if not self._waiting or self.pool.num_free == 0:

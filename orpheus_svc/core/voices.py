@@ -93,9 +93,15 @@ class VoiceRegistry:
         return f"unknown voice {name!r}; known voices: {', '.join(self.names)}"
 
 
+# The default voice of a model that names none: the first of Canopy's English voices. Use
+# this name, never the literal, where a default voice is needed.
+DEFAULT_VOICE = VOICES[0]
+
+
 def english_registry(source: str = "the eight voices of Canopy's English checkpoints") -> VoiceRegistry:
     """tara, leah, jess, leo, dan, mia, zac, zoe (English, tara first: Canopy's order)."""
-    return VoiceRegistry(tuple(Voice(n, "en", EMOTION_TAGS) for n in VOICES), VOICES[0], source)
+    return VoiceRegistry(tuple(Voice(n, "en", EMOTION_TAGS) for n in VOICES), DEFAULT_VOICE,
+                         source)
 
 
 def _tags(raw: Any, where: str) -> tuple[str, ...]:

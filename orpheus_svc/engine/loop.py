@@ -162,6 +162,18 @@ class EngineLoop:
     def stats(self) -> SchedulerStats:
         return self._stats
 
+    @property
+    def settings(self) -> SchedulerSettings:
+        """The scheduler settings this loop runs with: the effective ones (a backend may
+        have adjusted the configured ones, e.g. trtllm_scheduler_settings)."""
+        return self._scheduler.settings
+
+    @settings.setter
+    def settings(self, settings: SchedulerSettings) -> None:
+        if self._thread is not None:
+            raise RuntimeError("scheduler settings are fixed once the engine thread runs")
+        self._scheduler.settings = settings
+
     # -- engine thread --------------------------------------------------------------------
 
     def _run(self) -> None:

@@ -8,27 +8,30 @@ from __future__ import annotations
 
 from starlette.responses import JSONResponse
 
-# gRPC status code name (as SessionError carries it) -> (HTTP status, OpenAI error type)
+from orpheus_svc.core.status import Status
+
+# The HTTP edge's one mapping: domain status -> (HTTP status, OpenAI error type); any code
+# not listed (INTERNAL) is a 500 server_error.
 STATUS = {
-    "INVALID_ARGUMENT": (400, "invalid_request_error"),
-    "FAILED_PRECONDITION": (400, "invalid_request_error"),
-    "OUT_OF_RANGE": (400, "invalid_request_error"),
-    "UNAUTHENTICATED": (401, "authentication_error"),
-    "PERMISSION_DENIED": (403, "permission_error"),
-    "NOT_FOUND": (404, "invalid_request_error"),
-    "RESOURCE_EXHAUSTED": (429, "rate_limit_error"),
-    "CANCELLED": (499, "cancelled"),
-    "UNAVAILABLE": (503, "server_error"),
-    "DEADLINE_EXCEEDED": (504, "server_error"),
+    Status.INVALID_ARGUMENT: (400, "invalid_request_error"),
+    Status.FAILED_PRECONDITION: (400, "invalid_request_error"),
+    Status.OUT_OF_RANGE: (400, "invalid_request_error"),
+    Status.UNAUTHENTICATED: (401, "authentication_error"),
+    Status.PERMISSION_DENIED: (403, "permission_error"),
+    Status.NOT_FOUND: (404, "invalid_request_error"),
+    Status.RESOURCE_EXHAUSTED: (429, "rate_limit_error"),
+    Status.CANCELLED: (499, "cancelled"),
+    Status.UNAVAILABLE: (503, "server_error"),
+    Status.DEADLINE_EXCEEDED: (504, "server_error"),
 }
 
 
 class ApiError(Exception):
-    """An error answered before any audio: `code` is a gRPC status code name."""
+    """An error answered before any audio: `code` is a domain Status (its name accepted)."""
 
-    def __init__(self, code: str, message: str, param: str | None = None) -> None:
+    def __init__(self, code: Status | str, message: str, param: str | None = None) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = Status(code)
         self.message = message
         self.param = param
 

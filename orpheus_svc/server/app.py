@@ -13,6 +13,7 @@ freed); then the engine and flusher threads stop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import sys
 import time
@@ -24,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from orpheus_tts_client.proto.v1 import tts_pb2
 
 from orpheus_svc.config import Config
+from orpheus_svc.core.scheduler import PriorityFn
 from orpheus_svc.runtime import build_runtime
 from orpheus_svc.security import KeyFileError
 
@@ -53,8 +55,9 @@ def _limit_options(s) -> list[tuple[str, int]]:
 
 
 class Server:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, priority: PriorityFn | None = None) -> None:
         self.config = config
+        self.priority = priority  # a benchmark's batch order (None: the scheduler's own)
         self.state = ServerState(config)
         self.metrics = Metrics(self.state)
         self.state.metrics = self.metrics
@@ -91,6 +94,7 @@ class Server:
 
     async def start(self) -> None:
         s = self.config.server
+        self.state.loop = asyncio.get_running_loop()  # the owner of the state (snapshots)
         if self.tls is not None:  # TLS set: no plaintext gRPC port at all
             self.port = self.grpc.add_secure_port(f"{s.host}:{s.port}", self.tls.credentials())
         else:
@@ -117,6 +121,9 @@ class Server:
         runtime = await loop.run_in_executor(
             None, lambda: build_runtime(self.config, on_step=self.metrics.batch_size.observe,
                                         on_decode=self.metrics.codec_batch.observe))
+        if self.priority is not None:
+            runtime.engine.settings = dataclasses.replace(runtime.engine.settings,
+                                                          priority=self.priority)
         runtime.start()
         self.state.runtime = runtime
         audio_s = await loop.run_in_executor(None, runtime.warm_up)
@@ -141,7 +148,8 @@ class Server:
         log.info("stopped", sessions_total=self.state.sessions_total)
 
 
-async def serve(config: Config, stop: asyncio.Event | None = None) -> int:
+async def serve(config: Config, stop: asyncio.Event | None = None, *,
+                priority: PriorityFn | None = None) -> int:
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -149,7 +157,7 @@ async def serve(config: Config, stop: asyncio.Event | None = None) -> int:
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):  # not the main thread / platform
             pass
-    server = Server(config)
+    server = Server(config, priority=priority)
     await server.start()
     loader = asyncio.create_task(server.load())
     stopper = asyncio.create_task(stop.wait())
@@ -167,10 +175,10 @@ async def serve(config: Config, stop: asyncio.Event | None = None) -> int:
     return code
 
 
-def serve_main(config: Config) -> int:
+def serve_main(config: Config, *, priority: PriorityFn | None = None) -> int:
     configure_logging(config.server.log_format, config.server.log_level)
     try:
-        return asyncio.run(serve(config))
+        return asyncio.run(serve(config, priority=priority))
     except (KeyFileError, TlsFilesError) as exc:  # unusable key or TLS files: say which
         print(f"orpheus-svc: error: {exc}", file=sys.stderr)
         return 2

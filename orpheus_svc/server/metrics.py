@@ -1,7 +1,8 @@
 """Prometheus metrics on their own port (server.metrics_port; 0 = off).
 
-Gauges and totals are read from the server state and the engine's published snapshot at
-scrape time, so the hot path pays nothing for them. Only three things are observed as they
+Gauges and totals are read at scrape time from ServerState.snapshot(): an immutable
+MetricsSnapshot the event loop computes for the scrape (this thread never touches the loop's
+live state), so the hot path pays nothing for them. Only three things are observed as they
 happen: the engine's batch size per step (a callback from the engine thread), the codec's
 windows per decode call (from the flusher thread) and each session's time to first audio.
 prometheus_client's histograms are thread-safe.
@@ -23,7 +24,8 @@ class _StateCollector:
         self.state = state
 
     def collect(self):
-        st = self.state.status()
+        snap = self.state.snapshot()
+        st = snap.status
         gauges = {
             # what the HPA scales on: calls with work (text being spoken or audio pending);
             # idle calls waiting for their client are orpheus_sessions_idle
@@ -48,7 +50,7 @@ class _StateCollector:
             "orpheus_slots_free": ("KV slots free", st.free_slots),
             "orpheus_underrun_risk_sessions": (
                 "Sessions generating with under 250 ms of audio buffered ahead of playback",
-                self.state.underrun_risk()),
+                snap.underrun_risk),
             "orpheus_serving": ("1 when the model is loaded and the server accepts sessions",
                                 int(st.serving)),
         }
@@ -72,7 +74,7 @@ class _StateCollector:
             yield CounterMetricFamily(name, doc, value=value)
         errors = CounterMetricFamily("orpheus_errors", "Calls that ended with an error status",
                                      labels=["code"])
-        for code, n in sorted(self.state.errors.items()):
+        for code, n in snap.errors:
             errors.add_metric([code], n)
         yield errors
         timeouts = CounterMetricFamily("orpheus_session_timeouts",

@@ -16,6 +16,7 @@ from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
 from orpheus_svc.audio.pcm import allowed_rates, default_rate
 from orpheus_svc.core.generation import SamplingParams
 from orpheus_svc.core.normalize import has_normalizer
+from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
 
 from .session import (
@@ -33,6 +34,9 @@ from .session import (
 from .state import OpenCall, ServerState
 
 log = structlog.get_logger("orpheus_svc.session")
+
+# The gRPC edge's one mapping from the domain's status codes (the same names).
+GRPC_STATUS = {status: getattr(grpc.StatusCode, status.name) for status in Status}
 
 _ENCODINGS = {
     tts_pb2.AUDIO_ENCODING_UNSPECIFIED: "pcm16",
@@ -53,18 +57,18 @@ def _options(state: ServerState, voice: str, fmt: tts_pb2.AudioFormat,
     voices = state.runtime.voices if state.runtime is not None else english_registry()
     entry = voices.resolve(voice)  # any case; empty = the model's default voice
     if entry is None:
-        raise SessionError("INVALID_ARGUMENT", voices.unknown_message(voice))
+        raise SessionError(Status.INVALID_ARGUMENT, voices.unknown_message(voice))
     voice = entry.name  # the model's own spelling goes into the prompt
     encoding = _ENCODINGS.get(fmt.encoding)
     if encoding is None:
-        raise SessionError("INVALID_ARGUMENT", f"unknown audio encoding {fmt.encoding}")
+        raise SessionError(Status.INVALID_ARGUMENT, f"unknown audio encoding {fmt.encoding}")
     if encoding == "wav" and not allow_wav:
-        raise SessionError("INVALID_ARGUMENT",
+        raise SessionError(Status.INVALID_ARGUMENT,
                            "WAV is only offered by Synthesize; stream PCM16 or MULAW here")
     rate = fmt.sample_rate_hz or default_rate(encoding)
     allowed = allowed_rates(encoding)
     if rate not in allowed:
-        raise SessionError("INVALID_ARGUMENT", (
+        raise SessionError(Status.INVALID_ARGUMENT, (
             f"sample_rate_hz {rate} is not supported for {encoding.upper()}; "
             f"use one of {', '.join(map(str, allowed))}"))
     d = state.config.sampling
@@ -77,7 +81,7 @@ def _options(state: ServerState, voice: str, fmt: tts_pb2.AudioFormat,
     try:
         params.validate()
     except ValueError as exc:
-        raise SessionError("INVALID_ARGUMENT", f"sampling: {exc}") from exc
+        raise SessionError(Status.INVALID_ARGUMENT, f"sampling: {exc}") from exc
     # normalize_text unset: the server's default; never for a language without a normaliser
     wanted = state.config.text.normalize if normalize is None else normalize
     return SessionOptions(voice, encoding, rate, params,
@@ -206,7 +210,7 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
             if isinstance(request, Unparseable):
                 raise _Unparsed(request)
             if not request.text.strip():
-                raise SessionError("INVALID_ARGUMENT",
+                raise SessionError(Status.INVALID_ARGUMENT,
                                    "text is empty or only whitespace; nothing to speak")
             await self._run(context, call, (request.voice, request.audio_format,
                                             request.sampling, True, _normalize(request)),
@@ -218,7 +222,7 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
             await self._refuse_unparsed(context, "ListVoices", request)
         runtime = self.state.runtime
         if runtime is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
+            await context.abort(GRPC_STATUS[Status.UNAVAILABLE],
                                 "the model is still loading, so its voices are not known yet; "
                                 "retry shortly (health reports SERVING when ready)")
         return voice_list(runtime.voices)
@@ -231,10 +235,10 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
     # -- shared ---------------------------------------------------------------------------
 
     async def _refuse_unparsed(self, context, rpc: str, bad: Unparseable) -> None:
-        self.state.count_error("INVALID_ARGUMENT")
-        log.warning("call refused", rpc=rpc, status="INVALID_ARGUMENT", reason=UNPARSEABLE,
+        self.state.count_error(Status.INVALID_ARGUMENT)
+        log.warning("call refused", rpc=rpc, status=Status.INVALID_ARGUMENT, reason=UNPARSEABLE,
                     detail=bad.error)
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, UNPARSEABLE)
+        await context.abort(GRPC_STATUS[Status.INVALID_ARGUMENT], UNPARSEABLE)
 
     async def _serve(self, context, rpc: str, body) -> None:
         """Open the call (or refuse it at the server.max_sessions cap), run `body`, and end
@@ -247,23 +251,23 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
         try:
             refusal = self.state.open_call(call)
             if refusal is not None:
-                self.state.count_error("RESOURCE_EXHAUSTED")
-                log.warning("call refused", rpc=rpc, status="RESOURCE_EXHAUSTED",
+                self.state.count_error(Status.RESOURCE_EXHAUSTED)
+                log.warning("call refused", rpc=rpc, status=Status.RESOURCE_EXHAUSTED,
                             reason=refusal)
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
+                await context.abort(GRPC_STATUS[Status.RESOURCE_EXHAUSTED], refusal)
             await body(call)
         except _Unparsed as exc:
-            code, reason, outcome, level = "INVALID_ARGUMENT", UNPARSEABLE, "INVALID_ARGUMENT", \
-                "warning"
+            code, reason, outcome, level = Status.INVALID_ARGUMENT, UNPARSEABLE, \
+                Status.INVALID_ARGUMENT, "warning"
             detail = exc.bad.error
         except SessionError as exc:
             code, reason, outcome = exc.code, exc.message, exc.cause or exc.code
-            level = "warning" if exc.cause or exc.code in ("INTERNAL", "UNAVAILABLE") else "info"
+            level = "warning" if exc.cause or exc.code in (Status.INTERNAL, Status.UNAVAILABLE) else "info"
             detail = None
         except asyncio.CancelledError:
             if call.cut_by is None:  # the client cancelled, its deadline passed, or it left
                 outcome = "cancelled"
-                log.info("call cancelled", rpc=rpc, status="CANCELLED",
+                log.info("call cancelled", rpc=rpc, status=Status.CANCELLED,
                          reason="cancelled by the client, its deadline or a disconnect")
                 raise
             asyncio.current_task().uncancel()
@@ -275,13 +279,13 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
             else:
                 reason = (f"no SynthesisConfig within {s.idle_timeout_seconds:g} s "
                           "(session.idle_timeout_seconds)")
-            code, outcome, level, detail = "DEADLINE_EXCEEDED", call.cut_by, "warning", None
+            code, outcome, level, detail = Status.DEADLINE_EXCEEDED, call.cut_by, "warning", None
         except grpc.aio.AbortError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bug here must still end the call cleanly
             error_id = uuid.uuid4().hex[:10]
             log.error("call failed", rpc=rpc, error_id=error_id, exc_info=exc)
-            code, outcome, level, detail = "INTERNAL", "INTERNAL", "error", None
+            code, outcome, level, detail = Status.INTERNAL, Status.INTERNAL, "error", None
             reason = f"internal error (error id {error_id}; the server log has details)"
         finally:
             self.state.close_call(call, outcome)
@@ -294,7 +298,7 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
         if level != "error":
             getattr(log, level)("call ended" if call.session is not None else "call refused",
                                 **fields)
-        status = getattr(grpc.StatusCode, code)
+        status = GRPC_STATUS[code]
         if call.stalled:
             try:  # queued behind audio the client does not read: do not wait for it
                 await asyncio.wait_for(context.abort(status, reason), _STATUS_GRACE_S)
@@ -307,12 +311,12 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
         try:
             first = await request_iterator.__anext__()
         except StopAsyncIteration:
-            raise SessionError("INVALID_ARGUMENT",
+            raise SessionError(Status.INVALID_ARGUMENT,
                                "empty stream: send a SynthesisConfig, then text") from None
         if isinstance(first, Unparseable):
             raise _Unparsed(first)
         if first.WhichOneof("request") != "config":
-            raise SessionError("FAILED_PRECONDITION",
+            raise SessionError(Status.FAILED_PRECONDITION,
                                "the first message must be a SynthesisConfig (voice, audio "
                                f"format); got {first.WhichOneof('request') or 'an empty message'}"
                                " first")
@@ -323,7 +327,7 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
         voice, fmt, sampling, allow_wav, normalize = settings
         runtime = self.state.runtime_or_none()
         if runtime is None:
-            raise SessionError("UNAVAILABLE",
+            raise SessionError(Status.UNAVAILABLE,
                                "the model is still loading or the server is shutting down; "
                                "retry shortly (health reports SERVING when ready)")
         options = _options(self.state, voice, fmt, sampling, allow_wav=allow_wav,
@@ -364,15 +368,15 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
             elif kind == "flush":
                 yield FlushIn(req.flush.id)
             elif kind == "config":
-                raise SessionError("FAILED_PRECONDITION",
+                raise SessionError(Status.FAILED_PRECONDITION,
                                    "a SynthesisConfig may only be sent once, as the first message")
             else:
-                raise SessionError("INVALID_ARGUMENT", "empty request message: set text or flush")
+                raise SessionError(Status.INVALID_ARGUMENT, "empty request message: set text or flush")
 
 
 class _Unparsed(SessionError):
     """An Unparseable request: INVALID_ARGUMENT, logged at warning with the parser's words."""
 
     def __init__(self, bad: Unparseable) -> None:
-        super().__init__("INVALID_ARGUMENT", UNPARSEABLE)
+        super().__init__(Status.INVALID_ARGUMENT, UNPARSEABLE)
         self.bad = bad

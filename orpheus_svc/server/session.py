@@ -30,6 +30,7 @@ from orpheus_svc.config import TextConfig
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Finished, Rejected
 from orpheus_svc.core.generation import SamplingParams
 from orpheus_svc.core.normalize import normalize_text
+from orpheus_svc.core.status import Status
 from orpheus_svc.runtime import Runtime
 
 from .segmenter import END_OF_INPUT, FLUSH, Cut, SentenceBuffer
@@ -38,12 +39,12 @@ _log = structlog.get_logger("orpheus_svc.session")
 
 
 class SessionError(Exception):
-    """Ends a call with a grpc status code name and a message a person can act on; `cause`
-    names a time limit that ended it ("idle"), for the counters."""
+    """Ends a call with a domain Status (core/status.py; its name is accepted) and a message
+    a person can act on; `cause` names a time limit that ended it ("idle"), for the counters."""
 
-    def __init__(self, code: str, message: str, cause: str | None = None) -> None:
+    def __init__(self, code: Status | str, message: str, cause: str | None = None) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = Status(code)
         self.message = message
         self.cause = cause
 

@@ -10,17 +10,23 @@ the open calls and the watchdog that times them out.
             --> session.check_idle(): buffered text is spoken, then DEADLINE_EXCEEDED
         no config yet, session.idle_timeout_seconds after the call opened
             --> call.cut("idle"): its task is cancelled; DEADLINE_EXCEEDED
+
+Everything here belongs to the event loop. Other threads (the Prometheus collector) read
+`snapshot()`: an immutable MetricsSnapshot that the loop itself computes on their behalf,
+so no other thread ever iterates the open calls or the counters while the loop changes them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from orpheus_svc.config import Config
+from orpheus_svc.core.status import Status
 from orpheus_svc.runtime import Runtime
 
 
@@ -53,6 +59,15 @@ class StatusSnapshot:
     idle_timeouts_total: int = 0
     stalled_timeouts_total: int = 0
     failed_generations_total: int = 0    # failed by a backend or codec error
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """What a scrape reads: the status plus what only metrics show, frozen at one moment."""
+
+    status: StatusSnapshot
+    errors: tuple[tuple[str, int], ...]  # (status code name, calls), sorted by name
+    underrun_risk: int
 
 
 class OpenCall:
@@ -92,12 +107,19 @@ class ServerState:
         self.sessions_total = 0
         self.audio_seconds_total = 0.0
         self.outcomes: Counter[str] = Counter()
-        self.errors: Counter[str] = Counter()  # grpc status code name -> calls
+        # calls that ended with a status other than OK, by its name ("cancelled": by the client)
+        self.errors: Counter[str] = Counter()
         self.metrics = None  # server/metrics.py Metrics, set by the app
         self.calls: set[OpenCall] = set()
         self.refused: Counter[str] = Counter()   # reason -> calls refused at once
         self.timeouts: Counter[str] = Counter()  # "idle" | "stalled" -> calls ended
         self._watchdog: asyncio.Task | None = None
+        # the owning loop (set by the app when it starts; found here when built on it)
+        try:
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
+        self._published = self.publish()  # nothing open yet: safe from any thread
 
     # -- open calls -----------------------------------------------------------------------
 
@@ -160,12 +182,12 @@ class ServerState:
         self.outcomes[outcome] += 1
         if outcome in ("idle", "stalled"):
             self.timeouts[outcome] += 1
-            outcome = "DEADLINE_EXCEEDED"
+            outcome = Status.DEADLINE_EXCEEDED
         if outcome != "ok":
             self.count_error(outcome)
 
-    def count_error(self, code: str) -> None:
-        self.errors[code] += 1
+    def count_error(self, code: Status | str) -> None:
+        self.errors[str(code)] += 1
 
     def observe_ttfa(self, seconds: float) -> None:
         if self.metrics is not None:
@@ -173,6 +195,40 @@ class ServerState:
 
     def underrun_risk(self) -> int:
         return self.runtime.engine.stats().underrun_risk if self.runtime is not None else 0
+
+    # -- snapshots for other threads --------------------------------------------------------
+
+    def publish(self) -> MetricsSnapshot:
+        """Loop only: freeze the state now (and keep it as the latest published)."""
+        self._published = MetricsSnapshot(
+            status=self.status(), underrun_risk=self.underrun_risk(),
+            errors=tuple(sorted(self.errors.items())))
+        return self._published
+
+    def snapshot(self, timeout: float = 2.0) -> MetricsSnapshot:
+        """Any thread: a fresh snapshot, computed by the loop. When the loop does not answer
+        within `timeout` (busy, or closed at shutdown), the latest one it published."""
+        loop = self.loop
+        if loop is None or self._on_loop_thread(loop):
+            return self.publish()
+        done: concurrent.futures.Future = concurrent.futures.Future()
+
+        def on_loop() -> None:
+            if not done.cancelled():
+                done.set_result(self.publish())
+        try:
+            loop.call_soon_threadsafe(on_loop)
+            return done.result(timeout)
+        except (RuntimeError, concurrent.futures.TimeoutError):  # loop closed / too busy
+            done.cancel()
+            return self._published
+
+    @staticmethod
+    def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+        try:
+            return asyncio.get_running_loop() is loop
+        except RuntimeError:
+            return False
 
     def add_audio_seconds(self, seconds: float) -> None:
         self.audio_seconds_total += seconds
@@ -186,8 +242,11 @@ class ServerState:
             model=rt.model_name if rt is not None else "",
             active_sessions=self.active_sessions,
             active_generations=st.active if st else 0, waiting_generations=st.waiting if st else 0,
-            free_slots=st.free_slots if st else 0, total_slots=e.max_sessions,
-            max_batch_size=e.max_batch_size, sessions_total=self.sessions_total,
+            free_slots=st.free_slots if st else 0,
+            total_slots=st.total_slots if st else e.max_sessions,  # the backend's slots
+            # the engine's effective batch cap (a backend may raise the configured one)
+            max_batch_size=rt.engine.settings.max_batch_size if rt is not None
+            else e.max_batch_size, sessions_total=self.sessions_total,
             generations_total=st.submitted if st else 0, rejected_total=st.rejected if st else 0,
             tokens_total=st.tokens if st else 0, steps_total=st.steps if st else 0,
             grammar_violations=st.grammar_violations if st else 0,

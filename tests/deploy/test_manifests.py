@@ -198,6 +198,8 @@ def _server_requirements() -> list[Requirement]:
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     reqs = [Requirement(r) for r in project["dependencies"]]
+    # the images serve: the server extra is a runtime dependency for them
+    reqs += [Requirement(r) for r in project["optional-dependencies"]["server"]]
     # the client distribution is installed from ./clients/python; its own needs count too
     client = tomllib.loads((ROOT / "clients" / "python" / "pyproject.toml").read_text())["project"]
     reqs += [Requirement(r) for r in client["dependencies"]]

@@ -206,7 +206,7 @@ class _CountingBackend(TorchBackend):
 def test_engine_waits_instead_of_spinning_when_everything_is_far_ahead():
     events = Collector()
     core = EngineLoop(TorchBackend(tiny_model(max_seq_len=4096)), RecordingFlusher(events),
-                      events, seed=1, settings=SchedulerSettings(max_ahead_s=2.0))
+                      events, seed=1, settings=SchedulerSettings(max_ahead_seconds=2.0))
     core.start()
     try:
         gid = core.submit(_req(max_tokens=4000))

@@ -1,6 +1,11 @@
+import dataclasses
+import warnings
+
 import pytest
 
-from orpheus_svc.config import Config, ConfigError, load_config
+from orpheus_svc.cli import main
+from orpheus_svc.config import Config, ConfigError, dump, load_config
+from orpheus_svc.core.scheduler import SchedulerSettings
 
 
 def test_defaults_load_and_are_frozen():
@@ -36,7 +41,8 @@ def test_bad_values_name_the_setting():
         load_config(environ={}, overrides={"engine.backend": "onnx"})
     with pytest.raises(ConfigError, match="profile"):
         load_config(environ={"ORPHEUS_PROFILE": "fast"})
-    with pytest.raises(ConfigError, match="FlusherSettings.lookahead_samples"):
+    # a section's own check, worded with the section the person wrote
+    with pytest.raises(ConfigError, match="flusher.lookahead_samples must be a non-negative"):
         load_config(environ={}, overrides={"flusher.lookahead_samples": "100"})
 
 
@@ -49,3 +55,93 @@ def test_scheduler_settings_follow_engine_config():
     cfg = load_config(environ={}, overrides={"engine.max_batch_size": 7, "engine.aging_steps": 9})
     s = cfg.engine.scheduler_settings()
     assert s.max_batch_size == 7 and s.aging_steps == 9
+
+
+def test_scheduler_settings_have_the_config_names():
+    """One name per setting: every SchedulerSettings field but the (bench-only) order is an
+    engine.<name> setting, with the same default."""
+    engine = {f.name: f.default for f in dataclasses.fields(load_config(environ={}).engine)}
+    sched = SchedulerSettings()
+    for f in dataclasses.fields(SchedulerSettings):
+        if f.name != "priority":
+            assert f.name in engine and engine[f.name] == getattr(sched, f.name), f.name
+    s = load_config(environ={}, overrides={"engine.max_ahead_seconds": "2.5"}).engine \
+        .scheduler_settings()
+    assert s.max_ahead_seconds == 2.5
+
+
+@pytest.mark.parametrize("dotted, value, message", [
+    ("engine.max_batch_size", "0", "engine.max_batch_size must be >= 1, got 0"),
+    ("engine.max_waiting", "-1", "engine.max_waiting must be >= 0, got -1"),
+    ("engine.aging_steps", "0", "engine.aging_steps must be >= 1, got 0"),
+    ("engine.max_ahead_seconds", "-1", "engine.max_ahead_seconds must be >= 0, got -1.0"),
+    ("engine.max_sessions", "0", "engine.max_sessions must be >= 1, got 0"),
+    ("text.max_segment_chars", "10", "text.max_segment_chars must be between 20 and "
+                                     "text.max_text_chars, got 10"),
+    ("server.port", "70000", "server.port must be 0..65535, got 70000"),
+    ("server.tls_key_file", "k.pem", "server.tls_key_file and server.tls_cert_file must be "
+                                     "set together, got 'k.pem'"),
+    ("session.idle_timeout_seconds", "-1", "session.idle_timeout_seconds must be >= 0 (0 = off)"),
+    ("model.dtype", "int4", "model.dtype must be auto, float32, float16 or bfloat16, got 'int4'"),
+])
+def test_each_check_names_the_setting_as_the_file_does(dotted, value, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(environ={}, overrides={dotted: value})
+    assert str(err.value).startswith(message)
+
+
+def test_removed_scheduler_policy_is_explained():
+    with pytest.warns(FutureWarning, match="engine.scheduler_policy is deprecated and ignored"):
+        cfg = load_config(environ={}, overrides={"engine.scheduler_policy": "deadline"})
+    assert not hasattr(cfg.engine, "scheduler_policy")
+    with pytest.raises(ConfigError, match="engine.scheduler_policy: this setting was removed.*"
+                                          "bench/orpheus_bench/policies.py"):
+        load_config(environ={"ORPHEUS_ENGINE__SCHEDULER_POLICY": "fifo"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_config(environ={})  # nothing to say when the key is absent
+
+
+def test_dump_loads_back_to_the_same_config(tmp_path):
+    cfg = load_config(environ={"ORPHEUS_SERVER__PORT": "6001"},
+                      overrides={"profile": "longform", "engine.max_batch_size": "8",
+                                 "model.voices": "tara:en, leo:en"})
+    f = tmp_path / "effective.yaml"
+    f.write_text(dump(cfg))
+    assert load_config(f, environ={}) == cfg
+
+
+def test_config_command_prints_the_effective_configuration(tmp_path, capsys, monkeypatch):
+    f = tmp_path / "c.yaml"
+    f.write_text("engine:\n  max_batch_size: 8\n  max_waiting: 5\n")
+    monkeypatch.setenv("ORPHEUS_ENGINE__MAX_WAITING", "6")
+    assert main(["config", "--config", str(f), "--backend", "sim",
+                 "--set", "engine.aging_steps=9"]) == 0
+    out = capsys.readouterr().out
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(out)
+    e = load_config(printed, environ={}).engine
+    assert (e.max_batch_size, e.max_waiting, e.aging_steps, e.backend) == (8, 6, 9, "sim")
+    assert "engine:\n" in out and "  max_batch_size: 8\n" in out
+
+
+def test_config_command_reports_configuration_errors(capsys):
+    assert main(["config", "--set", "engine.max_batch_size=0"]) == 2
+    assert "engine.max_batch_size must be >= 1" in capsys.readouterr().err
+
+
+def test_config_command_from_the_shell_needs_no_model_and_no_server_stack(tmp_path):
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "ORPHEUS_ENGINE__MAX_WAITING": "7"}
+    probe = ("import sys; from orpheus_svc.cli import main; code = main(sys.argv[1:]); "
+             "assert 'torch' not in sys.modules and 'grpc' not in sys.modules; sys.exit(code)")
+    run = subprocess.run([sys.executable, "-c", probe, "config", "--profile", "longform"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    f = tmp_path / "out.yaml"
+    f.write_text(run.stdout)
+    cfg = load_config(f, environ={})
+    assert cfg.profile == "longform" and cfg.engine.max_waiting == 7
+    assert cfg.engine.max_ahead_seconds == 3.0  # from the profile

@@ -36,7 +36,7 @@ class Counting:
 
 def make(cls, horizon, batch):
     return cls(SlotPool(48, 4096), SchedulerSettings(
-        max_batch_size=batch, max_waiting=64, aging_steps=16, max_ahead_s=horizon))
+        max_batch_size=batch, max_waiting=64, aging_steps=16, max_ahead_seconds=horizon))
 
 
 def gen(gid, session, segment, arrival, expected, max_tokens):

@@ -65,7 +65,7 @@ def trtllm_scheduler_settings(engine: Any) -> SchedulerSettings:
         engine.scheduler_settings(),
         max_batch_size=max(engine.max_batch_size, engine.max_sessions),
         max_prefill_tokens=engine.max_sessions * engine.max_seq_len,
-        max_ahead_s=0.0)  # no horizon either: TensorRT-LLM keeps every request running
+        max_ahead_seconds=0.0)  # no horizon either: TensorRT-LLM keeps every request running
 
 
 def sampling_kwargs(gen: Generation, grammar: Any | None = None) -> dict[str, Any]:
