@@ -1,0 +1,107 @@
+"""The package's layers (docs/architecture.md): no import runs back up, and the core stays pure.
+
+Read from the source with ast, so a lazy import inside a function counts as much as one at
+the top of a module: a layer that imports a higher one, however late, is a cycle waiting.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "orpheus_svc"
+
+# Lowest first. A module may import modules of its own rank or lower, never higher.
+LAYERS: list[tuple[str, ...]] = [
+    ("core",),                      # pure domain logic
+    ("hub", "security"),            # leaf utilities: checkpoint resolution, API keys
+    ("audio",),                     # SNAC, flusher, encodings
+    ("config",),                    # settings and their validation
+    ("models",),                    # checkpoints, tokenizer, demo, voice lists
+    ("engine",),                    # the engine loop and the backends
+    ("runtime",),                   # builds and owns one engine (and its flusher)
+    ("server", "http", "synth"),    # the edges: gRPC, HTTP, offline synthesis
+    ("server.app", "cli"),          # composition roots
+]
+
+# What the pure core may import besides itself: the standard library, numpy, num2words.
+CORE_ALLOWED = {"numpy", "num2words"}
+
+
+def _rank(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "orpheus_svc" or len(parts) < 2:
+        return None
+    best = None
+    for rank, names in enumerate(LAYERS):
+        for name in names:
+            npart = name.split(".")
+            if parts[1:1 + len(npart)] == npart and (best is None or len(npart) > best[1]):
+                best = (rank, len(npart))
+    if best is None:
+        raise AssertionError(f"{module} is in no layer: add its package to LAYERS")
+    return best[0]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    found = set()
+    is_pkg = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base if is_pkg else base[:-1]
+                base = base[:len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+                if node.module is None:  # from . import a, b: each is a module
+                    found.update(f"{target}.{alias.name}" for alias in node.names)
+                    continue
+            else:
+                target = node.module or ""
+            found.add(target)
+    return found
+
+
+MODULES = _modules()
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_import_runs_back_up_the_layers(module):
+    own = _rank(module)
+    upward = sorted(t for t in _imports(module, MODULES[module])
+                    if (r := _rank(t)) is not None and r > own)
+    assert not upward, (f"{module} (layer {LAYERS[own]}) imports higher layers: {upward}")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("orpheus_svc.core")))
+def test_the_core_is_pure(module):
+    foreign = sorted({t.split(".")[0] for t in _imports(module, MODULES[module])}
+                     - {"orpheus_svc", "__future__"} - CORE_ALLOWED
+                     - set(sys.stdlib_module_names))
+    assert not foreign, f"{module} imports {foreign}: the core is pure (stdlib, numpy)"
+    assert not any(t.split(".")[0] in ("asyncio", "threading", "queue")
+                   for t in _imports(module, MODULES[module])), \
+        f"{module} uses threads or asyncio: those belong to the engine loop and the edges"
+
+
+def test_every_layer_name_exists():
+    """A renamed package must not leave its layer silently empty."""
+    for names in LAYERS:
+        for name in names:
+            assert any(m == f"orpheus_svc.{name}" or m.startswith(f"orpheus_svc.{name}.")
+                       for m in MODULES), f"LAYERS names orpheus_svc.{name}, which does not exist"
