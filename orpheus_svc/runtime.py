@@ -1,7 +1,9 @@
 """Builds the running engine from a Config: checkpoints, backend, flusher, EngineLoop.
 
 Used by both `orpheus-svc serve` and `orpheus-svc synth`, so the offline path and the
-server run exactly the same pipeline. With no model configured it loads the seeded demo
+server run exactly the same pipeline. `Runtime.open(request)` starts one generation and
+returns its GenerationHandle (engine/handle.py): the one way in for sessions, offline
+synth and warm-up. With no model configured it loads the seeded demo
 checkpoint (random weights of the real architecture: it streams audio, not speech) and
 says so.
 """

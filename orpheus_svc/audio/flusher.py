@@ -38,7 +38,7 @@ from orpheus_svc.core.tokens import CODES_PER_POSITION, FRAME_TOKENS, SAMPLE_RAT
 log = logging.getLogger(__name__)
 
 AudioSink = Callable[[Sequence[AudioEvent]], None]
-ErrorHandler = Callable[[Sequence[int], BaseException], "str | None"]  # -> message for the client
+ErrorHandler = Callable[[Sequence[int], BaseException], str | None]  # -> the client message
 
 _CLOSED_MEMORY = 65536  # ids of ended generations remembered, to ignore stray late pushes
 

@@ -181,7 +181,7 @@ class EngineLoop:
                     idle = self._step(events)
                 except Exception:  # a bug past the backend: fail loudly, keep the thread alive
                     log.exception("engine step failed; cancelling every running generation")
-                    self._cancel_all(events)
+                    self._cancel_all()
             self._stats = self._scheduler.stats(self._clock())
             events.flush()
         events.flush()
@@ -308,7 +308,7 @@ class EngineLoop:
                   exc_info=exc)
         return StepResult(errors={g.gen_id: internal_message(error_id) for g in gens})
 
-    def _cancel_all(self, events: EventBatch) -> None:
+    def _cancel_all(self) -> None:
         """Last resort after an unexpected error: end everything (slots free next step)."""
         error_id = new_error_id()
         log.error("engine bookkeeping failed (error id %s): ending %d running generations",

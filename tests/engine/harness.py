@@ -5,7 +5,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from orpheus_svc.core.events import AudioEvent, Rejected
+from orpheus_svc.core.events import AudioEvent
 from orpheus_svc.engine.handle import is_end
 
 
