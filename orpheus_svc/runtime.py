@@ -1,7 +1,9 @@
 """Builds the running engine from a Config: checkpoints, backend, flusher, EngineLoop.
 
 Used by both `orpheus-svc serve` and `orpheus-svc synth`, so the offline path and the
-server run exactly the same pipeline. With no model configured it loads the seeded demo
+server run exactly the same pipeline. `Runtime.open(request)` starts one generation and
+returns its GenerationHandle (engine/handle.py): the one way in for sessions, offline
+synth and warm-up. With no model configured it loads the seeded demo
 checkpoint (random weights of the real architecture: it streams audio, not speech) and
 says so.
 """
@@ -11,21 +13,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
 from orpheus_svc.audio.codec import load_snac
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.config import Config, ConfigError
-from orpheus_svc.core.events import AudioEvent, EngineEvent, EventSink, Finished, Rejected
+from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.prompt import build_prompt, expected_audio_seconds, max_tokens_for_text
 from orpheus_svc.core.tokens import FRAME_SECONDS
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
+from orpheus_svc.engine.handle import EventRouter, GenerationHandle
 from orpheus_svc.engine.loop import EngineLoop
 
 log = logging.getLogger(__name__)
@@ -49,57 +51,6 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return getattr(torch, name)
-
-
-class EventRouter:
-    """Routes engine events to per-generation handlers; the sink of EngineLoop and Flusher.
-
-    A handler registered with an asyncio `loop` runs on that loop: all of a batch's events
-    for one loop travel in a single call_soon_threadsafe, so the loop is woken once per
-    engine step or decode batch, not once per event. Other handlers run on the thread that
-    delivers the batch."""
-
-    def __init__(self) -> None:
-        self._handlers: dict[int, tuple[Callable[[EngineEvent], None], Any]] = {}
-        self._lock = threading.Lock()
-        self.on_audio_error: Callable[[Sequence[int], BaseException], None] = self._audio_error
-        self.failed_audio = 0  # generations failed by a codec error (GetStatus, metrics)
-
-    def register(self, gen_id: int, handler: Callable[[EngineEvent], None], loop: Any = None) -> None:
-        with self._lock:
-            self._handlers[gen_id] = (handler, loop)
-
-    def unregister(self, gen_id: int) -> None:
-        with self._lock:
-            self._handlers.pop(gen_id, None)
-
-    def __call__(self, batch: Sequence[EngineEvent]) -> None:
-        by_loop: dict[Any, list] = {}
-        with self._lock:
-            for ev in batch:
-                entry = self._handlers.get(ev.gen_id)
-                if entry is not None:
-                    by_loop.setdefault(entry[1], []).append((entry[0], ev))
-        for loop, items in by_loop.items():
-            if loop is None:
-                _deliver(items)
-            elif not loop.is_closed():
-                loop.call_soon_threadsafe(_deliver, items)
-
-    def _audio_error(self, gen_ids: Sequence[int], exc: BaseException) -> None:
-        # the client gets a short message and an id; the log gets the exception
-        from orpheus_svc.engine.loop import new_error_id
-        error_id = new_error_id()
-        self.failed_audio += len(gen_ids)
-        log.error("audio decode failed (error id %s) for generations %s", error_id,
-                  list(gen_ids), exc_info=exc)
-        msg = f"audio decode failed (error id {error_id}; the server log has details)"
-        self([Finished(g, "error", 0, 0, 0, msg) for g in gen_ids])
-
-
-def _deliver(items: list) -> None:
-    for handler, event in items:
-        handler(event)
 
 
 @dataclass
@@ -141,33 +92,29 @@ class Runtime:
                                  prompt_ids=prompt, max_tokens=max_tokens_for_text(text),
                                  sampling=sampling, expected_frames=expected)
 
+    def open(self, request: GenerationRequest, on_event: Callable[[EngineEvent], None] | None = None,
+             loop: Any = None) -> GenerationHandle:
+        """Start one generation and return its handle (engine/handle.py): its events in
+        order, ending with one final AudioEvent (with its Finish) or a Rejected; on `loop`
+        when given, one wake-up per batch; without `on_event`, read by handle.events()."""
+        return GenerationHandle(self.engine, self.router, request, on_event, loop)
+
     def warm_up(self, timeout: float = 300.0) -> float:
         """Run one short generation through engine and codec; returns its audio seconds."""
-        done = threading.Event()
-        got: dict[str, object] = {"samples": 0, "error": None}
-
-        def on_event(ev: EngineEvent) -> None:
-            if isinstance(ev, AudioEvent):
-                got["samples"] = int(got["samples"]) + ev.num_samples
-                if ev.final:
-                    done.set()
-            elif isinstance(ev, Rejected) or (isinstance(ev, Finished) and ev.reason == "error"):
-                got["error"] = getattr(ev, "reason", None) if isinstance(ev, Rejected) else ev.error
-                done.set()
-
-        gen_id = self.engine.new_id()
-        self.router.register(gen_id, on_event)
-        try:
-            req = self.request("warm-up", 0, self.voices.default, "Hello.")
-            req = dataclasses.replace(req, max_tokens=14)
-            self.engine.submit(req, gen_id)
-            if not done.wait(timeout):
-                raise RuntimeError(f"warm-up generation did not finish within {timeout:.0f} s")
-            if got["error"]:
-                raise RuntimeError(f"warm-up generation failed: {got['error']}")
-        finally:
-            self.router.unregister(gen_id)
-        return int(got["samples"]) / 24000
+        req = self.request("warm-up", 0, self.voices.default, "Hello.")
+        samples = 0
+        with self.open(dataclasses.replace(req, max_tokens=14)) as gen:
+            try:
+                for ev in gen.events(timeout):
+                    if isinstance(ev, Rejected):
+                        raise RuntimeError(f"warm-up generation failed: {ev.reason}")
+                    if isinstance(ev, AudioEvent):
+                        samples += ev.num_samples
+                        if ev.final and ev.finish is not None and ev.finish.reason == "error":
+                            raise RuntimeError(f"warm-up generation failed: {ev.finish.error}")
+            except TimeoutError:
+                raise RuntimeError(f"warm-up generation stalled: no progress for {timeout:.0f} s") from None
+        return samples / 24000
 
 
 def build_runtime(config: Config, router: EventRouter | None = None, *,

@@ -1,8 +1,9 @@
-"""Offline synthesis through the same EngineLoop and flusher the server uses (no gRPC)."""
+"""Offline synthesis through the server's own StreamSession, EngineLoop and flusher (no gRPC)."""
 
 from __future__ import annotations
 
-import queue
+import asyncio
+import dataclasses
 import sys
 import uuid
 import wave
@@ -12,12 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from orpheus_svc.audio.pcm import float_to_pcm16
-from orpheus_svc.core.events import AudioEvent, EngineEvent, Finished, Rejected
 from orpheus_svc.core.generation import SamplingParams
-from orpheus_svc.core.normalize import has_normalizer, normalize_text
+from orpheus_svc.core.normalize import has_normalizer
 from orpheus_svc.core.tokens import SAMPLE_RATE
 from orpheus_svc.runtime import Runtime
-from orpheus_svc.server.segmenter import SentenceBuffer
+from orpheus_svc.server.session import (
+    AudioOut, Input, SegmentEnded, SessionError, SessionOptions, StreamSession, Summary, TextIn,
+)
 
 
 class SynthesisError(RuntimeError):
@@ -37,60 +39,58 @@ class SynthResult:
 
 def synthesize(runtime: Runtime, text: str, voice: str = "", seed: int | None = None,
                progress: bool = False, normalize: bool | None = None) -> SynthResult:
-    """Speak `text` (segmented like streamed text); all segments generate concurrently.
-    `normalize` None follows text.normalize (English voices only, as in the server)."""
+    """Speak `text` through a StreamSession, the server's own session code, fed a list
+    instead of a client stream: segmented like streamed text, all segments generating at
+    once (none waits for a listener). `normalize` None follows text.normalize (English
+    voices only, as in the server). The PCM is the session's PCM16 output as float32,
+    so the WAV written from it holds exactly the samples a client would get."""
     entry = runtime.voices.resolve(voice)  # any case; empty = the model's default voice
     if entry is None:
         raise SynthesisError(runtime.voices.unknown_message(voice))
-    voice = entry.name
     if normalize is None:
         normalize = runtime.config.text.normalize
-    normalize = normalize and has_normalizer(entry.language)
-    buf = SentenceBuffer(max_chars=runtime.config.text.max_segment_chars, language=entry.language)
-    segments = buf.push(text) + buf.close()
-    if not segments:
-        raise SynthesisError("text is empty")
-    events: queue.SimpleQueue[EngineEvent] = queue.SimpleQueue()
-    session = f"synth-{uuid.uuid4().hex[:8]}"
     s = runtime.config.sampling
-    ids = []
-    for i, seg in enumerate(segments):
-        sampling = SamplingParams(s.temperature, s.top_p, s.repetition_penalty,
-                                  None if seed is None else seed + i)
-        gid = runtime.engine.new_id()
-        runtime.router.register(gid, events.put)
-        spoken = normalize_text(seg, entry.language) if normalize else seg
-        runtime.engine.submit(runtime.request(session, i, voice, spoken, sampling), gid)
-        ids.append(gid)
-    audio: dict[int, list[np.ndarray]] = {g: [] for g in ids}
-    tokens, pending = 0, set(ids)
-    bar = _bar(progress, len(segments))
+    options = SessionOptions(
+        voice=entry.name, encoding="pcm16", sample_rate=SAMPLE_RATE,
+        sampling=SamplingParams(s.temperature, s.top_p, s.repetition_penalty, seed),
+        normalize_text=normalize and has_normalizer(entry.language), language=entry.language)
+    # no per-call text limit offline, and every segment in flight (a segment is >= 1 char)
+    text_config = dataclasses.replace(
+        runtime.config.text, max_text_chars=max(runtime.config.text.max_text_chars, len(text)),
+        max_segments_in_flight=max(1, len(text)))
+    session = StreamSession(runtime, options, text_config, f"synth-{uuid.uuid4().hex[:8]}")
     try:
-        while pending:
-            ev = events.get()
-            if isinstance(ev, Rejected):
-                raise SynthesisError(ev.reason)
-            if isinstance(ev, Finished):
-                if ev.reason == "error":
-                    raise SynthesisError(ev.error or "generation failed")
-                tokens += ev.num_generated
-            elif isinstance(ev, AudioEvent):
-                audio[ev.gen_id].append(ev.pcm)
+        return asyncio.run(_collect(session, [TextIn(text)], _bar(progress)))
+    except SessionError as exc:
+        raise SynthesisError(exc.message) from None
+
+
+async def _collect(session: StreamSession, inputs: list[Input], bar) -> SynthResult:
+    async def source():
+        for item in inputs:
+            yield item
+
+    pcm: list[np.ndarray] = []
+    segments: list[str] = []
+    num_samples, num_tokens = 0, 0
+    try:
+        async for out in session.run(source()):
+            if isinstance(out, AudioOut):
+                pcm.append(np.frombuffer(out.audio, dtype="<i2").astype(np.float32) / 32767.0)
+                num_samples += out.num_samples
                 if bar is not None:
-                    bar.set_postfix_str(f"{sum(len(p) for a in audio.values() for p in a) / SAMPLE_RATE:.1f} s audio")
-                if ev.final:
-                    pending.discard(ev.gen_id)
-                    if bar is not None:
-                        bar.update(1)
+                    bar.set_postfix_str(f"{num_samples / SAMPLE_RATE:.1f} s audio")
+            elif isinstance(out, SegmentEnded):
+                segments.append(out.text)
+                if bar is not None:
+                    bar.update(1)
+            elif isinstance(out, Summary):
+                num_tokens = out.num_tokens
     finally:
-        for gid in ids:
-            runtime.router.unregister(gid)
-            if gid in pending:
-                runtime.engine.cancel(gid)
         if bar is not None:
             bar.close()
-    pcm = np.concatenate([p for g in ids for p in audio[g]] or [np.zeros(0, np.float32)])
-    return SynthResult(pcm=pcm, segments=segments, num_tokens=tokens)
+    return SynthResult(pcm=np.concatenate(pcm or [np.zeros(0, np.float32)]).astype(np.float32),
+                       segments=segments, num_tokens=num_tokens)
 
 
 def write_wav(path: Path, pcm: np.ndarray, rate: int = SAMPLE_RATE) -> None:
@@ -101,8 +101,8 @@ def write_wav(path: Path, pcm: np.ndarray, rate: int = SAMPLE_RATE) -> None:
         w.writeframes(float_to_pcm16(pcm))
 
 
-def _bar(enabled: bool, total: int):
+def _bar(enabled: bool):
     if not enabled:
         return None
     from tqdm import tqdm
-    return tqdm(total=total, unit="segment", file=sys.stderr, desc="synthesizing")
+    return tqdm(unit="segment", file=sys.stderr, desc="synthesizing")

@@ -31,7 +31,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from orpheus_svc.audio.flusher import Flusher
     from orpheus_svc.audio.settings import FlusherSettings
-    from orpheus_svc.core.events import Finished
     from orpheus_svc.core.generation import GenerationRequest
     from orpheus_svc.core.prompt import build_prompt
     from orpheus_svc.core.scheduler import SchedulerSettings
@@ -43,11 +42,16 @@ def main(argv: list[str] | None = None) -> int:
     backend = SimBackend(profile, num_slots=args.gens * 2, max_seq_len=4096, sleep=lambda s: None)
     codec = SimCodec(profile, sleep=lambda s: None)
     audio_events = [0]
-    flusher = Flusher(codec, FlusherSettings(), lambda evs: audio_events.__setitem__(0, audio_events[0] + len(evs)))
     finished: list[int] = []
 
-    def sink(batch):
-        finished.extend(1 for e in batch if isinstance(e, Finished))
+    def audio_sink(evs):  # a generation ends with its final audio event (its Finish)
+        audio_events[0] += len(evs)
+        finished.extend(1 for e in evs if e.final)
+
+    flusher = Flusher(codec, FlusherSettings(), audio_sink)
+
+    def sink(batch):  # Admitted / Rejected
+        pass
 
     core = EngineLoop(backend, flusher, sink,
                       settings=SchedulerSettings(max_batch_size=args.gens * 2,

@@ -11,7 +11,11 @@ decode.
 
 Guarantees per generation: offsets are contiguous from 0; F frames give exactly F*2048
 samples; the last event has final=True (a generation with no frames gets one empty final
-event); after drop() returns, no sink call that starts later carries that generation.
+event) and carries the Finish pushed with the last frames; after drop() returns, no sink
+call that starts later carries that generation, except, when drop() was given a Finish,
+one empty final event with it (unless the generation had ended already). So each
+generation the engine feeds ends with exactly one final event, from this thread, after
+all of its audio (the engine thread never emits a generation's end itself).
 """
 
 from __future__ import annotations
@@ -28,13 +32,13 @@ import torch
 
 from orpheus_svc.audio.settings import HOP, FlusherSettings
 from orpheus_svc.audio.windows import Window, plan_windows, ready_end
-from orpheus_svc.core.events import AudioEvent
+from orpheus_svc.core.events import AudioEvent, Finish
 from orpheus_svc.core.tokens import CODES_PER_POSITION, FRAME_TOKENS, SAMPLE_RATE, SAMPLES_PER_FRAME
 
 log = logging.getLogger(__name__)
 
 AudioSink = Callable[[Sequence[AudioEvent]], None]
-ErrorHandler = Callable[[Sequence[int], BaseException], None]
+ErrorHandler = Callable[[Sequence[int], BaseException], str | None]  # -> the client message
 
 _CLOSED_MEMORY = 65536  # ids of ended generations remembered, to ignore stray late pushes
 
@@ -46,6 +50,7 @@ class _Stream:
     frames: list[np.ndarray] = field(default_factory=list)
     num_frames: int = 0
     final: bool = False
+    finish: Finish | None = None  # how it ended, pushed with the last frames
     emitted: int = 0
     first_audio_at: float | None = None  # flusher clock when its first audio went out
     starts_at: float | None = None  # when the listener reaches this audio, if the engine knows
@@ -85,8 +90,9 @@ class Flusher:
     """Turns pushed frames into AudioEvents. See the module docstring for the guarantees.
 
     `sink` is called from the flusher thread with a non-empty list of AudioEvents, once per
-    iteration. `on_error(gen_ids, exc)` is called if a decode fails; those generations are
-    then dropped (default: log the error).
+    iteration. `on_error(gen_ids, exc)` is called if a decode fails and returns the message
+    for those generations' final events (Finish reason "error"); they are then forgotten
+    (default: log the error).
     """
 
     def __init__(self, codec, settings: FlusherSettings, sink: AudioSink,
@@ -101,9 +107,12 @@ class Flusher:
         self.on_decode = on_decode  # called with the windows of each SNAC call (metrics)
         self._name = name
         self._lock = threading.Condition(threading.Lock())
-        # (gen_id, frames, final, starts_at); frames None = drop
-        self._commands: list[tuple[int, np.ndarray | None, bool, float | None]] = []
+        # (gen_id, frames, final, starts_at, finish); frames None = drop
+        self._commands: list[tuple[int, np.ndarray | None, bool, float | None,
+                                   Finish | None]] = []
         self._dropped: set[int] = set()  # dropped since the last drain: filter in-flight output
+        self._ends: list[AudioEvent] = []  # final events of dropped/failed generations, to emit
+        self._unsent: dict[int, int] = {}  # dropped gen -> offset of its first filtered event
         self._streams: dict[int, _Stream] = {}
         self._closed: OrderedDict[int, None] = OrderedDict()
         self._stopping = False
@@ -117,10 +126,11 @@ class Flusher:
 
     # -- producer side (any thread) -------------------------------------------------------
     def push(self, gen_id: int, frames: np.ndarray, final: bool = False,
-             starts_at: float | None = None) -> None:
+             starts_at: float | None = None, finish: Finish | None = None) -> None:
         """Append frames ([n, 7] codes, n may be 0) to a generation; final: no more will come.
         starts_at (flusher clock): when the listener will reach this generation's audio, if
         later than its first audio goes out; given with the first frames, kept after.
+        finish: how the generation ended (implies final); its final event carries it.
 
         Raises ValueError at once (in the caller's thread, where the bug is) for a wrong
         shape or a code outside 0..4095; otherwise never waits for the flusher.
@@ -133,13 +143,15 @@ class Flusher:
         if frames.size and (frames.min() < 0 or frames.max() >= CODES_PER_POSITION):
             raise ValueError(f"codes must be 0..{CODES_PER_POSITION - 1} (generation {gen_id})")
         with self._lock:
-            self._commands.append((gen_id, frames, final, starts_at))
+            self._commands.append((gen_id, frames, final or finish is not None, starts_at, finish))
             self._lock.notify()
 
-    def drop(self, gen_id: int) -> None:
-        """Forget a cancelled generation: no audio of it is emitted by later sink calls."""
+    def drop(self, gen_id: int, finish: Finish | None = None) -> None:
+        """Forget a cancelled or failed generation: no audio of it is emitted by later sink
+        calls. With `finish`, an empty final event carrying it follows (where its audio
+        stopped), unless the generation's final event was emitted already."""
         with self._lock:
-            self._commands.append((gen_id, None, True, None))
+            self._commands.append((gen_id, None, True, None, finish))
             self._dropped.add(gen_id)
             self._lock.notify()
 
@@ -190,7 +202,7 @@ class Flusher:
         self._drain()
         now = self.clock()
         low = self.settings.low_water_samples
-        events: list[AudioEvent] = []
+        events, self._ends = self._ends, []  # ends of dropped generations (from _drain)
         due: list[tuple[int, _Stream, list[Window]]] = []
         for gid, st in self._streams.items():
             windows = plan_windows(st.num_frames, st.final, st.emitted, self.settings,
@@ -199,7 +211,8 @@ class Flusher:
                 due.append((gid, st, windows))
             elif st.final and st.emitted == st.num_frames * SAMPLES_PER_FRAME:
                 # Nothing left to decode (no frames at all, or all sent before `final` came).
-                events.append(AudioEvent(gid, np.zeros(0, np.float32), st.emitted, final=True))
+                events.append(AudioEvent(gid, np.zeros(0, np.float32), st.emitted, final=True,
+                                         finish=st.finish))
         # Only generations with windows due are ranked (stable: arrival order among equals).
         due.sort(key=lambda d: d[1].urgency(now))
         jobs = [(gid, st, w) for gid, st, windows in due for w in windows]
@@ -215,14 +228,17 @@ class Flusher:
             if st.first_audio_at is None:
                 st.first_audio_at = sent_at
             is_last = st.final and w.end == st.num_frames * SAMPLES_PER_FRAME
-            events.append(AudioEvent(gid, audio, w.start, final=is_last))
+            events.append(AudioEvent(gid, audio, w.start, final=is_last,
+                                     finish=st.finish if is_last else None))
             st.emitted = w.end
+        events += self._ends  # failed decodes (_fail)
+        self._ends = []
         for event in events:
             if event.final:
                 self._close(event.gen_id)
         self._wake_at = self._next_hungry_time()
         with self._lock:
-            events = [e for e in events if e.gen_id not in self._dropped]
+            events = self._unless_dropped(events)
         if events:
             self.sink(events)
         return len(events)
@@ -242,13 +258,31 @@ class Flusher:
                 due = t if due is None else min(due, t)
         return due
 
+    def _unless_dropped(self, events: list[AudioEvent]) -> list[AudioEvent]:
+        """`events` without those of generations dropped meanwhile (lock held). Their drop
+        commands wait for the next drain, which emits their end where the audio the
+        consumer got stops, so what is filtered here is remembered."""
+        kept = []
+        for e in events:
+            if e.gen_id not in self._dropped:
+                kept.append(e)
+                continue
+            self._unsent.setdefault(e.gen_id, e.sample_offset)
+            if e.final:  # its end was not sent after all: the drop sends one
+                self._closed.pop(e.gen_id, None)
+        return kept
+
     def _drain(self) -> None:
         with self._lock:
             commands, self._commands = self._commands, []
             self._dropped.clear()  # their drop commands are in `commands`
-        for gid, frames, final, starts_at in commands:
+        for gid, frames, final, starts_at, finish in commands:
             if frames is None:
-                self._streams.pop(gid, None)
+                st = self._streams.pop(gid, None)
+                offset = self._unsent.pop(gid, st.emitted if st is not None else 0)
+                if finish is not None and gid not in self._closed:
+                    self._ends.append(AudioEvent(gid, np.zeros(0, np.float32), offset,
+                                                 final=True, finish=finish))
                 self._remember_closed(gid)
                 continue
             st = self._streams.get(gid)
@@ -264,6 +298,7 @@ class Flusher:
                 st.frames.append(frames)
                 st.num_frames += len(frames)
             st.final = final
+            st.finish = finish
             if starts_at is not None and st.starts_at is None:
                 st.starts_at = starts_at
 
@@ -333,10 +368,22 @@ class Flusher:
         return z[..., first:first + w.num_steps]
 
     def _fail(self, gen_ids: list[int], exc: BaseException) -> None:
-        for gid in gen_ids:
-            self._streams.pop(gid, None)
-            self._remember_closed(gid)
+        """Forget generations whose decode failed; each ends with an empty final event whose
+        Finish says "error" (the message from on_error), emitted by this iteration."""
+        ids = sorted(set(gen_ids))
+        message = None
         if self.on_error is not None:
-            self.on_error(sorted(set(gen_ids)), exc)
+            message = self.on_error(ids, exc)
         else:
-            log.error("SNAC decode failed for generations %s: %s", sorted(set(gen_ids)), exc)
+            log.error("SNAC decode failed for generations %s: %s", ids, exc)
+        for gid in ids:
+            st = self._streams.pop(gid, None)
+            if st is None:
+                continue
+            done = st.finish
+            finish = Finish("error", done.num_prompt_tokens if done else 0,
+                            done.num_generated if done else 0, st.num_frames,
+                            message or "audio decode failed")
+            self._ends.append(AudioEvent(gid, np.zeros(0, np.float32), st.emitted, final=True,
+                                         finish=finish))
+            self._remember_closed(gid)

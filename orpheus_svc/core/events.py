@@ -1,5 +1,9 @@
 """Events that leave the engine (EngineLoop thread and Flusher thread) for their consumers.
 
+One generation's stream: [Admitted] AudioEvent* with the last one final (carrying its
+Finish), or a single Rejected (refused before it held a slot). Admitted and Rejected come
+from the engine thread, the audio and the end from the flusher thread.
+
 The engine boundary is message based: commands go in (see engine/loop.py), these come out,
 in batches (a sink is called with a list), so that a consumer on an asyncio loop pays one
 call_soon_threadsafe per batch rather than one per event. Everything here is plain data.
@@ -36,47 +40,44 @@ class Rejected:
 
 
 @dataclass(frozen=True)
+class Finish:
+    """How a generation ended; carried by its final AudioEvent.
+
+    reason: "stop" (the model's stop id) | "length" (max_tokens) | "cancelled" | "error".
+    The engine decides it and hands it to the flusher with the generation's last frames
+    (or with drop), so the flusher thread is the one producer of a generation's events
+    after admission: its audio, then this, in one ordered stream."""
+
+    reason: str
+    num_prompt_tokens: int
+    num_generated: int
+    num_frames: int
+    error: str | None = None  # a message a person can act on (reason "error")
+
+
+@dataclass(frozen=True)
 class AudioEvent:
     """PCM for one generation: float32 mono at 24 kHz, starting at `sample_offset`.
 
     Offsets are contiguous per generation: each event starts where the previous ended.
-    The last event of a generation has final=True (its pcm may be empty); by then the
-    generation has produced exactly num_frames x 2048 samples.
+    The last event of a generation has final=True (its pcm may be empty) and, from the
+    engine, its `finish`; nothing of the generation follows it. A generation that ended by
+    "stop" or "length" has by then produced exactly num_frames x 2048 samples; one that was
+    cancelled or failed ends with an empty final event where its audio stopped.
     """
 
     gen_id: int
     pcm: np.ndarray
     sample_offset: int
     final: bool = False
+    finish: Finish | None = None  # set on the final event (None only from a bare Flusher)
 
     @property
     def num_samples(self) -> int:
         return int(self.pcm.shape[0])
 
 
-@dataclass(frozen=True)
-class Finished:
-    """Token generation ended (stop id, max_tokens, cancel or error). Audio may still follow
-    from the flusher until its final AudioEvent (not for cancel/error: those get none)."""
-
-    gen_id: int
-    reason: str  # "stop" | "length" | "cancelled" | "error"
-    num_prompt_tokens: int
-    num_generated: int
-    num_frames: int
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class FramesReady:
-    """Engine -> flusher: new complete frames of a generation ([n, 7] codes, position order)."""
-
-    gen_id: int
-    frames: np.ndarray
-    final: bool = False
-
-
-EngineEvent = Union[Admitted, Rejected, AudioEvent, Finished]
+EngineEvent = Union[Admitted, Rejected, AudioEvent]
 EventSink = Callable[[Sequence[EngineEvent]], None]
 
 

@@ -3,9 +3,13 @@
 Message based on both sides, so it can move to its own process without a rewrite:
 
     submit(request) / cancel(gen_id)  ->  command queue  ->  engine thread
-    engine thread  ->  sink([Admitted | Rejected | Finished ...])   one call per step
-    engine thread  ->  flusher.push(gen_id, frames, final) / drop(gen_id)
+    engine thread  ->  sink([Admitted | Rejected ...])             one call per step
+    engine thread  ->  flusher.push(gen_id, frames, final, finish=) / drop(gen_id, finish)
     flusher thread ->  sink([AudioEvent ...])                      one call per decode batch
+
+A generation's end (its Finish) goes to the flusher with its last frames or with drop, and
+comes out on its final AudioEvent: after admission the flusher thread alone speaks for a
+generation, so its consumer gets one ordered stream.
 
 Nothing outside the engine thread touches scheduler or backend state; stats() returns the
 immutable snapshot the thread published after its last step.
@@ -26,7 +30,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from orpheus_svc.core.events import Admitted, EventBatch, EventSink, Finished, Rejected
+from orpheus_svc.core.events import Admitted, EventBatch, EventSink, Finish, Rejected
 from orpheus_svc.core.generation import Generation, GenerationRequest
 from orpheus_svc.core.scheduler import (
     AdmissionError,
@@ -94,9 +98,9 @@ class Backend(Protocol):
 
 class FrameSink(Protocol):
     def push(self, gen_id: int, frames: np.ndarray, final: bool,
-             starts_at: float | None = None) -> None: ...
+             starts_at: float | None = None, finish: Finish | None = None) -> None: ...
 
-    def drop(self, gen_id: int) -> None: ...
+    def drop(self, gen_id: int, finish: Finish | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -189,7 +193,7 @@ class EngineLoop:
                     idle = self._step(events)
                 except Exception:  # a bug past the backend: fail loudly, keep the thread alive
                     log.exception("engine step failed; cancelling every running generation")
-                    self._cancel_all(events)
+                    self._cancel_all()
             self._stats = self._scheduler.stats(self._clock())
             events.flush()
         events.flush()
@@ -209,7 +213,7 @@ class EngineLoop:
             else:
                 gen = self._scheduler.cancel(cmd.gen_id, self._clock())
                 if gen is not None:  # was still waiting: ends now, it never held a slot
-                    events.add(self._finished(gen))
+                    self.flusher.drop(gen.gen_id, self._finish(gen))
             try:
                 cmd = self._commands.get_nowait()
             except queue.Empty:
@@ -250,8 +254,7 @@ class EngineLoop:
         if plan.released:
             self.backend.release(plan.released)
             for gen in plan.released:
-                self.flusher.drop(gen.gen_id)
-                events.add(self._finished(gen))
+                self.flusher.drop(gen.gen_id, self._finish(gen))
         if plan.empty:
             return plan.idle_s
         result = self._isolated_step(plan)
@@ -267,15 +270,16 @@ class EngineLoop:
             # with it the chunk sizes and the decode order, follow the session's real buffer.
             starts_at = (self._scheduler.playback_start(gen, now)
                          if gen.num_frames == len(frames) else None)
-            self.flusher.push(gen.gen_id, np.asarray(frames, dtype=np.int64), ended, starts_at)
+            self.flusher.push(gen.gen_id, np.asarray(frames, dtype=np.int64), ended, starts_at,
+                              finish=self._finish(gen) if ended else None)
         with_frames = {g.gen_id for g, _ in outcome.frames}
         for gen in outcome.finished:
             if gen.finish_reason in ("stop", "length"):
                 if gen.gen_id not in with_frames:
-                    self.flusher.push(gen.gen_id, np.zeros((0, FRAME_TOKENS), np.int64), True)
+                    self.flusher.push(gen.gen_id, np.zeros((0, FRAME_TOKENS), np.int64), True,
+                                      finish=self._finish(gen))
             else:
-                self.flusher.drop(gen.gen_id)
-            events.add(self._finished(gen, result.errors.get(gen.gen_id)))
+                self.flusher.drop(gen.gen_id, self._finish(gen, result.errors.get(gen.gen_id)))
         return 0.0
 
     def _isolated_step(self, plan: StepPlan) -> StepResult:
@@ -316,20 +320,21 @@ class EngineLoop:
                   exc_info=exc)
         return StepResult(errors={g.gen_id: internal_message(error_id) for g in gens})
 
-    def _cancel_all(self, events: EventBatch) -> None:
+    def _cancel_all(self) -> None:
         """Last resort after an unexpected error: end everything (slots free next step)."""
         error_id = new_error_id()
         log.error("engine bookkeeping failed (error id %s): ending %d running generations",
                   error_id, len(self._scheduler.running()))
         for gen in self._scheduler.running():
             self._scheduler.cancel(gen.gen_id, self._clock())
-            self.flusher.drop(gen.gen_id)
-            events.add(Finished(gen.gen_id, "error", gen.num_prompt_tokens, gen.num_generated,
-                                gen.num_frames, internal_message(error_id)))
+            self.flusher.drop(gen.gen_id, Finish("error", gen.num_prompt_tokens,
+                                                 gen.num_generated, gen.num_frames,
+                                                 internal_message(error_id)))
 
     @staticmethod
-    def _finished(gen: Generation, error: str | None = None) -> Finished:
+    def _finish(gen: Generation, error: str | None = None) -> Finish:
+        """How `gen` ended, for the flusher to put on its final event."""
         if gen.finish_reason == "error" and error is None:
             error = "the model emitted a token outside the audio grammar"
-        return Finished(gen.gen_id, gen.finish_reason or "cancelled", gen.num_prompt_tokens,
-                        gen.num_generated, gen.num_frames, error)
+        return Finish(gen.finish_reason or "cancelled", gen.num_prompt_tokens,
+                      gen.num_generated, gen.num_frames, error)

@@ -3,8 +3,8 @@
 Every HTTP route and the WebSocket call `authorize()` before doing any work. With no keys
 configured it admits everyone, as the gRPC edge does. With keys (docs/security.md) it
 resolves the caller from the `Authorization: Bearer <key>` header (the `openai` SDK sends
-its api_key there; browsers' WebSockets pass it as the `api_key` query parameter) and raises ApiError("UNAUTHENTICATED", ...) -> 401 or
-ApiError("RESOURCE_EXHAUSTED", ...) -> 429, using the same key store and limiter as the gRPC
+its api_key there; browsers' WebSockets pass it as the `api_key` query parameter) and raises ApiError(Status.UNAUTHENTICATED, ...) -> 401 or
+ApiError(Status.RESOURCE_EXHAUSTED, ...) -> 429, using the same key store and limiter as the gRPC
 interceptor, so both edges share one implementation.
 """
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import structlog
 from starlette.requests import HTTPConnection
+
+from orpheus_svc.core.status import Status
 
 from .errors import ApiError
 
@@ -39,14 +41,14 @@ async def authorize(conn: HTTPConnection) -> None:
         guard.unauthenticated_total += 1
         log.warning("request refused", path=conn.url.path, status="UNAUTHENTICATED",
                     reason=result.error)
-        raise ApiError("UNAUTHENTICATED", result.error)
+        raise ApiError(Status.UNAUTHENTICATED, result.error)
     is_session = conn.scope["type"] == "websocket" or conn.scope.get("method") == "POST"
     if is_session and _LEASE not in conn.scope.setdefault("state", {}):
         lease, refusal = guard.limiter.acquire(result.key)
         if lease is None:
             log.warning("request refused", path=conn.url.path, status="RESOURCE_EXHAUSTED",
                         api_key=result.key.name, reason=refusal)
-            raise ApiError("RESOURCE_EXHAUSTED", refusal)
+            raise ApiError(Status.RESOURCE_EXHAUSTED, refusal)
         conn.scope["state"][_LEASE] = lease
     return None
 

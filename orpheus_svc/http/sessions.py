@@ -14,6 +14,7 @@ from typing import AsyncIterator
 import structlog
 from orpheus_tts_client.proto.v1 import tts_pb2
 
+from orpheus_svc.core.status import Status
 from orpheus_svc.server.servicer import _options
 from orpheus_svc.server.session import Input, Output, SessionError, SessionOptions, StreamSession, Summary
 from orpheus_svc.server.state import OpenCall, ServerState
@@ -47,8 +48,8 @@ def session_options(state: ServerState, voice: str, encoding: str, sample_rate: 
 def require_runtime(state: ServerState):
     runtime = state.runtime_or_none()
     if runtime is None:
-        state.count_error("UNAVAILABLE")
-        raise ApiError("UNAVAILABLE", "the model is still loading or the server is shutting "
+        state.count_error(Status.UNAVAILABLE)
+        raise ApiError(Status.UNAVAILABLE, "the model is still loading or the server is shutting "
                        "down; retry shortly (health reports SERVING when ready)")
     return runtime
 
@@ -69,10 +70,10 @@ async def run_session(state: ServerState, options: SessionOptions, inputs: Async
     call = OpenCall(session.session_id, rpc, asyncio.current_task())
     refusal = state.open_call(call)
     if refusal is not None:
-        state.count_error("RESOURCE_EXHAUSTED")
+        state.count_error(Status.RESOURCE_EXHAUSTED)
         log.warning("call refused", rpc=rpc, session_id=session.session_id,
                     status="RESOURCE_EXHAUSTED", reason=refusal)
-        raise ApiError("RESOURCE_EXHAUSTED", refusal)
+        raise ApiError(Status.RESOURCE_EXHAUSTED, refusal)
     call.session = session
     outputs = session.run(inputs)
     loop = asyncio.get_running_loop()

@@ -19,6 +19,7 @@ from typing import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from orpheus_svc.core.status import Status
 from orpheus_svc.server.session import AudioOut, SessionError, Summary, TextIn
 
 from .auth import authorize
@@ -41,12 +42,12 @@ def _field(body: dict, name: str, kind: type, default=None, required: bool = Fal
     value = body.get(name, default)
     if value is None:
         if required:
-            raise ApiError("INVALID_ARGUMENT", f"'{name}' is required", name)
+            raise ApiError(Status.INVALID_ARGUMENT, f"'{name}' is required", name)
         return default
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise ApiError("INVALID_ARGUMENT",
+        raise ApiError(Status.INVALID_ARGUMENT,
                        f"'{name}' must be a {kind.__name__}, got {type(value).__name__}", name)
     return value
 
@@ -55,9 +56,9 @@ async def _json_body(request: Request) -> dict:
     try:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ApiError("INVALID_ARGUMENT", "the request body must be JSON") from None
+        raise ApiError(Status.INVALID_ARGUMENT, "the request body must be JSON") from None
     if not isinstance(body, dict):
-        raise ApiError("INVALID_ARGUMENT", "the request body must be a JSON object")
+        raise ApiError(Status.INVALID_ARGUMENT, "the request body must be a JSON object")
     return body
 
 
@@ -68,26 +69,26 @@ async def speech(request: Request) -> Response:
         body = await _json_body(request)
         model = _field(body, "model", str, required=True)
         if model not in MODEL_IDS:
-            raise ApiError("NOT_FOUND", f"unknown model {model!r}; this server offers "
+            raise ApiError(Status.NOT_FOUND, f"unknown model {model!r}; this server offers "
                            f"{', '.join(MODEL_IDS)} (all the same Orpheus model)", "model")
         text = _field(body, "input", str, required=True)
         if not text.strip():
-            raise ApiError("INVALID_ARGUMENT", "'input' is empty; nothing to speak", "input")
+            raise ApiError(Status.INVALID_ARGUMENT, "'input' is empty; nothing to speak", "input")
         limit = state.config.text.max_text_chars
         if len(text) > limit:
-            raise ApiError("INVALID_ARGUMENT", f"'input' is {len(text)} characters; this server's "
+            raise ApiError(Status.INVALID_ARGUMENT, f"'input' is {len(text)} characters; this server's "
                            f"limit is {limit} (text.max_text_chars)", "input")
         response_format = _field(body, "response_format", str, "mp3")
         if response_format not in FORMATS:
-            raise ApiError("INVALID_ARGUMENT", f"response_format {response_format!r} is not "
+            raise ApiError(Status.INVALID_ARGUMENT, f"response_format {response_format!r} is not "
                            f"offered; use one of {', '.join(FORMATS)}", "response_format")
         speed = _field(body, "speed", float, 1.0)
         if speed != 1.0:
-            raise ApiError("INVALID_ARGUMENT", "'speed' other than 1.0 is not supported by this "
+            raise ApiError(Status.INVALID_ARGUMENT, "'speed' other than 1.0 is not supported by this "
                            "server (it does no time-stretching); omit it", "speed")
         stream_format = _field(body, "stream_format", str, "audio")
         if stream_format not in ("audio", "sse"):
-            raise ApiError("INVALID_ARGUMENT", "stream_format must be 'audio' or 'sse'",
+            raise ApiError(Status.INVALID_ARGUMENT, "stream_format must be 'audio' or 'sse'",
                            "stream_format")
         seed = _field(body, "seed", int)
         voice = _field(body, "voice", str, "")

@@ -33,6 +33,7 @@ import json
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from orpheus_svc.core.status import Status
 from orpheus_svc.server.session import (AudioOut, FlushIn, SegmentEnded, SegmentStarted,
                                         SessionError, Summary, TextIn)
 
@@ -41,7 +42,7 @@ from .errors import ApiError
 from .sessions import require_runtime, run_session, session_options
 
 _END = object()
-_TRY_AGAIN = ("RESOURCE_EXHAUSTED", "UNAVAILABLE")
+_TRY_AGAIN = (Status.RESOURCE_EXHAUSTED, Status.UNAVAILABLE)
 
 
 async def _send_error(ws: WebSocket, code: str, message: str) -> None:
@@ -64,12 +65,12 @@ async def stream(ws: WebSocket) -> None:
         await authorize(ws)
         first = await ws.receive_json()
         if not isinstance(first, dict) or first.get("type") != "config":
-            raise ApiError("FAILED_PRECONDITION", "the first message must be "
+            raise ApiError(Status.FAILED_PRECONDITION, "the first message must be "
                            '{"type": "config", ...} (voice, encoding); text comes after it')
         seed = first.get("seed")
         encoding = first.get("encoding") or "pcm16"
         if not isinstance(encoding, str) or encoding not in _encodings():
-            raise ApiError("INVALID_ARGUMENT", f"encoding {encoding!r} is not offered; use one "
+            raise ApiError(Status.INVALID_ARGUMENT, f"encoding {encoding!r} is not offered; use one "
                            f"of {', '.join(_encodings())}")
         require_runtime(state)
         options = session_options(state, str(first.get("voice") or ""), encoding,
@@ -79,7 +80,7 @@ async def stream(ws: WebSocket) -> None:
         await _send_error(ws, exc.code, exc.message)
         return
     except (WebSocketDisconnect, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        await _send_error(ws, "INVALID_ARGUMENT", f"bad config message: {exc}")
+        await _send_error(ws, Status.INVALID_ARGUMENT, f"bad config message: {exc}")
         return
 
     inbox: asyncio.Queue = asyncio.Queue()
@@ -124,7 +125,7 @@ async def _receive(ws: WebSocket, inbox: asyncio.Queue, pump: asyncio.Task) -> N
             elif kind == "end":
                 inbox.put_nowait(_END)
             else:
-                inbox.put_nowait(SessionError("INVALID_ARGUMENT", (
+                inbox.put_nowait(SessionError(Status.INVALID_ARGUMENT, (
                     "messages after the config are JSON objects with type text (and a string "
                     "'text'), flush, end or cancel")))
     except (WebSocketDisconnect, RuntimeError):

@@ -5,10 +5,13 @@
                                                          v  max_segments_in_flight are undelivered
     EngineLoop / Flusher events --> inbox --> writer: delivers segment d's audio, in order
 
-Everything arrives in one asyncio queue (the inbox): engine events for any of the session's
-generations (the router delivers them on the loop, one wake-up per batch) and the reader's
-notices. The writer keeps events of later segments until their turn, so audio is strictly
-in segment order while several segments generate at once.
+Each segment is one generation opened with Runtime.open (engine/handle.py); every handle
+delivers into one asyncio queue (the inbox), on the loop, one wake-up per batch, beside the
+reader's notices. A generation's events are one ordered stream whose final AudioEvent
+carries its Finish. The writer keeps events of later segments until their turn, so audio
+is strictly in segment order while several segments generate at once.
+
+The offline `orpheus-svc synth` (synth.py) runs this same class with a list as its input.
 
 No grpc here: inputs and outputs are plain dataclasses; errors are SessionError with a
 grpc status code name, mapped at the servicer edge.
@@ -27,10 +30,11 @@ import structlog
 
 from orpheus_svc.audio.pcm import Encoder, SessionEncoder
 from orpheus_svc.config import TextConfig
-from orpheus_svc.core.events import AudioEvent, EngineEvent, Finished, Rejected
+from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
 from orpheus_svc.core.generation import SamplingParams
 from orpheus_svc.core.normalize import normalize_text
 from orpheus_svc.core.status import Status
+from orpheus_svc.engine.handle import GenerationHandle
 from orpheus_svc.runtime import Runtime
 
 from .segmenter import END_OF_INPUT, FLUSH, Cut, SentenceBuffer
@@ -123,7 +127,7 @@ class _Segment:
     text: str
     cut: Cut | None = None
     flush_id: str = ""
-    gen_id: int | None = None
+    handle: GenerationHandle | None = None
     events: deque = field(default_factory=deque)
     encoder: Encoder | None = None
     num_samples: int = 0
@@ -194,10 +198,8 @@ class StreamSession:
             self._audio.close()
             reader.cancel()
             for seg in self._segments:
-                if seg.gen_id is not None:
-                    self.runtime.router.unregister(seg.gen_id)
-                    if seg.index >= self._delivered:
-                        self.runtime.engine.cancel(seg.gen_id)
+                if seg.handle is not None:
+                    seg.handle.close()  # cancels the ones that have not ended
 
     # -- reader -----------------------------------------------------------------------------
 
@@ -213,7 +215,7 @@ class StreamSession:
                     self._chars += len(item.text)
                     limit = self.text_config.max_text_chars
                     if self._chars > limit:
-                        raise SessionError("INVALID_ARGUMENT", (
+                        raise SessionError(Status.INVALID_ARGUMENT, (
                             f"text exceeds this server's limit of {limit} characters per session "
                             f"(text.max_text_chars); split it over several calls"))
                     self._add(self._buffer.push_cuts(item.text))
@@ -221,7 +223,7 @@ class StreamSession:
                     self._add(self._buffer.flush_cuts(FLUSH), item.id)
             self._add(self._buffer.flush_cuts(END_OF_INPUT))
             if not self._segments:
-                raise SessionError("INVALID_ARGUMENT",
+                raise SessionError(Status.INVALID_ARGUMENT,
                                    "no text to speak: the text was empty or only whitespace")
             self._input_done = True
         except SessionError as exc:
@@ -230,7 +232,7 @@ class StreamSession:
             error_id = uuid.uuid4().hex[:10]
             _log.error("reading the request stream failed", session_id=self.session_id,
                        error_id=error_id, exc_info=exc)
-            self._error = SessionError("INTERNAL", (
+            self._error = SessionError(Status.INTERNAL, (
                 f"the request stream failed (error id {error_id}; the server log has details)"))
         self._inbox.put_nowait(_WAKE)
 
@@ -259,7 +261,7 @@ class StreamSession:
             raise self._idle_error()
 
     def _idle_error(self) -> SessionError:
-        return SessionError("DEADLINE_EXCEEDED", (
+        return SessionError(Status.DEADLINE_EXCEEDED, (
             f"no message for {self._idle_cut:g} s with nothing left to speak "
             f"(session.idle_timeout_seconds); the text sent before was spoken; "
             f"open a new call to speak more"), cause="idle")
@@ -281,7 +283,7 @@ class StreamSession:
     def _submit_ready(self, loop: asyncio.AbstractEventLoop) -> None:
         limit = self._delivered + self.text_config.max_segments_in_flight
         for seg in self._segments[self._delivered:limit]:
-            if seg.gen_id is not None:
+            if seg.handle is not None:
                 continue
             sampling = self.options.sampling
             if sampling.seed is not None:
@@ -293,11 +295,9 @@ class StreamSession:
                 req = self.runtime.request(self.session_id, seg.index, self.options.voice,
                                            self._spoken(seg), sampling)
             except ValueError as exc:  # e.g. control tokens spelled in the text
-                raise SessionError("INVALID_ARGUMENT", f"segment {seg.index}: {exc}") from exc
-            seg.gen_id = self.runtime.engine.new_id()
-            self._by_gen[seg.gen_id] = seg
-            self.runtime.router.register(seg.gen_id, self._inbox.put_nowait, loop)
-            self.runtime.engine.submit(req, seg.gen_id)
+                raise SessionError(Status.INVALID_ARGUMENT, f"segment {seg.index}: {exc}") from exc
+            seg.handle = self.runtime.open(req, self._inbox.put_nowait, loop)
+            self._by_gen[seg.handle.gen_id] = seg
 
     def _spoken(self, seg: _Segment) -> str:
         """The text the model gets for `seg`: normalised when the session asked for it.
@@ -316,17 +316,18 @@ class StreamSession:
             return
         if isinstance(ev, Rejected):
             raise SessionError(ev.code, ev.reason)
-        if isinstance(ev, Finished):
-            if ev.reason == "error":
-                raise SessionError("INTERNAL", f"segment {seg.index} failed: {ev.error}")
-            if ev.reason == "cancelled":  # not by us: we unregister before cancelling
-                raise SessionError("UNAVAILABLE", f"segment {seg.index} was cancelled by the "
-                                   "server (shutting down?); retry")
-            seg.num_tokens, seg.finish_reason = ev.num_generated, ev.reason
-            self.num_tokens += ev.num_generated
+        if not isinstance(ev, AudioEvent):
             return
-        if isinstance(ev, AudioEvent):
-            seg.events.append(ev)
+        fin = ev.finish
+        if fin is not None:  # the final event: how the generation ended
+            if fin.reason == "error":
+                raise SessionError(Status.INTERNAL, f"segment {seg.index} failed: {fin.error}")
+            if fin.reason == "cancelled":  # not by us: a handle closes before it cancels
+                raise SessionError(Status.UNAVAILABLE, f"segment {seg.index} was cancelled by the "
+                                   "server (shutting down?); retry")
+            seg.num_tokens, seg.finish_reason = fin.num_generated, fin.reason
+            self.num_tokens += fin.num_generated
+        seg.events.append(ev)
 
     def _deliverable(self) -> list[Output]:
         outs: list[Output] = []
@@ -334,8 +335,6 @@ class StreamSession:
             seg = self._segments[self._delivered]
             if not seg.events:
                 break
-            if seg.events[0].final and not seg.finish_reason:
-                break  # the engine's Finished (token count, reason) is still on its way
             ev: AudioEvent = seg.events.popleft()
             if not seg.started:
                 seg.started = True
@@ -353,7 +352,7 @@ class StreamSession:
             if ev.final:
                 outs.append(SegmentEnded(seg.index, seg.text, seg.num_samples, seg.num_tokens,
                                          seg.finish_reason, seg.cut, seg.flush_id))
-                self.runtime.router.unregister(seg.gen_id)
+                seg.handle.close()
                 self._delivered += 1
         return outs
 

@@ -10,7 +10,7 @@ import pytest
 
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.audio.settings import HOP, FlusherSettings
-from orpheus_svc.core.events import AudioEvent
+from orpheus_svc.core.events import AudioEvent, Finish
 
 from .conftest import random_frames, snr_db
 
@@ -199,15 +199,87 @@ def test_a_failed_decode_is_reported_and_the_generation_forgotten(tiny_codec):
         def decode_latents(self, z, keep=None):
             raise RuntimeError("out of memory")
 
+    def on_error(ids, exc):
+        errors.append((ids, str(exc)))
+        return "decode failed (error id 42)"
+
     sink = Collect()
-    flusher = Flusher(Broken(), FlusherSettings(), sink, clock=frozen,
-                      on_error=lambda ids, exc: errors.append((ids, str(exc))))
-    flusher.push(7, random_frames(2), final=True)
+    flusher = Flusher(Broken(), FlusherSettings(), sink, clock=frozen, on_error=on_error)
+    flusher.push(7, random_frames(2), finish=Finish("stop", 9, 14, 2))
     flusher.run_once()
     assert errors == [([7], "out of memory")]
-    assert sink.events() == []
+    # no audio: one empty final event that says why, with on_error's message
+    (end,) = sink.events()
+    assert (end.gen_id, end.num_samples, end.sample_offset, end.final) == (7, 0, 0, True)
+    assert end.finish == Finish("error", 9, 14, 2, "decode failed (error id 42)")
     flusher.run_once()  # nothing left for it
-    assert sink.events() == []
+    flusher.drop(7, Finish("cancelled", 9, 14, 2))  # a late cancel: it has ended already
+    flusher.run_once()
+    assert sink.events() == [end]
+
+
+FIN = Finish("length", 9, 84, 12)
+
+
+def test_the_final_event_carries_the_finish_pushed_with_the_last_frames(tiny_codec):
+    sink = Collect()
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink, clock=frozen)
+    frames = random_frames(12)
+    flusher.push(1, frames[:5])
+    flusher.run_once()
+    flusher.push(1, frames[5:], finish=FIN)  # finish implies final
+    flusher.push(2, np.zeros((0, 7)), finish=Finish("stop", 9, 0, 0))  # no frames at all
+    flusher.run_once()
+    check_accounting(sink.events(1), 12)
+    assert [e.finish for e in sink.events(1)] == [None] * (len(sink.events(1)) - 1) + [FIN]
+    (only,) = sink.events(2)
+    assert only.final and only.num_samples == 0 and only.finish == Finish("stop", 9, 0, 0)
+
+
+def test_drop_with_a_finish_ends_the_stream_where_its_audio_stopped(tiny_codec):
+    sink = Collect()
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink, clock=frozen)
+    a = random_frames(12, seed=1)
+    for f in range(6):
+        flusher.push(1, a[f:f + 1])
+        flusher.run_once()
+    sent = sum(e.num_samples for e in sink.events(1))
+    assert sent > 0
+    cancelled = Finish("cancelled", 9, 42, 6)
+    flusher.drop(1, cancelled)
+    flusher.push(1, a[6:], final=True)  # a stray late push must not revive it
+    flusher.drop(1, cancelled)  # nor a second drop end it twice
+    flusher.drop(5, Finish("cancelled", 9, 0, 0))  # never had frames (cancelled while queued)
+    flusher.run_once()
+    flusher.run_once()
+    events = sink.events(1)
+    assert [e.final for e in events].count(True) == 1 and events[-1].finish == cancelled
+    assert events[-1].sample_offset == sent and events[-1].num_samples == 0
+    (queued,) = sink.events(5)
+    assert queued.final and queued.sample_offset == 0 and queued.finish.reason == "cancelled"
+
+
+def test_drop_during_a_decode_ends_the_stream_at_the_audio_the_consumer_got(tiny_codec):
+    sink = Collect()
+    cancelled = Finish("cancelled", 9, 21, 3)
+
+    class DropMidDecode:
+        device = tiny_codec.device
+
+        def latents(self, batch):
+            return tiny_codec.latents(batch)
+
+        def decode_latents(self, z, keep=None):
+            flusher.drop(1, cancelled)  # as if the engine cancelled while SNAC runs
+            return tiny_codec.decode_latents(z, keep)
+
+    flusher = Flusher(DropMidDecode(), FlusherSettings(), sink, clock=frozen)
+    flusher.push(1, random_frames(3), finish=Finish("stop", 9, 21, 3))
+    flusher.run_once()  # its whole audio, final event included, is filtered
+    assert sink.events(1) == []
+    flusher.run_once()  # the drop's end follows, at offset 0: the consumer got nothing
+    (end,) = sink.events(1)
+    assert (end.final, end.sample_offset, end.num_samples, end.finish) == (True, 0, 0, cancelled)
 
 
 def test_thread_streams_pushes_from_another_thread(tiny_codec):

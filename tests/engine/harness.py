@@ -5,11 +5,14 @@ from collections import defaultdict
 
 import numpy as np
 
-from orpheus_svc.core.events import Finished, Rejected
+from orpheus_svc.core.events import AudioEvent
+from orpheus_svc.engine.handle import is_end
 
 
 class RecordingFlusher:
-    """Stands in for audio.Flusher: records frames per generation, no audio."""
+    """Stands in for audio.Flusher: records frames per generation, no audio; like the
+    flusher, it ends each generation with one (empty) final AudioEvent carrying the Finish
+    the engine handed over, sent to `collector`."""
 
     def __init__(self, collector=None):
         self.collector = collector  # woken on every push, as audio events would wake it
@@ -17,23 +20,35 @@ class RecordingFlusher:
         self.final = {}
         self.starts_at = {}  # gen_id -> the playback start the engine gave with its first frames
         self.dropped = set()
+        self.ended = set()  # final event sent
         self.lock = threading.Lock()
 
-    def push(self, gen_id, frames, final, starts_at=None):
+    def _end(self, gen_id, finish):
+        with self.lock:
+            if finish is None or gen_id in self.ended:
+                return
+            self.ended.add(gen_id)
+        if self.collector is not None:
+            self.collector([AudioEvent(gen_id, np.zeros(0, np.float32), 0, final=True,
+                                       finish=finish)])
+
+    def push(self, gen_id, frames, final, starts_at=None, finish=None):
         with self.lock:
             assert gen_id not in self.final, "frames after final"
             if starts_at is not None:
                 assert gen_id not in self.starts_at, "starts_at is given once, with the first frames"
                 self.starts_at[gen_id] = starts_at
             self.frames[gen_id].extend(np.asarray(frames).tolist())
-            if final:
+            if final or finish is not None:
                 self.final[gen_id] = True
+        self._end(gen_id, finish)
         if self.collector is not None:
             self.collector([])
 
-    def drop(self, gen_id):
+    def drop(self, gen_id, finish=None):
         with self.lock:
             self.dropped.add(gen_id)
+        self._end(gen_id, finish)
 
 
 class Collector:
@@ -58,6 +73,15 @@ class Collector:
             return [e for e in self.events if isinstance(e, kind)
                     and (gen_id is None or e.gen_id == gen_id)]
 
+    def finishes(self):
+        """gen_id -> the Finish on its final event."""
+        with self.cond:
+            return {e.gen_id: e.finish for e in self.events
+                    if isinstance(e, AudioEvent) and e.finish is not None}
+
+    def finish(self, gen_id):
+        return self.finishes()[gen_id]
+
     def ended(self, gen_ids):
-        done = {e.gen_id for e in self.events if isinstance(e, (Finished, Rejected))}
+        done = {e.gen_id for e in self.events if is_end(e)}
         return set(gen_ids) <= done

@@ -1,6 +1,6 @@
 import time
 
-from orpheus_svc.core.events import Admitted, Finished, Rejected
+from orpheus_svc.core.events import Admitted, Rejected
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler import SchedulerSettings
 from orpheus_svc.engine.loop import EngineLoop
@@ -32,7 +32,7 @@ def test_64_concurrent_generations_all_finish_with_their_frames():
     try:
         ids = [core.submit(_req(session=f"s{i}", max_tokens=7 * (1 + i % 5))) for i in range(64)]
         events.wait_for(lambda ev: events.ended(ids))
-        fin = {e.gen_id: e for e in events.of(Finished)}
+        fin = events.finishes()
         assert set(fin) == set(ids)
         for i, gid in enumerate(ids):
             assert fin[gid].reason == "length"
@@ -81,7 +81,7 @@ def test_cancel_frees_the_slot_and_drops_audio():
         events.wait_for(lambda ev: len(flusher.frames[gid]) >= 2)
         core.cancel(gid)
         events.wait_for(lambda ev: events.ended([gid]))
-        fin = events.of(Finished, gid)[0]
+        fin = events.finish(gid)
         assert fin.reason == "cancelled" and gid in flusher.dropped and gid not in flusher.final
         events.wait_for(lambda ev: core.stats().free_slots == 2, timeout=5)
     finally:
@@ -105,7 +105,7 @@ def test_max_tokens_is_clipped_to_the_slot_length():
     try:
         gid = core.submit(_req(max_tokens=7000))
         events.wait_for(lambda ev: events.ended([gid]))
-        fin = events.of(Finished, gid)[0]
+        fin = events.finish(gid)
         assert fin.reason == "length" and len(PROMPT) + fin.num_generated <= 64
     finally:
         core.stop()
@@ -122,13 +122,14 @@ class _FailingBackend:
 
 
 def test_a_failing_step_fails_its_generations_and_frees_their_slots():
-    flusher, events = RecordingFlusher(), Collector()
+    events = Collector()
+    flusher = RecordingFlusher(events)
     core = EngineLoop(_FailingBackend(), flusher, events)
     core.start()
     try:
         gid = core.submit(_req())
         events.wait_for(lambda ev: events.ended([gid]))
-        fin = events.of(Finished, gid)[0]
+        fin = events.finish(gid)
         # issue 10: a short message with an error id; the exception text stays in the log
         assert fin.reason == "error" and "error id" in fin.error and "boom" not in fin.error
         events.wait_for(lambda ev: core.stats().free_slots == 2, timeout=5)
@@ -137,7 +138,7 @@ def test_a_failing_step_fails_its_generations_and_frees_their_slots():
 
 
 class _ExplodingFlusher(RecordingFlusher):
-    def push(self, gen_id, frames, final, starts_at=None):
+    def push(self, gen_id, frames, final, starts_at=None, finish=None):
         raise RuntimeError("flusher bug")
 
 
@@ -148,13 +149,13 @@ def test_an_unexpected_error_after_the_step_ends_generations_and_keeps_the_threa
     try:
         gid = core.submit(_req(max_tokens=35))
         events.wait_for(lambda ev: events.ended([gid]))
-        fin = events.of(Finished, gid)[0]
+        fin = events.finish(gid)
         assert fin.reason == "error" and "internal" in fin.error
         events.wait_for(lambda ev: core.stats().free_slots == 4, timeout=5)
         core.flusher = RecordingFlusher(events)  # the thread is still serving
         again = core.submit(_req(max_tokens=14))
         events.wait_for(lambda ev: events.ended([again]))
-        assert events.of(Finished, again)[0].reason == "length"
+        assert events.finish(again).reason == "length"
     finally:
         core.stop()
 
@@ -181,7 +182,7 @@ def test_64_concurrent_generations_stream_exact_audio_through_the_real_flusher(t
             return {e.gen_id for e in ev if isinstance(e, AudioEvent) and e.final} >= set(ids)
 
         events.wait_for(all_final, timeout=300)
-        fin = {e.gen_id: e for e in events.of(Finished)}
+        fin = events.finishes()
         for gid in ids:
             audio = events.of(AudioEvent, gid)
             offsets = [a.sample_offset for a in audio]

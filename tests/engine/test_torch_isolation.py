@@ -3,7 +3,6 @@ forward pass wrote KV, before sampling finished) is re-run in parts by EngineLoo
 innocent rows' tokens come out exactly as in a run without the failing row, which is what
 makes TorchBackend.retry_safe true."""
 
-from orpheus_svc.core.events import Finished
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler import SchedulerSettings
 from orpheus_svc.engine.loop import EngineLoop
@@ -37,7 +36,7 @@ def _run(backend_cls, seeds):
                                              sampling=SamplingParams(seed=s)))
                for i, s in enumerate(seeds)]
         events.wait_for(lambda ev: events.ended(ids))
-        fin = {e.gen_id: e for e in events.of(Finished)}
+        fin = events.finishes()
         return [(fin[g].reason, flusher.frames[g]) for g in ids], core
     finally:
         core.stop()

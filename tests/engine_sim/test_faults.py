@@ -7,7 +7,7 @@ import pytest
 
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.audio.settings import FlusherSettings
-from orpheus_svc.core.events import AudioEvent, Finished, Rejected
+from orpheus_svc.core.events import AudioEvent, Finish, Rejected
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.prompt import build_prompt, max_tokens_for_text
 from orpheus_svc.core.scheduler import SchedulerSettings
@@ -20,16 +20,18 @@ BAD_SEED = 4242
 
 
 class _Recorder:
-    """Collects engine and flusher events; wait() blocks until every generation ended."""
+    """Collects engine and flusher events; wait() blocks until every generation ended.
+    `finals`: generations whose audio completed (final event of a stop/length end)."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.done = threading.Event()
         self.expected: set[int] = set()
-        self.finished: dict[int, Finished] = {}
+        self.finished: dict[int, Finish] = {}
         self.rejected: dict[int, Rejected] = {}
         self.samples: dict[int, int] = {}
         self.finals: set[int] = set()
+        self.ends: dict[int, int] = {}  # final events per generation: exactly one each
 
     def __call__(self, batch):
         with self.lock:
@@ -37,15 +39,13 @@ class _Recorder:
                 if isinstance(ev, AudioEvent):
                     self.samples[ev.gen_id] = self.samples.get(ev.gen_id, 0) + ev.num_samples
                     if ev.final:
-                        self.finals.add(ev.gen_id)
-                elif isinstance(ev, Finished):
-                    self.finished.setdefault(ev.gen_id, ev)
-                    if ev.reason == "error":  # a codec failure comes after a clean Finished
-                        self.finished[ev.gen_id] = ev
+                        self.ends[ev.gen_id] = self.ends.get(ev.gen_id, 0) + 1
+                        self.finished[ev.gen_id] = ev.finish
+                        if ev.finish.reason in ("stop", "length"):
+                            self.finals.add(ev.gen_id)
                 elif isinstance(ev, Rejected):
                     self.rejected[ev.gen_id] = ev
-            ended = {g for g, f in self.finished.items() if f.reason == "error" or g in self.finals}
-            if self.expected and self.expected <= ended | set(self.rejected):
+            if self.expected and self.expected <= set(self.finished) | set(self.rejected):
                 self.done.set()
 
 
@@ -70,8 +70,7 @@ def _engine(faults: SimFaults, rows: int = 32, codec_faults: bool = False):
                        sleep=lambda s: None)
     rec = _Recorder()
     codec = SimCodec(profile, sleep=lambda s: None, faults=codec_faults)
-    flusher = Flusher(codec, FlusherSettings(), rec, on_error=lambda gids, exc: rec(
-        [Finished(g, "error", 0, 0, 0, "audio decode failed") for g in gids]))
+    flusher = Flusher(codec, FlusherSettings(), rec, on_error=lambda gids, exc: "audio decode failed")
     core = EngineLoop(backend, flusher, rec, settings=SchedulerSettings(max_batch_size=rows),
                       seed=1)
     return core, flusher, backend, rec
@@ -97,6 +96,7 @@ def _run(core, flusher, rec, requests):
     finally:
         core.stop()
         flusher.stop(timeout=10)
+    assert all(rec.ends.get(g, 0) == (0 if g in rec.rejected else 1) for g in ids)
     return ids
 
 

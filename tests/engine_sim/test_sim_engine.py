@@ -8,7 +8,7 @@ import pytest
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.audio.settings import FlusherSettings
 from orpheus_svc.config import Config, ConfigError, EngineConfig
-from orpheus_svc.core.events import AudioEvent, Finished
+from orpheus_svc.core.events import AudioEvent
 from orpheus_svc.core.generation import GenerationRequest
 from orpheus_svc.core.prompt import build_prompt, max_tokens_for_text
 from orpheus_svc.core.scheduler import SchedulerSettings
@@ -49,8 +49,7 @@ def test_sixteen_generations_stream_complete_audio_through_engine_and_flusher():
                     samples[ev.gen_id] = samples.get(ev.gen_id, 0) + ev.num_samples
                     if ev.final:
                         finals.add(ev.gen_id)
-                elif isinstance(ev, Finished):
-                    finished[ev.gen_id] = ev
+                        finished[ev.gen_id] = ev.finish
             if len(finished) == 16 and finals == set(finished):
                 done.set()
 

@@ -5,7 +5,7 @@ from functools import partial
 
 import pytest
 
-from orpheus_svc.core.events import Finished, Rejected
+from orpheus_svc.core.events import Rejected
 from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
 from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
 from orpheus_svc.core.scheduler import StepPlan
@@ -64,8 +64,8 @@ def test_through_engine_core_tensorrt_llm_never_sees_a_request_it_would_refuse()
     assert "prompt is 57 tokens and max_seq_len is 64" in rejected.reason
     (req,) = llm.requests  # the long prompt never reached TensorRT-LLM
     assert req.params.kwargs["max_tokens"] == fit_to_slot(len(PROMPT), 4000, 64) == 49
-    (fin,) = events.of(Finished)
-    assert fin.gen_id == long_budget and fin.reason == "stop"
+    ((gid, fin),) = events.finishes().items()
+    assert gid == long_budget and fin.reason == "stop"
 
 
 def test_the_backend_fits_a_request_that_bypassed_admission():

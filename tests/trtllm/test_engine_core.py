@@ -4,7 +4,6 @@ import dataclasses
 from functools import partial
 
 from orpheus_svc.config import EngineConfig
-from orpheus_svc.core.events import Finished
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.trtllm.build import sampling_kwargs, trtllm_scheduler_settings
@@ -42,7 +41,7 @@ def test_sessions_beyond_the_slots_all_finish_with_their_frames_and_never_overfi
                                              sampling=SamplingParams()))
                for i in range(10)]
         events.wait_for(lambda ev: events.ended(ids))
-        fin = {e.gen_id: e for e in events.of(Finished)}
+        fin = events.finishes()
         for i, gid in enumerate(ids):
             assert fin[gid].reason == "stop", fin[gid]
             assert flusher.frames[gid] == [frame_codes(f) for f in range(1 + i % 4)]

@@ -6,7 +6,6 @@ import dataclasses
 import pytest
 
 from orpheus_svc.config import Config, EngineConfig
-from orpheus_svc.core.events import Finished
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.tokens import AUDIO_BASE, CODES_PER_POSITION
 from orpheus_svc.engine.loop import EngineLoop
@@ -30,7 +29,7 @@ def _config(engine_dir, **engine):
 
 
 def _run(backend, engine_cfg, n, max_tokens):
-    """n generations through the real EngineLoop; returns (Finished by id, flusher, stats)."""
+    """n generations through the real EngineLoop; returns (Finish by id, flusher, stats)."""
     events = Collector()
     flusher = RecordingFlusher(events)
     core = EngineLoop(backend, flusher, events, settings=trtllm_scheduler_settings(engine_cfg),
@@ -42,7 +41,7 @@ def _run(backend, engine_cfg, n, max_tokens):
                                              sampling=SamplingParams(seed=i)))
                for i in range(n)]
         events.wait_for(lambda ev: events.ended(ids))
-        return {e.gen_id: e for e in events.of(Finished)}, flusher, core.stats()
+        return events.finishes(), flusher, core.stats()
     finally:
         core.stop()
         backend.close()
