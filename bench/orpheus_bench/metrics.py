@@ -3,10 +3,10 @@
 A session's trace is what the client saw: when it sent its first text, when each audio
 chunk arrived and how many samples it carried, how the call ended.
 
-Playout model (DESIGN.md, "Measuring"). A listener's player starts `jitter` after the
-first audio arrives and then consumes audio in real time. When it has played everything
-received and the next chunk is not there yet, it stalls (an underrun) until that chunk
-arrives, then plays on from there:
+Playout model (the listener behind every underrun figure in BENCHMARKS.md). A listener's
+player starts `jitter` after the first audio arrives and then consumes audio in real time.
+When it has played everything received and the next chunk is not there yet, it stalls (an
+underrun) until that chunk arrives, then plays on from there:
 
     arrivals      c0        c1            c2                 c3
     time    ------|---------|-------------|------------------|------->
