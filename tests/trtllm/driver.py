@@ -1,7 +1,7 @@
 """Drive the trtllm backend step by step with the real Scheduler, StreamBridge and a stand-in.
 
-The test thread plays EngineLoop: schedule -> release -> backend.step -> update, and keeps
-what came out (frames per generation, finished generations, errors).
+The test thread plays EngineLoop: schedule -> release -> backend.step -> update -> release,
+and keeps what came out (frames per generation, finished generations, errors).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from functools import partial
 from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
+from orpheus_svc.core.step import StepRow
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, audio_token_id
 from orpheus_svc.engine.trtllm.build import sampling_kwargs
 from orpheus_svc.engine.trtllm.backend import TrtllmBackend
@@ -67,7 +68,7 @@ class Driver:
         now = time.monotonic()
         plan = self.scheduler.schedule(now)
         if plan.released:
-            self.backend.release(plan.released)
+            self.backend.release([g.gen_id for g in plan.released])
             for g in plan.released:
                 self.finished[g.gen_id] = g
         if plan.empty:
@@ -75,6 +76,8 @@ class Driver:
         result = self.backend.step(plan)
         self.errors.update(result.errors)
         out = self.scheduler.update(plan, result, time.monotonic())
+        if out.finished:
+            self.backend.release([g.gen_id for g in out.finished])
         for gen, frames in out.frames:
             self.frames[gen.gen_id].extend(list(f) for f in frames)
         for gen in out.finished:
@@ -98,5 +101,5 @@ class Params:
         self.kwargs = kwargs
 
 
-def _params(kwargs_fn, gen: Generation) -> Params:
-    return Params(**kwargs_fn(gen))
+def _params(kwargs_fn, row: StepRow) -> Params:
+    return Params(**kwargs_fn(row))
