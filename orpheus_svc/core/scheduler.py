@@ -226,7 +226,14 @@ class Scheduler:
             if gen.finished:
                 self._finish(gen, gen.finish_reason, now)
                 out.finished.append(gen)
+        self.freed(result.freed)  # after the finishes above: they free first
         return out
+
+    def freed(self, gen_ids) -> None:
+        """The backend holds nothing more for these ended generations: their draining slots
+        are free now (core/slots.py; a no-op for a pool that does not drain)."""
+        for gen_id in gen_ids:
+            self.pool.confirm(gen_id)
 
     # -- queries --------------------------------------------------------------------------
 
@@ -239,7 +246,8 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return bool(self._running or self._waiting)
+        # a draining slot (core/slots.py) needs steps until the backend confirms it
+        return bool(self._running or self._waiting or self.pool.num_draining)
 
     def stats(self, now: float | None = None) -> SchedulerStats:
         risk = 0 if now is None else sum(

@@ -73,10 +73,13 @@ class StepPlan:
 class StepResult:
     """What a step produced, by gen_id. tokens: sampled this step, in order; one per row for
     backends that sample once per step (torch, sim), zero or several for those that stream
-    deltas (trtllm). errors: why that row failed (the scheduler ends it with "error")."""
+    deltas (trtllm). errors: why that row failed (the scheduler ends it with "error").
+    freed: ended generations whose backend resources are now really gone (only from a
+    backend with capabilities.confirms_release; their slots are free from now on)."""
 
     tokens: dict[int, list[int]] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)
+    freed: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -91,13 +94,19 @@ class BackendCapabilities:
         step (TensorRT-LLM). Then every running generation must be in every plan (one left
         out cannot take its tokens), prefill is not budgeted (the backend chunks it; a row
         stays "prefill" until its first token arrives) and there is no playout horizon (the
-        backend keeps every request running anyway)."""
+        backend keeps every request running anyway).
+    confirms_release: what the backend holds for a generation outlives our end of it (an
+        abort completes later); the slot stays taken until a StepResult names the
+        generation in `freed`, so the scheduler's slot pool is the only admission gate.
+        EngineLoop keeps stepping (with empty plans, if need be) until every one is
+        confirmed."""
 
     name: str
     num_slots: int
     max_seq_len: int
     retry_safe: bool = False
     streams_deltas: bool = False
+    confirms_release: bool = False
 
 
 class Backend(Protocol):
@@ -108,9 +117,11 @@ class Backend(Protocol):
 
     def step(self, plan: StepPlan) -> StepResult: ...
 
-    def release(self, gen_ids: Sequence[int]) -> None:
+    def release(self, gen_ids: Sequence[int]) -> Sequence[int]:
         """Generations that ended (finished, failed or cancelled): free what the backend
-        keeps for them (abort a running request, forget a stream)."""
+        keeps for them (abort a running request, forget a stream). Returns the ids it no
+        longer holds anything for (all of them, but for a backend with confirms_release,
+        which names the others in a later StepResult.freed)."""
 
     def close(self) -> None:
         """Server shutdown: free devices, stop threads, abort what still runs."""

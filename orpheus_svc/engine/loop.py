@@ -127,7 +127,8 @@ class EngineLoop:
             log.info("%s backend: scheduler runs with max_batch_size %d, max_prefill_tokens %d, "
                      "max_ahead_s %g", caps.name, self.settings.max_batch_size,
                      self.settings.max_prefill_tokens, self.settings.max_ahead_s)
-        self._scheduler = Scheduler(SlotPool(caps.num_slots, caps.max_seq_len), self.settings)
+        self._scheduler = Scheduler(SlotPool(caps.num_slots, caps.max_seq_len,
+                                             confirm_frees=caps.confirms_release), self.settings)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._ids = itertools.count(1)
         self._thread: threading.Thread | None = None
@@ -237,19 +238,20 @@ class EngineLoop:
         for gen in plan.admitted:
             events.add(Admitted(gen.gen_id, gen.slot))
         if plan.released:
-            self.backend.release([gen.gen_id for gen in plan.released])
+            self._scheduler.freed(self.backend.release([gen.gen_id for gen in plan.released]))
             for gen in plan.released:
                 self.flusher.drop(gen.gen_id)
                 events.add(self._finished(gen))
-        if plan.empty:
+        if plan.empty and not self._scheduler.pool.num_draining:
             return plan.idle_s
+        # (an empty plan still steps while slots drain: the backend confirms their ends)
         result = self._isolated_step(plan)
-        if self._on_step is not None:
+        if self._on_step is not None and not plan.empty:
             self._on_step(len(plan.rows))
         now = self._clock()
         outcome = self._scheduler.update(plan, result, now)
         if outcome.finished:  # the backend frees (aborts) what it still holds for them
-            self.backend.release([gen.gen_id for gen in outcome.finished])
+            self._scheduler.freed(self.backend.release([g.gen_id for g in outcome.finished]))
         for gen, frames in outcome.frames:
             ended = gen.finish_reason in ("stop", "length")
             # With its first frames the flusher learns when the listener will reach them (a
@@ -279,7 +281,7 @@ class EngineLoop:
         try:
             return self.backend.step(plan)
         except Exception as exc:  # noqa: BLE001 - one bad row must not fail its neighbours
-            if len(plan.rows) == 1 or not self.capabilities.retry_safe:
+            if len(plan.rows) <= 1 or not self.capabilities.retry_safe:
                 return self._failed(plan.rows, exc)
             self.isolation_retries += 1
         merged = StepResult()
@@ -287,6 +289,7 @@ class EngineLoop:
             sub = self._isolated_part(plan, part)
             merged.tokens.update(sub.tokens)
             merged.errors.update(sub.errors)
+            merged.freed.extend(sub.freed)
         return merged
 
     def _isolated_part(self, plan: StepPlan, rows: tuple[StepRow, ...]) -> StepResult:

@@ -57,7 +57,7 @@ def test_every_backend_states_its_capabilities_and_implements_release_and_close(
         caps = backend.capabilities
         assert isinstance(caps, BackendCapabilities)
         assert (caps.num_slots, caps.max_seq_len) == (2, 64)
-        backend.release([12345])  # unknown ids are fine
+        assert list(backend.release([12345])) == [12345]  # unknown: nothing held
         backend.close()
     names = [b.capabilities for b in _backends()]
     assert [(c.name, c.retry_safe, c.streams_deltas) for c in names] == [
@@ -77,6 +77,7 @@ class _Recording(TorchBackend):
 
     def release(self, gen_ids):
         self.released.extend(gen_ids)
+        return super().release(gen_ids)
 
 
 def test_the_loop_hands_frozen_rows_and_releases_every_ended_generation():

@@ -176,9 +176,10 @@ class SimBackend:
 
     # -- Backend protocol ------------------------------------------------------------------
 
-    def release(self, gen_ids: Sequence[int]) -> None:
+    def release(self, gen_ids: Sequence[int]) -> list[int]:
         for gen_id in gen_ids:
             self._streams.pop(gen_id, None)
+        return list(gen_ids)
 
     def close(self) -> None:
         """Nothing to stop."""

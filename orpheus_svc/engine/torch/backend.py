@@ -27,8 +27,9 @@ class TorchBackend:
             name="torch", num_slots=model.num_slots, max_seq_len=model.max_seq_len,
             retry_safe=True)
 
-    def release(self, gen_ids: Sequence[int]) -> None:
+    def release(self, gen_ids: Sequence[int]) -> list[int]:
         """Ended generations: nothing to free (KV is preallocated, reset at next prefill)."""
+        return list(gen_ids)
 
     def close(self) -> None:
         """Nothing to stop: the model is freed with this object."""

@@ -2,17 +2,19 @@
 
 TensorRT-LLM runs its own in-flight batching, so one EngineLoop step here is not one
 forward pass (capabilities.streams_deltas). release(gen_ids), called by EngineLoop for every
-generation our scheduler ended (stop, length, grammar error, cancel), aborts its
-TensorRT-LLM request if that still runs. step(plan) does three things, in this order:
+generation our scheduler ended (stop, length, error, cancel), aborts its TensorRT-LLM
+request if that still runs. A request ends in TensorRT-LLM after our scheduler ended it, so
+the backend confirms each end (capabilities.confirms_release, StepResult.freed) and the
+scheduler's slot pool keeps the slot taken until then: in-flight requests never exceed the
+slots, with no second gate here. step(plan) does three things, in this order:
 
     1. retire   forget released streams once TensorRT-LLM confirmed their end (or the
-                confirmation is overdue); report streams that TensorRT-LLM ended but our
-                scheduler did not (early length limit, timeout, foreign cancel) as errors,
-                so no generation is left waiting for tokens that will never come
+                confirmation is overdue) and report them freed; report streams that
+                TensorRT-LLM ended but our scheduler did not (early length limit, timeout,
+                foreign cancel) as errors, so no generation is left waiting for tokens
+                that will never come
     2. submit   newly admitted generations (plan.prefill, in the scheduler's priority order:
-                TTFB first), while fewer than num_slots TensorRT-LLM requests are live. An
-                aborted request counts as live until TensorRT-LLM confirms its end, so
-                in-flight requests never exceed the slots our scheduler accounts for.
+                TTFB first); the scheduler admitted them into slots it knows are free.
                 max_tokens is already fitted to the slot (the scheduler does it at
                 admission: core.prompt.fit_to_slot), so TensorRT-LLM's own check of
                 prompt + max_tokens against max_seq_len never refuses a request; a prompt
@@ -85,7 +87,8 @@ class TrtllmBackend:
         self.num_slots = num_slots
         self.max_seq_len = max_seq_len
         self.capabilities = BackendCapabilities(name="trtllm", num_slots=num_slots,
-                                                max_seq_len=max_seq_len, streams_deltas=True)
+                                                max_seq_len=max_seq_len, streams_deltas=True,
+                                                confirms_release=True)
         self._bridge = streams
         self._make_params = make_params
         self._wait_s = wait_s
@@ -94,6 +97,7 @@ class TrtllmBackend:
         self._on_close = on_close
         # Every TensorRT-LLM request not yet confirmed ended, by gen_id (engine thread only).
         self._streams: dict[int, _Stream] = {}
+        self._freed: list[int] = []  # released and ended: reported in the next StepResult
         self.counters = dict(submitted=0, aborted=0, errors=0, unconfirmed_aborts=0)
 
     @property
@@ -109,20 +113,27 @@ class TrtllmBackend:
         self._retire(plan, result)
         self._submit(plan.prefill, result)
         self._collect(plan.rows, result)
+        result.freed, self._freed = self._freed, []
         return result
 
-    def release(self, gen_ids: Sequence[int]) -> None:
-        """Ended generations: abort their TensorRT-LLM requests if still running (they stay
-        counted as live until TensorRT-LLM confirms the end)."""
+    def release(self, gen_ids: Sequence[int]) -> list[int]:
+        """Ended generations: abort their TensorRT-LLM requests if still running; each is
+        freed once TensorRT-LLM confirmed its end (in a later StepResult). Returns those
+        already freed: ended in TensorRT-LLM too, or never submitted."""
+        freed = []
         for gen_id in gen_ids:
             s = self._streams.get(gen_id)
-            if s is None:
-                continue
-            s.released = True
-            if s.done:
-                del self._streams[gen_id]
+            if s is None or s.done:
+                self._streams.pop(gen_id, None)
+                freed.append(gen_id)
             else:
+                s.released = True
                 self._abort(s)
+        return freed
+
+    def _forget(self, gen_id: int) -> None:
+        del self._streams[gen_id]
+        self._freed.append(gen_id)
 
     def close(self) -> None:
         """Server shutdown: the bridge aborts every live request and stops; then the LLM
@@ -141,20 +152,20 @@ class TrtllmBackend:
         for gen_id, s in list(self._streams.items()):
             if s.released:
                 if s.done:
-                    del self._streams[gen_id]
+                    self._forget(gen_id)
                 elif s.aborted_at is not None and now - s.aborted_at > self._abort_grace_s:
                     # Never confirmed: stop counting it, or one lost response blocks a slot forever.
                     log.warning("TensorRT-LLM did not confirm the abort of generation %d within "
                                 "%.0f s; no longer counting it as in flight",
                                 gen_id, self._abort_grace_s)
                     self.counters["unconfirmed_aborts"] += 1
-                    del self._streams[gen_id]
+                    self._forget(gen_id)
             elif s.done and not s.pending and gen_id in in_plan:
                 # TensorRT-LLM is done, every token was delivered, and the scheduler still
-                # waits for more: end the generation with the reason rather than hang.
+                # waits for more: end the generation with the reason rather than hang
+                # (its release follows at once and forgets the stream).
                 result.errors[gen_id] = self._why_ended(s)
                 self.counters["errors"] += 1
-                del self._streams[gen_id]
 
     @staticmethod
     def _why_ended(s: _Stream) -> str:
@@ -178,8 +189,6 @@ class TrtllmBackend:
         for row in prefill:  # scheduler priority order: the first waiting ones go first
             if row.gen_id in self._streams:
                 continue  # already submitted (it stays "prefill" until its first token)
-            if self.live >= self.num_slots:
-                break  # admission gate: the rest wait for a TensorRT-LLM request to end
             if not self._fits(row, result):
                 continue
             try:
@@ -222,10 +231,9 @@ class TrtllmBackend:
         self._drain(0 if ready or not self._streams else self._wait_s)
         for s in wanted:
             gen_id = s.row.gen_id
-            if s.error:
+            if s.error:  # s.done: its release follows at once and forgets the stream
                 result.errors[gen_id] = s.error
                 self.counters["errors"] += 1
-                del self._streams[gen_id]
             elif s.pending:
                 result.tokens[gen_id] = s.pending
                 s.delivered += len(s.pending)
