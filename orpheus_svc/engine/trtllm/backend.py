@@ -59,6 +59,8 @@ class Streams(Protocol):
 
     def next_event(self, timeout: float | None = None) -> StreamEvent | None: ...
 
+    def close(self) -> None: ...
+
 
 @dataclass(eq=False)
 class _Stream:
@@ -138,9 +140,7 @@ class TrtllmBackend:
     def close(self) -> None:
         """Server shutdown: the bridge aborts every live request and stops; then the LLM
         shuts down. Call it after EngineLoop.stop() (the engine thread owns this object)."""
-        close = getattr(self._bridge, "close", None)
-        if close is not None:
-            close()
+        self._bridge.close()
         if self._on_close is not None:
             self._on_close()
 
