@@ -10,7 +10,8 @@ BackendCapabilities, and EngineLoop derives the scheduler settings from config p
 capabilities in one place (engine/loop.py, effective_settings) instead of each backend
 rewriting them.
 
-Pure Python: no torch, no grpc.
+Implemented by engine/torch (retry_safe), engine/sim (retry_safe) and engine/trtllm
+(streams_deltas, confirms_release). Pure Python: no torch, no grpc.
 """
 
 from __future__ import annotations
