@@ -31,7 +31,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orpheus_svc.core.generation import Generation, GenerationRequest  # noqa: E402
-from orpheus_svc.core.scheduler import StepPlan  # noqa: E402
+from orpheus_svc.core.grammar import FrameParser  # noqa: E402
+from orpheus_svc.core.step import StepPlan  # noqa: E402
 from orpheus_svc.core.tokens import AUDIO_BASE, FRAME_TOKENS  # noqa: E402
 from orpheus_svc.engine.torch.llama import SlotLlama  # noqa: E402
 from orpheus_svc.engine.torch.sampling import constrained_logits, full_head_logits  # noqa: E402
@@ -63,18 +64,26 @@ def _advance(gens, tokens):
     for g, t in zip(gens, tokens):
         g.num_generated += 1
         g.last_token = t
+        g.parser.feed([t])  # the grammar state the next row carries
+        if g.parser.stopped:  # a random model may stop: keep decoding, as a benchmark
+            g.parser = FrameParser(frames=g.parser.frames)
+
+
+def _plan(gens, prefill=False):
+    rows = tuple(g.row() for g in gens)
+    return StepPlan(0, prefill=rows) if prefill else StepPlan(0, decode=rows)
 
 
 def tokens_per_second(backend: TorchBackend, batch: int, steps: int) -> float:
     gens = _gens(batch, prompt_len=40)
-    res = backend.step(StepPlan(step=0, prefill=gens))
+    res = backend.step(_plan(gens, prefill=True))
     _advance(gens, [res.tokens[g.gen_id][0] for g in gens])
     for _ in range(3):  # warm-up
-        res = backend.step(StepPlan(step=0, decode=gens))
+        res = backend.step(_plan(gens))
         _advance(gens, [res.tokens[g.gen_id][0] for g in gens])
     t0 = time.perf_counter()
     for _ in range(steps):
-        res = backend.step(StepPlan(step=0, decode=gens))
+        res = backend.step(_plan(gens))
         _advance(gens, [res.tokens[g.gen_id][0] for g in gens])
     return batch * steps / (time.perf_counter() - t0)
 

@@ -76,9 +76,7 @@ class Runtime:
         if self._started:
             self.engine.stop()
             self.flusher.stop(timeout=10)
-            close = getattr(self.engine.backend, "close", None)
-            if close is not None:  # trtllm: abort live requests, shut the LLM down
-                close()
+            self.engine.backend.close()  # trtllm: abort live requests, shut the LLM down
             self._started = False
 
     def request(self, session_id: str, segment_index: int, voice: str, text: str,
@@ -151,9 +149,8 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
         backend, encode, model_dir = _torch_backend(config, model_ref, device, dtype)
         model_name = "demo" if is_demo else str(model_ref)
     elif e.backend == "trtllm":
-        from orpheus_svc.engine.trtllm.build import build_trtllm_backend, trtllm_scheduler_settings
+        from orpheus_svc.engine.trtllm.build import build_trtllm_backend
         backend, encode = build_trtllm_backend(config)
-        settings = trtllm_scheduler_settings(e)
         model_name = str(e.trtllm_engine_dir)
     else:  # sim: GPU pacing without compute (config validation admits nothing else)
         from orpheus_svc.engine.sim.backend import build_sim_backend

@@ -1,19 +1,25 @@
 """Generation state: what the scheduler knows about one utterance segment being generated.
 
 A Generation is created from a GenerationRequest when it is submitted and is owned by the
-EngineLoop thread from then on (scheduler and backend read it; only the scheduler writes it).
+EngineLoop thread from then on: only the scheduler reads and writes it. A backend sees a
+frozen snapshot of it per step instead (row(), core/step.py).
 Progress is kept as counters rather than phases:
 
     num_prompt_tokens  prompt length (prefilled when num_generated > 0 or prefilled is set)
     num_generated      sampled tokens, the stop id included
     num_frames         complete 7-token frames (= audio produced, 2048 samples each)
+
+Its grammar state (frame position, whether the stop id is legal) is its FrameParser's, so
+the tokens the scheduler validates and the next token a backend may sample follow one
+rule (core/grammar.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .tokens import FRAME_TOKENS, FrameParser
+from .grammar import FrameParser
+from .step import StepRow
 
 
 @dataclass(frozen=True)
@@ -78,17 +84,22 @@ class Generation:
     @property
     def frame_position(self) -> int:
         """Position (0..6) inside the frame of the next token to sample."""
-        return self.num_generated % FRAME_TOKENS
+        return self.parser.position
 
     @property
     def stop_allowed(self) -> bool:
-        """The stop id is legal only at a frame boundary and after at least one frame."""
-        return self.num_generated > 0 and self.frame_position == 0
+        """Whether the next token may be the stop id (core/grammar.py)."""
+        return self.parser.stop_allowed
 
-    @property
-    def next_position(self) -> int:
-        """Sequence index (in the KV slot) of the token fed in the next decode step."""
-        return self.num_prompt_tokens + self.num_generated - 1
+    def row(self) -> StepRow:
+        """This generation's work in the coming step, as the backend sees it (it must hold
+        a slot). Decode feeds the last sampled token at its KV index."""
+        prefill = self.num_generated == 0
+        p = self.parser
+        return StepRow(self.gen_id, self.slot, self.request, self.seed, prefill,
+                       self.num_generated, None if prefill else self.last_token,
+                       0 if prefill else len(self.request.prompt_ids) + self.num_generated - 1,
+                       p.position, p.stop_allowed)
 
     @property
     def finished(self) -> bool:

@@ -2,6 +2,7 @@
 
     schedule(now) -> StepPlan        admit waiting generations into free slots, release
                                      cancelled ones, choose at most max_batch_size to run
+                                     (frozen rows for the backend: core/step.py)
     update(plan, result, now)        advance counters, cut frames, finish, free slots
 
 Batch order (DESIGN.md, "Scheduler and slot pool"):
@@ -15,6 +16,7 @@ When everything fits in the batch, everything runs.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from dataclasses import dataclass, field
 from typing import Callable
@@ -22,8 +24,11 @@ from typing import Callable
 from .checks import is_finite, is_int, require
 from .generation import Generation
 from .playout import SessionPlayout
+from .grammar import AudioGrammarError
+from .prompt import PromptTooLong, fit_to_slot
 from .slots import SlotPool
-from .tokens import END_OF_SPEECH_ID, FRAME_SECONDS, AudioGrammarError
+from .step import StepPlan, StepResult
+from .tokens import END_OF_SPEECH_ID, FRAME_SECONDS
 
 
 def deadline_priority(gen: Generation, session: SessionPlayout, now: float,
@@ -72,34 +77,6 @@ class SchedulerSettings:
 
 class AdmissionError(RuntimeError):
     """The admission queue is full; the caller should answer RESOURCE_EXHAUSTED."""
-
-
-@dataclass
-class StepPlan:
-    step: int
-    prefill: list[Generation] = field(default_factory=list)
-    decode: list[Generation] = field(default_factory=list)
-    admitted: list[Generation] = field(default_factory=list)
-    released: list[Generation] = field(default_factory=list)  # cancelled; slots already free
-    # Nothing runs because every live generation is beyond the playout horizon: seconds until
-    # the first of them comes back under it (the engine waits that long, or for a command).
-    idle_s: float = 0.0
-
-    @property
-    def batch(self) -> list[Generation]:
-        return self.prefill + self.decode
-
-    @property
-    def empty(self) -> bool:
-        return not self.prefill and not self.decode
-
-
-@dataclass
-class StepResult:
-    # gen_id -> tokens sampled this step, in order: one per step for the torch backend; zero
-    # or several for backends that batch internally (TensorRT-LLM streams deltas).
-    tokens: dict[int, list[int]] = field(default_factory=dict)
-    errors: dict[int, str] = field(default_factory=dict)  # gen_id -> why it failed
 
 
 @dataclass
@@ -191,13 +168,13 @@ class Scheduler:
 
     def schedule(self, now: float) -> StepPlan:
         self._step += 1
-        plan = StepPlan(step=self._step)
+        released = []
         cancelled, self._cancelled = self._cancelled, []
         for gen in cancelled:
             if gen.gen_id in self._running:  # not ended on its own since
                 self._finish(gen, "cancelled", now)
-                plan.released.append(gen)
-        self._admit(plan, now)
+                released.append(gen)
+        admitted = self._admit(now)
         self._forget_idle_sessions(now)
         horizon = self.settings.max_ahead_seconds
         self._unpark(now, everything=horizon <= 0 or self.settings is not self._parked_under)
@@ -209,29 +186,34 @@ class Scheduler:
                 self._park(gen, now + key[1] - horizon)
             else:
                 keyed.append((key, gen.gen_id, gen))
+        idle_s = 0.0
         if not keyed and self._parked:
-            plan.idle_s = max(self._next_wakeup() - now, 0.0)
+            idle_s = max(self._next_wakeup() - now, 0.0)
         keyed.sort()  # ties: submission order (gen ids are unique, so gens never compare)
         prefill_budget = self.settings.max_prefill_tokens
+        prefill, decode = [], []
         for _, _, gen in keyed:
-            if len(plan.prefill) + len(plan.decode) >= self.settings.max_batch_size:
+            if len(prefill) + len(decode) >= self.settings.max_batch_size:
                 gen.steps_waited += 1
                 continue
             if gen.needs_prefill:
-                if plan.prefill and gen.num_prompt_tokens > prefill_budget:
+                if prefill and gen.num_prompt_tokens > prefill_budget:
                     gen.steps_waited += 1
                     continue
                 prefill_budget -= gen.num_prompt_tokens
-                plan.prefill.append(gen)
+                prefill.append(gen.row())
             else:
-                plan.decode.append(gen)
+                decode.append(gen.row())
             gen.steps_waited = 0
-        return plan
+        return StepPlan(self._step, tuple(prefill), tuple(decode), tuple(admitted),
+                        tuple(released), idle_s)
 
     def update(self, plan: StepPlan, result: StepResult, now: float) -> StepOutcome:
         out = StepOutcome()
-        for gen in plan.batch:
-            if gen.finished:
+        running = self._running
+        for row in plan.rows:
+            gen = running.get(row.gen_id)
+            if gen is None:  # ended since the plan was made
                 continue
             if gen.gen_id in result.errors:
                 self._finish(gen, "error", now)
@@ -261,7 +243,14 @@ class Scheduler:
             if gen.finished:
                 self._finish(gen, gen.finish_reason, now)
                 out.finished.append(gen)
+        self.freed(result.freed)  # after the finishes above: they free first
         return out
+
+    def freed(self, gen_ids) -> None:
+        """The backend holds nothing more for these ended generations: their draining slots
+        are free now (core/slots.py; a no-op for a pool that does not drain)."""
+        for gen_id in gen_ids:
+            self.pool.confirm(gen_id)
 
     # -- queries --------------------------------------------------------------------------
 
@@ -274,7 +263,8 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return bool(self._running or self._waiting)
+        # a draining slot (core/slots.py) needs steps until the backend confirms it
+        return bool(self._running or self._waiting or self.pool.num_draining)
 
     def stats(self, now: float | None = None) -> SchedulerStats:
         risk = 0 if now is None else sum(
@@ -312,16 +302,32 @@ class Scheduler:
         return self.settings.priority(gen, self._sessions[gen.request.session_id], now,
                                       self.settings)
 
-    def _admit(self, plan: StepPlan, now: float) -> None:
+    def _admit(self, now: float) -> list[Generation]:
+        admitted: list[Generation] = []
         if not self._waiting or self.pool.num_free == 0:
-            return
+            return admitted
         self._waiting.sort(key=lambda g: self._priority(g, now))
         while self._waiting and self.pool.num_free:
             gen = self._waiting.pop(0)
             gen.slot = self.pool.allocate(gen.gen_id)
+            self._fit_to_slot(gen)
             self._running[gen.gen_id] = gen
             self._candidates[gen.gen_id] = gen
-            plan.admitted.append(gen)
+            admitted.append(gen)
+        return admitted
+
+    def _fit_to_slot(self, gen: Generation) -> None:
+        """Cut max_tokens to what the slot holds after the prompt, so the generation ends
+        ("length") where every backend can still write KV: the one place a budget is cut
+        (EngineLoop refuses a prompt that cannot fit before it gets here; for other callers
+        one that cannot fit is left for the backend to refuse)."""
+        req = gen.request
+        try:
+            budget = fit_to_slot(len(req.prompt_ids), req.max_tokens, self.pool.max_seq_len)
+        except PromptTooLong:
+            return
+        if budget != req.max_tokens:
+            gen.request = dataclasses.replace(req, max_tokens=budget)
 
     def _finish(self, gen: Generation, reason: str, now: float) -> None:
         gen.finish_reason = reason

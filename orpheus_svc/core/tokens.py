@@ -17,16 +17,10 @@ Pure Python + numpy. The facts here are fixed by DESIGN.md ("Orpheus facts"):
 
     one frame = 2048 samples at 24 kHz = 85.33 ms; 82.03 tokens/s is real time.
 
-The parser is phase-based: it knows which position the next token must have and
-computes its code relative to that position. That is what keeps phase through
-code 0 (the reference decoder drops it and shifts every later frame) and what
-rejects "code 4096" (which, as a raw id, is the next position's code 0).
+Which id may come next (positions, the stop id) is the audio grammar: core/grammar.py.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -62,10 +56,6 @@ CB1_POSITIONS = (1, 4)
 CB2_POSITIONS = (2, 3, 5, 6)
 
 
-class AudioGrammarError(ValueError):
-    """A token that the audio grammar does not allow at this point of the stream."""
-
-
 def audio_token_id(position: int, code: int) -> int:
     """Token id of `code` at frame `position` (raises on out-of-range input)."""
     if not 0 <= position < FRAME_TOKENS:
@@ -73,20 +63,6 @@ def audio_token_id(position: int, code: int) -> int:
     if not 0 <= code < CODES_PER_POSITION:
         raise ValueError(f"audio code must be 0..4095, got {code}")
     return AUDIO_BASE + position * CODES_PER_POSITION + code
-
-
-def split_audio_token(token_id: int) -> tuple[int, int]:
-    """(position, code) of an audio token id; raises AudioGrammarError otherwise."""
-    offset = token_id - AUDIO_BASE
-    if not 0 <= offset < AUDIO_VOCAB:
-        raise AudioGrammarError(f"token {token_id} is not an audio token")
-    return divmod(offset, CODES_PER_POSITION)
-
-
-def position_id_range(position: int) -> tuple[int, int]:
-    """[start, stop) of the ids legal at frame `position`: a contiguous LM-head slice."""
-    start = AUDIO_BASE + position * CODES_PER_POSITION
-    return start, start + CODES_PER_POSITION
 
 
 def frames_to_codebooks(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -119,53 +95,9 @@ def frames_to_token_ids(frames: np.ndarray) -> list[int]:
     return (frames + offsets).reshape(-1).tolist()
 
 
-@dataclass
-class FrameParser:
-    """Turns a generation's token stream into complete frames, never losing phase.
-
-    feed() returns the frames completed by the new tokens. The stop id is accepted
-    only at a frame boundary; after it, nothing more is accepted.
-    """
-
-    position: int = 0
-    stopped: bool = False
-    _pending: list[int] = field(default_factory=list)
-
-    def feed(self, token_ids: Iterable[int]) -> list[tuple[int, ...]]:
-        done: list[tuple[int, ...]] = []
-        for tid in token_ids:
-            if self.stopped:
-                raise AudioGrammarError(f"token {tid} after end of speech")
-            if tid == END_OF_SPEECH_ID:
-                if self.position != 0:
-                    raise AudioGrammarError(
-                        f"end of speech inside a frame (at position {self.position})")
-                self.stopped = True
-                continue
-            code = tid - AUDIO_BASE - self.position * CODES_PER_POSITION
-            if not 0 <= code < CODES_PER_POSITION:
-                raise AudioGrammarError(
-                    f"token {tid} is not legal at frame position {self.position} "
-                    f"(legal ids {position_id_range(self.position)[0]}.."
-                    f"{position_id_range(self.position)[1] - 1})")
-            self._pending.append(code)
-            self.position += 1
-            if self.position == FRAME_TOKENS:
-                done.append(tuple(self._pending))
-                self._pending.clear()
-                self.position = 0
-        return done
-
-
 def frames_for_samples(num_samples: int) -> int:
     return num_samples // SAMPLES_PER_FRAME
 
 
 def samples_for_frames(num_frames: int) -> int:
     return num_frames * SAMPLES_PER_FRAME
-
-
-def parse_frames(token_ids: Sequence[int]) -> np.ndarray:
-    """All complete frames of a whole token stream, as [F, 7] codes."""
-    frames = FrameParser().feed(token_ids)
-    return np.asarray(frames, dtype=np.int64).reshape(-1, FRAME_TOKENS)

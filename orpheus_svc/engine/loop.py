@@ -32,15 +32,11 @@ import numpy as np
 
 from orpheus_svc.core.events import Admitted, EventBatch, EventSink, Finish, Rejected
 from orpheus_svc.core.generation import Generation, GenerationRequest
-from orpheus_svc.core.scheduler import (
-    AdmissionError,
-    Scheduler,
-    SchedulerSettings,
-    SchedulerStats,
-    StepPlan,
-    StepResult,
-)
+from orpheus_svc.core.scheduler import AdmissionError, Scheduler, SchedulerSettings, SchedulerStats
+from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
 from orpheus_svc.core.slots import SlotPool
+from orpheus_svc.core.status import Status
+from orpheus_svc.core.step import Backend, BackendCapabilities, StepPlan, StepResult, StepRow
 from orpheus_svc.core.tokens import FRAME_TOKENS
 
 log = logging.getLogger(__name__)
@@ -75,25 +71,27 @@ def _row_problem(req: GenerationRequest) -> str | None:
     return None
 
 
-def _split(plan: StepPlan) -> list[list[Generation]]:
+def _split(plan: StepPlan) -> list[tuple[StepRow, ...]]:
     """Parts to retry a failed step in: without the suspects first (rows new this step),
     else two halves."""
-    rows = plan.batch
-    suspects = [g for g in rows if g.needs_prefill]
-    if suspects and len(suspects) < len(rows):
-        return [[g for g in rows if not g.needs_prefill], suspects]
+    if plan.prefill and plan.decode:
+        return [plan.decode, plan.prefill]
+    rows = plan.rows
     half = len(rows) // 2
     return [rows[:half], rows[half:]]
 
 
-class Backend(Protocol):
-    name: str
-    num_slots: int
-    max_seq_len: int
-
-    def step(self, plan: StepPlan) -> StepResult: ...
-
-    def release(self, gens: list[Generation]) -> None: ...
+def effective_settings(settings: SchedulerSettings,
+                       caps: BackendCapabilities) -> SchedulerSettings:
+    """The scheduler settings a backend really runs with: the configured ones, adjusted
+    here and only here for what the backend is (core/step.py, BackendCapabilities). A
+    backend that streams deltas gets every running generation in every plan, no prefill
+    budget and no playout horizon."""
+    if not caps.streams_deltas:
+        return settings
+    return dataclasses.replace(
+        settings, max_batch_size=max(settings.max_batch_size, caps.num_slots),
+        max_prefill_tokens=caps.num_slots * caps.max_seq_len, max_ahead_seconds=0.0)
 
 
 class FrameSink(Protocol):
@@ -129,12 +127,18 @@ class EngineLoop:
         self._clock = clock
         self._on_step = on_step  # called with each step's batch size (metrics)
         self._seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
-        self._scheduler = Scheduler(SlotPool(backend.num_slots, backend.max_seq_len), settings)
+        self.capabilities = caps = backend.capabilities
+        effective = effective_settings(settings, caps)  # what GetStatus reports
+        if effective != settings:
+            log.info("%s backend: scheduler runs with max_batch_size %d, max_prefill_tokens %d, "
+                     "max_ahead_seconds %g", caps.name, effective.max_batch_size,
+                     effective.max_prefill_tokens, effective.max_ahead_seconds)
+        self._scheduler = Scheduler(SlotPool(caps.num_slots, caps.max_seq_len,
+                                             confirm_frees=caps.confirms_release), effective)
+        self._thread: threading.Thread | None = None
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._ids = itertools.count(1)
-        self._thread: threading.Thread | None = None
         self._stats = self._scheduler.stats()
-        self.step_count = 0
         # Engine thread only; read as a racy, monotone snapshot (GetStatus, metrics).
         self.failed_rows = 0        # generations failed by a backend error
         self.isolation_retries = 0  # steps re-run in parts to find the rows that fail
@@ -168,8 +172,8 @@ class EngineLoop:
 
     @property
     def settings(self) -> SchedulerSettings:
-        """The scheduler settings this loop runs with: the effective ones (a backend may
-        have adjusted the configured ones, e.g. trtllm_scheduler_settings)."""
+        """The scheduler settings this loop runs with: the effective ones (the configured
+        ones as adjusted for the backend's capabilities by effective_settings)."""
         return self._scheduler.settings
 
     @settings.setter
@@ -221,19 +225,15 @@ class EngineLoop:
 
     def _admit(self, cmd: _Submit, events: EventBatch) -> None:
         req = cmd.request
-        room = self.backend.max_seq_len - len(req.prompt_ids)
-        if room < FRAME_TOKENS + 1:
-            events.add(Rejected(cmd.gen_id, code="INVALID_ARGUMENT", reason=(
-                f"text too long: its prompt is {len(req.prompt_ids)} tokens and max_seq_len is "
-                f"{self.backend.max_seq_len}; send shorter segments")))
+        try:  # the scheduler cuts max_tokens to the slot when it admits (same function)
+            fit_to_slot(len(req.prompt_ids), req.max_tokens, self.capabilities.max_seq_len)
+        except PromptTooLong as exc:
+            events.add(Rejected(cmd.gen_id, code=Status.INVALID_ARGUMENT, reason=str(exc)))
             return
         problem = _row_problem(req)
         if problem is not None:
-            events.add(Rejected(cmd.gen_id, code="INVALID_ARGUMENT", reason=problem))
+            events.add(Rejected(cmd.gen_id, code=Status.INVALID_ARGUMENT, reason=problem))
             return
-        budget = min(req.max_tokens, (room - 1) // FRAME_TOKENS * FRAME_TOKENS)
-        if budget != req.max_tokens:
-            req = dataclasses.replace(req, max_tokens=budget)
         seed = req.sampling.seed
         if seed is None:
             seed = (self._seed * 0x100000001B3 + cmd.gen_id) & 0xFFFFFFFFFFFF
@@ -252,17 +252,19 @@ class EngineLoop:
         for gen in plan.admitted:
             events.add(Admitted(gen.gen_id, gen.slot))
         if plan.released:
-            self.backend.release(plan.released)
+            self._scheduler.freed(self.backend.release([gen.gen_id for gen in plan.released]))
             for gen in plan.released:
                 self.flusher.drop(gen.gen_id, self._finish(gen))
-        if plan.empty:
+        if plan.empty and not self._scheduler.pool.num_draining:
             return plan.idle_s
+        # (an empty plan still steps while slots drain: the backend confirms their ends)
         result = self._isolated_step(plan)
-        self.step_count += 1
-        if self._on_step is not None:
-            self._on_step(len(plan.batch))
+        if self._on_step is not None and not plan.empty:
+            self._on_step(len(plan.rows))
         now = self._clock()
         outcome = self._scheduler.update(plan, result, now)
+        if outcome.finished:  # the backend frees (aborts) what it still holds for them
+            self._scheduler.freed(self.backend.release([g.gen_id for g in outcome.finished]))
         for gen, frames in outcome.frames:
             ended = gen.finish_reason in ("stop", "length")
             # With its first frames the flusher learns when the listener will reach them (a
@@ -289,26 +291,27 @@ class EngineLoop:
         the others ran fine one step ago), then by halves, down to single rows: one bad row
         of 32 costs about 2 x log2(32) extra steps, once. Retrying is safe for backends
         whose step has no side effect before it can raise for a row (torch, sim:
-        `retry_safe`); for the others the whole step fails, as it must."""
+        capabilities.retry_safe); for the others the whole step fails, as it must."""
         try:
             return self.backend.step(plan)
         except Exception as exc:  # noqa: BLE001 - one bad row must not fail its neighbours
-            if len(plan.batch) == 1 or not getattr(self.backend, "retry_safe", False):
-                return self._failed(plan.batch, exc)
+            if len(plan.rows) <= 1 or not self.capabilities.retry_safe:
+                return self._failed(plan.rows, exc)
             self.isolation_retries += 1
         merged = StepResult()
         for part in _split(plan):
             sub = self._isolated_part(plan, part)
             merged.tokens.update(sub.tokens)
             merged.errors.update(sub.errors)
+            merged.freed.extend(sub.freed)
         return merged
 
-    def _isolated_part(self, plan: StepPlan, rows: list[Generation]) -> StepResult:
-        sub = StepPlan(step=plan.step, prefill=[g for g in rows if g.needs_prefill],
-                       decode=[g for g in rows if not g.needs_prefill])
+    def _isolated_part(self, plan: StepPlan, rows: tuple[StepRow, ...]) -> StepResult:
+        sub = StepPlan(step=plan.step, prefill=tuple(r for r in rows if r.prefill),
+                       decode=tuple(r for r in rows if not r.prefill))
         return self._isolated_step(sub)
 
-    def _failed(self, gens: list[Generation], exc: BaseException) -> StepResult:
+    def _failed(self, gens: tuple[StepRow, ...], exc: BaseException) -> StepResult:
         """Fail `gens` for `exc`: the client gets a short message with an error id, the log
         the whole exception with each generation's session."""
         error_id = new_error_id()

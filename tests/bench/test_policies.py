@@ -24,13 +24,14 @@ def test_fifo_policy_runs_in_arrival_order_only():
     s, gens = _three_sessions_one_ahead(fifo)
     for _ in range(20):
         plan, _ = run_step(s, 10.0)
-        assert plan.batch == [gens[0]]  # the oldest forever: no TTFB turn for the others
+        # the oldest forever: no TTFB turn for the others
+        assert [r.gen_id for r in plan.rows] == [gens[0].gen_id]
 
 
 def test_round_robin_policy_takes_turns():
     s, gens = _three_sessions_one_ahead(round_robin)
-    ran = [run_step(s, 10.0)[0].batch[0] for _ in range(6)]
-    assert ran == gens + gens
+    ran = [run_step(s, 10.0)[0].rows[0].gen_id for _ in range(6)]
+    assert ran == [g.gen_id for g in gens + gens]
 
 
 def test_deadline_is_the_default_order():
@@ -51,10 +52,11 @@ def test_policies_entry_point_injects_the_order_into_serve(monkeypatch):
 
 
 def test_the_engine_takes_an_order_only_before_it_runs():
+    from orpheus_svc.core.step import BackendCapabilities
     from orpheus_svc.engine.loop import EngineLoop
 
     class Backend:
-        num_slots, max_seq_len = 2, 64
+        capabilities = BackendCapabilities("fake", num_slots=2, max_seq_len=64)
 
     loop = EngineLoop(Backend(), None, lambda events: None)
     loop.settings = dataclasses.replace(loop.settings, priority=fifo)

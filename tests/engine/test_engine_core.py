@@ -3,6 +3,7 @@ import time
 from orpheus_svc.core.events import Admitted, Rejected
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler import SchedulerSettings
+from orpheus_svc.core.step import BackendCapabilities
 from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.torch.backend import TorchBackend
 
@@ -112,12 +113,15 @@ def test_max_tokens_is_clipped_to_the_slot_length():
 
 
 class _FailingBackend:
-    name, num_slots, max_seq_len = "failing", 2, 64
+    capabilities = BackendCapabilities(name="failing", num_slots=2, max_seq_len=64)
 
     def step(self, plan):
         raise RuntimeError("boom")
 
-    def release(self, gens):
+    def release(self, gen_ids):
+        return list(gen_ids)
+
+    def close(self):
         pass
 
 

@@ -2,7 +2,8 @@ import numpy as np
 import torch
 from hypothesis import given, settings, strategies as st
 
-from orpheus_svc.core.tokens import END_OF_SPEECH_ID, FrameParser, position_id_range
+from orpheus_svc.core.grammar import FrameParser, position_id_range
+from orpheus_svc.core.tokens import END_OF_SPEECH_ID
 from orpheus_svc.engine.torch.sampling import (
     RowParams,
     SeenAudio,
@@ -45,10 +46,10 @@ def test_sampled_stream_always_parses_into_frames():
     head = torch.randn(VOCAB, HIDDEN, generator=g)
     head[END_OF_SPEECH_ID] *= 30  # stop is very likely wherever it is legal
     parser, n = FrameParser(), 0
-    while not parser.stopped:
-        p = n % 7
-        logits = constrained_logits(torch.randn(1, HIDDEN, generator=g), head, [p], [p == 0 and n > 0])
-        parser.feed(sample_rows(logits, _params([p], [p == 0 and n > 0], counters=[n])))
+    while not parser.stopped:  # the parser's state is the grammar state a row carries
+        p, stop = parser.position, parser.stop_allowed
+        logits = constrained_logits(torch.randn(1, HIDDEN, generator=g), head, [p], [stop])
+        parser.feed(sample_rows(logits, _params([p], [stop], counters=[n])))
         n += 1
     assert n % 7 == 1 and n > 1  # stopped right after a whole frame, never before the first
 

@@ -60,7 +60,7 @@ class _StepLog(SimBackend):
         try:
             return super().step(plan)
         except Exception:
-            self.raised_sizes.append(len(plan.batch))
+            self.raised_sizes.append(len(plan.rows))
             raise
 
 

@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 from orpheus_svc.core.generation import Generation, GenerationRequest
-from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings, StepPlan
+from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
-from orpheus_svc.core.tokens import END_OF_SPEECH_ID, FRAME_TOKENS, FrameParser
+from orpheus_svc.core.grammar import FrameParser
+from orpheus_svc.core.step import StepPlan
+from orpheus_svc.core.tokens import END_OF_SPEECH_ID, FRAME_TOKENS
 from orpheus_svc.engine.sim.backend import SimBackend, sim_encode
 from orpheus_svc.engine.sim.profiles import PROFILES, get_profile
 
@@ -41,6 +43,11 @@ def make_gen(gen_id, seed=7, prompt_len=40, max_tokens=700, expected_frames=30):
     return Generation(gen_id=gen_id, request=req, arrival=0.0, seed=seed, slot=gen_id)
 
 
+def _plan(step, prefill=(), decode=()):
+    """A plan of the generations' rows, as the scheduler would hand it over."""
+    return StepPlan(step, tuple(g.row() for g in prefill), tuple(g.row() for g in decode))
+
+
 def backend(clock=None, **kw):
     clock = clock or FakeClock()
     return SimBackend(H100, num_slots=64, max_seq_len=4096, clock=clock, sleep=clock.sleep, **kw)
@@ -69,7 +76,7 @@ def run_to_end(be, gens, max_steps=10_000):
 def test_streams_follow_the_audio_grammar_and_end_with_stop_at_a_frame_boundary():
     be = backend()
     for seed in range(20):
-        toks = be.token_stream(make_gen(1, seed=seed))
+        toks = be.token_stream(make_gen(1, seed=seed).row())
         assert toks[-1] == END_OF_SPEECH_ID
         audio = toks[:-1]
         assert len(audio) % FRAME_TOKENS == 0 and len(audio) >= FRAME_TOKENS
@@ -106,7 +113,7 @@ def test_same_seed_same_tokens_whatever_the_batch():
 def test_lengths_are_proportional_to_expected_frames():
     be = backend(length_sigma=0.2)
     def mean_frames(expected):
-        n = [len(be.token_stream(make_gen(1, seed=s, expected_frames=expected, max_tokens=10**6)))
+        n = [len(be.token_stream(make_gen(1, seed=s, expected_frames=expected, max_tokens=10**6).row()))
              for s in range(200)]
         return (np.mean(n) - 1) / FRAME_TOKENS
     short, long_ = mean_frames(20), mean_frames(200)
@@ -118,7 +125,7 @@ def test_without_expected_frames_the_length_is_inferred_from_the_prompt():
     be = backend(length_sigma=0.0)
     text = "x" * 300  # 300 chars ~ 20 s of speech at 15 chars/s ~ 234 frames
     g = make_gen(1, expected_frames=0, prompt_len=len(sim_encode(text)) + 7, max_tokens=10**6)
-    frames = (len(be.token_stream(g)) - 1) / FRAME_TOKENS
+    frames = (len(be.token_stream(g.row())) - 1) / FRAME_TOKENS
     assert 180 < frames < 290
 
 
@@ -126,7 +133,7 @@ def test_step_period_equals_the_model_when_the_host_is_faster():
     clock = FakeClock()
     be = backend(clock)
     gens = [make_gen(i, seed=i, expected_frames=50) for i in range(1, 33)]
-    plan = StepPlan(step=1, prefill=gens)
+    plan = _plan(1, prefill=gens)
     be.step(plan)
     for g in gens:
         g.num_generated = 1
@@ -135,7 +142,7 @@ def test_step_period_equals_the_model_when_the_host_is_faster():
     t_end = clock.t
     host = 0.3 * H100.decode_seconds(32, 41)
     clock.advance(host)  # scheduler/update work: overlaps the next GPU step
-    be.step(StepPlan(step=2, decode=gens))
+    be.step(_plan(2, decode=gens))
     d = H100.step_seconds(32, 32 * 41)
     assert clock.t - t_end == pytest.approx(d)  # period = d, not d + host
     assert be.stats()["host_bound_steps"] == 0
@@ -145,13 +152,13 @@ def test_a_slow_host_sets_the_period_and_is_counted():
     clock = FakeClock()
     be = backend(clock)
     gens = [make_gen(i, seed=i, expected_frames=50) for i in range(1, 5)]
-    be.step(StepPlan(step=1, prefill=gens))
+    be.step(_plan(1, prefill=gens))
     for g in gens:
         g.num_generated = 1
     t_end = clock.t
     d = H100.step_seconds(4, 4 * 41)
     clock.advance(3 * d)
-    be.step(StepPlan(step=2, decode=gens))
+    be.step(_plan(2, decode=gens))
     assert clock.t - t_end == pytest.approx(3 * d)  # nothing added on top of the host time
     s = be.stats()
     assert s["host_bound_steps"] == 1
@@ -162,11 +169,11 @@ def test_after_idle_the_step_starts_when_called():
     clock = FakeClock()
     be = backend(clock)
     g = make_gen(1, max_tokens=1)
-    be.step(StepPlan(step=1, prefill=[g]))  # finishes at once (max_tokens 1)
+    be.step(_plan(1, prefill=[g]))  # finishes at once (max_tokens 1)
     clock.advance(5.0)  # idle
     g2 = make_gen(2)
     t0 = clock.t
-    be.step(StepPlan(step=2, prefill=[g2]))
+    be.step(_plan(2, prefill=[g2]))
     assert clock.t - t0 == pytest.approx(H100.step_seconds(0, 0, 1, 40, 1600))
     assert be.stats()["idle_starts"] == 2
 
@@ -174,9 +181,9 @@ def test_after_idle_the_step_starts_when_called():
 def test_release_forgets_cancelled_generations():
     be = backend()
     gens = [make_gen(i) for i in (1, 2)]
-    be.step(StepPlan(step=1, prefill=gens))
+    be.step(_plan(1, prefill=gens))
     assert be.stats()["live_generations"] == 2
-    be.release(gens[:1])
+    be.release([gens[0].gen_id])
     assert be.stats()["live_generations"] == 1
 
 
@@ -194,5 +201,5 @@ def test_every_profile_is_usable(name):
     be = SimBackend(get_profile(name), num_slots=4, max_seq_len=256, clock=FakeClock(),
                     sleep=lambda s: None)
     gens = [dataclasses.replace(make_gen(i), slot=i) for i in range(1, 4)]
-    out = be.step(StepPlan(step=1, prefill=gens))
+    out = be.step(_plan(1, prefill=gens))
     assert set(out.tokens) == {1, 2, 3}

@@ -1,7 +1,7 @@
 """Drive the trtllm backend step by step with the real Scheduler, StreamBridge and a stand-in.
 
-The test thread plays EngineLoop: schedule -> release -> backend.step -> update, and keeps
-what came out (frames per generation, finished generations, errors).
+The test thread plays EngineLoop: schedule -> release -> backend.step -> update -> release,
+and keeps what came out (frames per generation, finished generations, errors).
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from functools import partial
 from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
+from orpheus_svc.core.step import StepRow
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, audio_token_id
+from orpheus_svc.engine.loop import effective_settings
 from orpheus_svc.engine.trtllm.build import sampling_kwargs
 from orpheus_svc.engine.trtllm.backend import TrtllmBackend
 from orpheus_svc.engine.trtllm.stream import StreamBridge
@@ -42,13 +44,13 @@ class Driver:
                  clock=time.monotonic, **backend_kwargs) -> None:
         self.llm = llm or StandInLLM()
         self.bridge = StreamBridge(self.llm)
-        self.scheduler = Scheduler(SlotPool(slots, 256),
-                                   SchedulerSettings(max_batch_size=slots, max_waiting=64,
-                                                     max_prefill_tokens=slots * 256))
         self.backend = TrtllmBackend(self.bridge, partial(_params, sampling_kwargs),
                                      num_slots=slots, max_seq_len=256,
                                      wait_s=backend_kwargs.pop("wait_s", 0.02), clock=clock,
                                      **backend_kwargs)
+        caps = self.backend.capabilities  # as EngineLoop builds its scheduler
+        self.scheduler = Scheduler(SlotPool(slots, 256, confirm_frees=caps.confirms_release),
+                                   effective_settings(SchedulerSettings(max_waiting=64), caps))
         self.frames: dict[int, list[list[int]]] = defaultdict(list)
         self.finished: dict[int, Generation] = {}
         self.errors: dict[int, str] = {}
@@ -67,14 +69,16 @@ class Driver:
         now = time.monotonic()
         plan = self.scheduler.schedule(now)
         if plan.released:
-            self.backend.release(plan.released)
+            self.scheduler.freed(self.backend.release([g.gen_id for g in plan.released]))
             for g in plan.released:
                 self.finished[g.gen_id] = g
-        if plan.empty:
+        if plan.empty and not self.scheduler.pool.num_draining:
             return
         result = self.backend.step(plan)
         self.errors.update(result.errors)
         out = self.scheduler.update(plan, result, time.monotonic())
+        if out.finished:
+            self.scheduler.freed(self.backend.release([g.gen_id for g in out.finished]))
         for gen, frames in out.frames:
             self.frames[gen.gen_id].extend(list(f) for f in frames)
         for gen in out.finished:
@@ -98,5 +102,5 @@ class Params:
         self.kwargs = kwargs
 
 
-def _params(kwargs_fn, gen: Generation) -> Params:
-    return Params(**kwargs_fn(gen))
+def _params(kwargs_fn, row: StepRow) -> Params:
+    return Params(**kwargs_fn(row))

@@ -63,11 +63,13 @@ def test_cancel_aborts_the_request_and_its_slot_waits_for_the_confirmation():
         d.step()
         d.llm.wait_for(lambda llm: llm.requests[0].aborted)
         assert d.finished[first.gen_id].finish_reason == "cancelled"
-        for _ in range(3):  # the scheduler admitted `second`; the backend holds it back
+        for _ in range(3):  # the slot drains: the scheduler holds `second` back
             d.step()
         assert len(d.llm.requests) == 1 and d.backend.live == 1
+        assert second.slot is None and d.scheduler.stats().free_slots == 0
         req.finish("cancelled")  # TensorRT-LLM confirms the abort
         d.run_until(lambda: len(d.llm.requests) == 2)
+        assert second.slot == 0
         assert d.llm.requests[1].params.kwargs["max_tokens"] == second.request.max_tokens
     finally:
         d.close()
@@ -84,6 +86,7 @@ def test_an_unconfirmed_abort_stops_counting_after_the_grace_period():
         d.step()
         d.step()
         assert len(d.llm.requests) == 1
+        assert d.scheduler.stats().free_slots == 0
         now[0] = 6.0
         d.run_until(lambda: len(d.llm.requests) == 2)
         assert d.backend.counters["unconfirmed_aborts"] == 1
@@ -156,5 +159,19 @@ def test_close_aborts_live_requests_then_shuts_the_llm_down():
         d.run_until(lambda: d.llm.requests)
         d.backend.close()
         assert d.llm.requests[0].aborted and closed == [True]
+    finally:
+        d.close()
+
+
+def test_a_finished_generation_frees_its_slot_in_the_same_step_when_tensorrt_llm_ended_it():
+    d = Driver(slots=1)
+    try:
+        first, second = d.add(), d.add()
+        d.run_until(lambda: d.llm.requests)
+        d.llm.requests[0].finish("stop", speech(1))
+        d.run_until(lambda: first.gen_id in d.finished)
+        assert d.scheduler.pool.num_draining == 0 and d.scheduler.stats().free_slots == 1
+        d.run_until(lambda: len(d.llm.requests) == 2)
+        assert second.slot == 0 and d.llm.max_live == 1
     finally:
         d.close()

@@ -8,7 +8,7 @@ import pytest
 from orpheus_svc.core.events import Rejected
 from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
 from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
-from orpheus_svc.core.scheduler import StepPlan
+from orpheus_svc.core.step import StepPlan
 from orpheus_svc.core.tokens import FRAME_TOKENS
 from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.trtllm.build import sampling_kwargs
@@ -74,7 +74,7 @@ def test_the_backend_fits_a_request_that_bypassed_admission():
         gen = d.add(max_tokens=1000)  # straight into the scheduler, no EngineLoop admission
         d.run_until(lambda: d.llm.requests)
         assert d.llm.requests[0].params.kwargs["max_tokens"] == 245
-        assert gen.request.max_tokens == 245  # the scheduler ends it where TensorRT-LLM will
+        assert gen.request.max_tokens == 245  # fitted by the scheduler, for every backend
         assert not d.errors
     finally:
         d.close()
@@ -87,7 +87,7 @@ def test_the_backend_ends_a_prompt_that_cannot_fit_without_submitting_it():
     req = GenerationRequest("s", 0, tuple(range(252)), 70, SamplingParams())
     gen = Generation(gen_id=1, request=req, arrival=time.monotonic(), seed=1)
     try:
-        result = backend.step(StepPlan(step=1, prefill=[gen]))
+        result = backend.step(StepPlan(step=1, prefill=(gen.row(),)))
     finally:
         backend.close()
     assert "prompt is 252 tokens and max_seq_len is 256" in result.errors[1]

@@ -6,7 +6,7 @@ from functools import partial
 from orpheus_svc.config import EngineConfig
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.engine.loop import EngineLoop
-from orpheus_svc.engine.trtllm.build import sampling_kwargs, trtllm_scheduler_settings
+from orpheus_svc.engine.trtllm.build import sampling_kwargs
 from orpheus_svc.engine.trtllm.backend import TrtllmBackend
 from orpheus_svc.engine.trtllm.stream import StreamBridge
 from tests.engine.harness import Collector, RecordingFlusher
@@ -26,14 +26,13 @@ def _scripted(req):
 def test_sessions_beyond_the_slots_all_finish_with_their_frames_and_never_overfill():
     engine_cfg = dataclasses.replace(EngineConfig(), max_sessions=3, max_batch_size=1,
                                      max_seq_len=256)
-    settings = trtllm_scheduler_settings(engine_cfg)
-    assert settings.max_batch_size == 3  # every running generation is in every plan
     llm = StandInLLM(script=_scripted)
     backend = TrtllmBackend(StreamBridge(llm), partial(_params, sampling_kwargs), num_slots=3,
                             max_seq_len=256)
     events = Collector()
     flusher = RecordingFlusher(events)
-    core = EngineLoop(backend, flusher, events, settings=settings, seed=1)
+    core = EngineLoop(backend, flusher, events, settings=engine_cfg.scheduler_settings(), seed=1)
+    assert core.settings.max_batch_size == 3  # every running generation is in every plan
     core.start()
     try:
         ids = [core.submit(GenerationRequest(session_id=f"s{i}", segment_index=0,
@@ -61,11 +60,33 @@ def test_sampling_params_carry_the_request_and_the_stop_id():
 
     gen = Generation(gen_id=1, request=req, arrival=0.0, seed=1234)
     marker = object()
-    kw = sampling_kwargs(gen, marker)
+    kw = sampling_kwargs(gen.row(), marker)
     assert kw == dict(end_id=128258, pad_id=128263, max_tokens=700, temperature=0.5, top_p=0.9,
                       repetition_penalty=1.2, seed=1234, detokenize=False,
                       logits_processor=marker)
     greedy = dataclasses.replace(req, sampling=SamplingParams(temperature=0.0))
-    kw = sampling_kwargs(Generation(gen_id=2, request=greedy, arrival=0.0, seed=1))
+    kw = sampling_kwargs(Generation(gen_id=2, request=greedy, arrival=0.0, seed=1).row())
     assert kw["top_k"] == 1 and "temperature" not in kw and "logits_processor" not in kw
-    assert isinstance(_params(sampling_kwargs, gen), Params)
+    assert isinstance(_params(sampling_kwargs, gen.row()), Params)
+
+
+def test_a_grammar_violation_through_engine_loop_ends_the_generation_and_aborts_its_request():
+    """The scheduler's parser is the only one: the violation ends the generation there, and
+    EngineLoop's release() of the ended generation aborts its TensorRT-LLM request."""
+    from orpheus_svc.core.tokens import audio_token_id
+
+    llm = StandInLLM(script=lambda req: [(frame_tokens(0) + [audio_token_id(3, 5)], None)])
+    backend = TrtllmBackend(StreamBridge(llm), partial(_params, sampling_kwargs), num_slots=2,
+                            max_seq_len=256)
+    events = Collector()
+    core = EngineLoop(backend, RecordingFlusher(events), events, seed=1)
+    core.start()
+    try:
+        gid = core.submit(GenerationRequest("s", 0, PROMPT, 70, SamplingParams()))
+        events.wait_for(lambda ev: events.ended([gid]))
+        llm.wait_for(lambda llm: llm.requests and llm.requests[0].aborted and llm.live == 0)
+        assert events.finish(gid).reason == "error"
+        assert core.stats().grammar_violations == 1
+    finally:
+        core.stop()
+        backend.close()

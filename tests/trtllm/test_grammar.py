@@ -5,14 +5,14 @@ import pickle
 import pytest
 import torch
 
+from orpheus_svc.core.grammar import position_id_range, state_after_token
 from orpheus_svc.core.tokens import (
     AUDIO_BASE,
     END_OF_SPEECH_ID,
     ORPHEUS_VOCAB_SIZE,
     audio_token_id,
-    position_id_range,
 )
-from orpheus_svc.engine.trtllm.grammar import AudioGrammarLogitsProcessor, next_position
+from orpheus_svc.engine.trtllm.grammar import AudioGrammarLogitsProcessor
 
 PROMPT = [128259, 128000, 40, 128009, 128260, 128261, 128257]
 
@@ -23,12 +23,16 @@ def _allowed(tokens, vocab=ORPHEUS_VOCAB_SIZE):
     return torch.isfinite(logits[0, 0]).nonzero().flatten().tolist()
 
 
-def test_next_position_follows_the_last_token():
-    assert next_position(PROMPT) == (0, False)
-    assert next_position([]) == (0, False)
-    assert next_position(PROMPT + [audio_token_id(0, 0)]) == (1, False)
-    assert next_position(PROMPT + [audio_token_id(5, 4095)]) == (6, False)
-    assert next_position(PROMPT + [audio_token_id(6, 0)]) == (0, True)
+def test_the_state_follows_the_last_token():
+    assert state_after_token(PROMPT[-1]) == (0, False)
+    assert state_after_token(None) == (0, False)
+    assert state_after_token(audio_token_id(0, 0)) == (1, False)
+    assert state_after_token(audio_token_id(5, 4095)) == (6, False)
+    assert state_after_token(audio_token_id(6, 0)) == (0, True)
+
+
+def test_an_empty_sequence_gets_position_0_without_stop():
+    assert _allowed([]) == list(range(*position_id_range(0)))
 
 
 def test_after_the_prompt_only_position_0_ids_are_legal_and_no_stop():

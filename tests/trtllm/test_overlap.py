@@ -9,7 +9,7 @@ from orpheus_svc.config import Config, EngineConfig
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.tokens import AUDIO_BASE, CODES_PER_POSITION
 from orpheus_svc.engine.loop import EngineLoop
-from orpheus_svc.engine.trtllm.build import build_trtllm_backend, trtllm_scheduler_settings
+from orpheus_svc.engine.trtllm.build import build_trtllm_backend
 from orpheus_svc.engine.trtllm.grammar import AudioGrammarLogitsProcessor
 from orpheus_svc.engine.trtllm.manifest import FORMAT_CHECKPOINT, FORMAT_ENGINE
 from orpheus_svc.engine.trtllm.startup import TrtllmStartupError
@@ -32,7 +32,7 @@ def _run(backend, engine_cfg, n, max_tokens):
     """n generations through the real EngineLoop; returns (Finish by id, flusher, stats)."""
     events = Collector()
     flusher = RecordingFlusher(events)
-    core = EngineLoop(backend, flusher, events, settings=trtllm_scheduler_settings(engine_cfg),
+    core = EngineLoop(backend, flusher, events, settings=engine_cfg.scheduler_settings(),
                       seed=3)
     core.start()
     try:

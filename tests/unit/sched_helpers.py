@@ -3,7 +3,8 @@
 from itertools import count
 
 from orpheus_svc.core.generation import Generation, GenerationRequest
-from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings, StepResult
+from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
+from orpheus_svc.core.step import StepResult
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, audio_token_id
 
@@ -24,8 +25,14 @@ def make_scheduler(slots=4, batch=4, waiting=8, aging=64, max_prefill_tokens=409
         max_prefill_tokens=max_prefill_tokens))
 
 
+def ids(items):
+    """gen ids of plan rows (or generations), in order."""
+    return [x.gen_id for x in items]
+
+
 def legal_token(gen, stop=False):
-    """The next token a well-behaved backend would emit for `gen`."""
+    """The next token a well-behaved backend would emit for `gen` (a StepRow, or a
+    Generation: both carry the grammar state)."""
     if stop and gen.stop_allowed:
         return END_OF_SPEECH_ID
     return audio_token_id(gen.frame_position, (gen.gen_id * 31 + gen.num_generated) % 4096)
@@ -33,7 +40,7 @@ def legal_token(gen, stop=False):
 
 def run_step(sched, now, stop_ids=()):
     plan = sched.schedule(now)
-    result = StepResult(tokens={g.gen_id: [legal_token(g, g.gen_id in stop_ids)] for g in plan.batch})
+    result = StepResult(tokens={g.gen_id: [legal_token(g, g.gen_id in stop_ids)] for g in plan.rows})
     return plan, sched.update(plan, result, now)
 
 

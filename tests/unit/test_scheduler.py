@@ -1,13 +1,15 @@
+import dataclasses
 import random
 import subprocess
 import sys
 
 import pytest
 
-from orpheus_svc.core.scheduler import AdmissionError, StepResult
+from orpheus_svc.core.scheduler import AdmissionError
+from orpheus_svc.core.step import StepResult
 from orpheus_svc.core.tokens import FRAME_SECONDS
 
-from .sched_helpers import legal_token, make_gen, make_scheduler, run_step, run_until_frames
+from .sched_helpers import ids, legal_token, make_gen, make_scheduler, run_step, run_until_frames
 
 
 def test_core_modules_import_neither_torch_nor_grpc():
@@ -27,7 +29,7 @@ def test_everything_runs_when_it_fits_in_the_batch():
     plan = s.schedule(0.0)
     assert {g.gen_id for g in plan.prefill} == {g.gen_id for g in gens}
     assert [g.gen_id for g in plan.admitted] == [g.gen_id for g in gens]
-    s.update(plan, StepResult({g.gen_id: [legal_token(g)] for g in plan.batch}), 0.0)
+    s.update(plan, StepResult({g.gen_id: [legal_token(g)] for g in plan.rows}), 0.0)
     plan = s.schedule(0.01)
     assert len(plan.decode) == 3 and not plan.prefill
 
@@ -43,8 +45,8 @@ def test_ttfb_priority_new_session_runs_before_sessions_with_audio():
     new = make_gen(session="new", arrival=now)
     s.add(new)
     plan = s.schedule(now)
-    assert new in plan.prefill
-    assert len(plan.batch) == 2
+    assert new.gen_id in ids(plan.prefill)
+    assert len(plan.rows) == 2
 
 
 def test_ttfb_class_is_oldest_first():
@@ -52,7 +54,7 @@ def test_ttfb_class_is_oldest_first():
     late, early = make_gen(session="a", arrival=2.0), make_gen(session="b", arrival=1.0)
     s.add(late)
     s.add(early)
-    assert s.schedule(3.0).batch == [early]
+    assert ids(s.schedule(3.0).rows) == [early.gen_id]
 
 
 def test_deadline_order_least_buffered_session_first():
@@ -65,11 +67,11 @@ def test_deadline_order_least_buffered_session_first():
     s.settings = type(s.settings)(max_batch_size=1, max_waiting=8, aging_steps=10_000)
     while ahead.num_frames < 30:
         plan = s.schedule(now)
-        plan.decode = [ahead]  # force: only "ahead" advances
+        plan = dataclasses.replace(plan, prefill=(), decode=(ahead.row(),))  # only "ahead"
         s.update(plan, StepResult({ahead.gen_id: [legal_token(ahead)]}), now)
     assert s.buffered_seconds("ahead", now) > s.buffered_seconds("behind", now)
     plan = s.schedule(now)
-    assert plan.batch == [behind]
+    assert ids(plan.rows) == [behind.gen_id]
 
 
 def test_later_segment_of_a_session_waits_behind_the_one_being_played():
@@ -82,9 +84,9 @@ def test_later_segment_of_a_session_waits_behind_the_one_being_played():
     picked = []
     for _ in range(30):
         plan, _ = run_step(s, now)
-        picked.extend(plan.batch)
+        picked.extend(ids(plan.rows))
         now += FRAME_SECONDS / 7 / 4  # 4x faster than real time
-    assert picked[0] is seg0
+    assert picked[0] == seg0.gen_id
     assert seg0.num_frames > seg1.num_frames
 
 
@@ -115,7 +117,7 @@ def test_aging_runs_a_generation_left_out_too_long():
     ran = set()
     for _ in range(20):
         plan, _ = run_step(s, now)
-        ran.update(g.gen_id for g in plan.batch)
+        ran.update(ids(plan.rows))
     assert ran == {g.gen_id for g in gens}
     assert max(g.steps_waited for g in gens) <= 5
 
@@ -141,8 +143,8 @@ def test_cancel_running_frees_slot_at_next_step_and_admits_waiter():
     assert a.slot is not None and b.slot is None
     assert s.cancel(a.gen_id, 0.1) is None  # running: released at the next step
     plan = s.schedule(0.2)
-    assert plan.released == [a] and a.finish_reason == "cancelled"
-    assert plan.admitted == [b] and b.slot == 0
+    assert plan.released == (a,) and a.finish_reason == "cancelled"
+    assert plan.admitted == (b,) and b.slot == 0
     assert s.stats().cancelled == 1
 
 
@@ -188,7 +190,7 @@ def test_prefill_budget_limits_prompt_tokens_per_step_but_oldest_always_runs():
     s.add(big)
     s.add(small)
     plan = s.schedule(2.0)
-    assert plan.prefill == [big]
+    assert ids(plan.prefill) == [big.gen_id]
 
 
 def test_no_slot_leaks_after_random_submit_cancel_finish():
@@ -275,9 +277,9 @@ def test_playout_horizon_skips_sessions_far_ahead_without_aging_them():
     now = run_until_frames(s, ahead, 10, 0.0)  # 0.85 s buffered > 0.5 s horizon
     for _ in range(10):
         plan = s.schedule(now)
-        assert ahead not in plan.batch and ahead.steps_waited == 0
+        assert ahead.gen_id not in ids(plan.rows) and ahead.steps_waited == 0
     later = now + 0.5  # 0.35 s left: back under the horizon
-    assert ahead in s.schedule(later).batch
+    assert ahead.gen_id in ids(s.schedule(later).rows)
 
 
 def test_bad_settings_are_refused_naming_the_field():

@@ -8,10 +8,11 @@ import heapq
 import random
 
 from orpheus_svc.core.generation import Generation, GenerationRequest
-from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings, StepResult
+from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
+from orpheus_svc.core.step import StepResult
 from orpheus_svc.core.slots import SlotPool
 
-from .sched_helpers import legal_token
+from .sched_helpers import ids, legal_token
 
 
 class Unparked(Scheduler):
@@ -74,9 +75,9 @@ def drive(seed, horizon, batch, steps=3000):
         assert [g.gen_id for g in a.admitted] == [g.gen_id for g in b.admitted]
         assert [g.gen_id for g in a.released] == [g.gen_id for g in b.released]
         assert abs(a.idle_s - b.idle_s) < 1e-9
-        stop = {g.gen_id for g in a.batch if rng.random() < 0.02}
+        stop = {g.gen_id for g in a.rows if rng.random() < 0.02}
         for sched, plan in zip((ours, ref), plans):
-            tokens = {g.gen_id: [legal_token(g, g.gen_id in stop)] for g in plan.batch}
+            tokens = {g.gen_id: [legal_token(g, g.gen_id in stop)] for g in plan.rows}
             sched.update(plan, StepResult(tokens), now)
         assert ours.stats(now) == ref.stats(now)
     for sched in (ours, ref):
@@ -111,9 +112,9 @@ def test_a_parked_segment_is_judged_again_when_the_one_before_it_ends():
     now = 0.0
     while head.num_frames < 2:  # both run until `later` is judged far ahead (200-frame estimate)
         plan = s.schedule(now)
-        s.update(plan, StepResult({g.gen_id: [legal_token(g)] for g in plan.batch}), now)
+        s.update(plan, StepResult({g.gen_id: [legal_token(g)] for g in plan.rows}), now)
         now += 0.001
-    assert later.gen_id in s._parked and head in s.schedule(now).batch
+    assert later.gen_id in s._parked and head.gen_id in ids(s.schedule(now).rows)
     s.cancel(head.gen_id, now)  # the estimate that kept `later` far ahead is gone
     plan = s.schedule(now)
-    assert later in plan.batch  # at once, not at its old wake-up time
+    assert later.gen_id in ids(plan.rows)  # at once, not at its old wake-up time

@@ -24,3 +24,30 @@ def test_pool_refuses_double_free_and_foreign_free():
 def test_pool_rejects_bad_sizes():
     with pytest.raises(ValueError, match="num_slots"):
         SlotPool(0, 10)
+
+
+def test_a_confirming_pool_keeps_a_freed_slot_until_the_backend_confirms():
+    pool = SlotPool(1, 128, confirm_frees=True)
+    slot = pool.allocate(1)
+    pool.free(slot, 1)
+    assert pool.num_free == 0 and pool.num_draining == 1 and pool.allocate(2) is None
+    with pytest.raises(SlotPoolError):
+        pool.free(slot, 1)  # draining is not held: a second free is still refused
+    pool.confirm(1)
+    assert pool.num_free == 1 and pool.num_draining == 0 and pool.allocate(2) == slot
+
+
+def test_a_confirmation_before_the_free_frees_at_once():
+    pool = SlotPool(1, 128, confirm_frees=True)
+    slot = pool.allocate(1)
+    pool.confirm(1)
+    pool.free(slot, 1)
+    assert pool.num_free == 1 and pool.num_draining == 0
+
+
+def test_a_plain_pool_ignores_confirmations():
+    pool = SlotPool(1, 128)
+    slot = pool.allocate(1)
+    pool.confirm(1)
+    pool.free(slot, 1)
+    assert pool.num_free == 1

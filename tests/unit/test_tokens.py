@@ -2,12 +2,13 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
+from orpheus_svc.core import grammar as G
 from orpheus_svc.core import tokens as T
 
 
 @given(st.integers(0, 6), st.integers(0, 4095))
 def test_audio_token_id_round_trips(position, code):
-    assert T.split_audio_token(T.audio_token_id(position, code)) == (position, code)
+    assert G.split_audio_token(T.audio_token_id(position, code)) == (position, code)
 
 
 def test_audio_token_id_rejects_code_4096_and_bad_position():
@@ -15,8 +16,8 @@ def test_audio_token_id_rejects_code_4096_and_bad_position():
         T.audio_token_id(0, 4096)
     with pytest.raises(ValueError):
         T.audio_token_id(7, 0)
-    with pytest.raises(T.AudioGrammarError):
-        T.split_audio_token(T.AUDIO_BASE - 1)
+    with pytest.raises(G.AudioGrammarError):
+        G.split_audio_token(T.AUDIO_BASE - 1)
 
 
 @given(st.lists(st.lists(st.integers(0, 4095), min_size=7, max_size=7), max_size=20))
@@ -25,7 +26,7 @@ def test_frames_codebooks_and_token_ids_round_trip(frames):
     c0, c1, c2 = T.frames_to_codebooks(frames)
     assert len(c0) == len(frames) and len(c1) == 2 * len(frames) and len(c2) == 4 * len(frames)
     np.testing.assert_array_equal(T.codebooks_to_frames(c0, c1, c2), frames)
-    np.testing.assert_array_equal(T.parse_frames(T.frames_to_token_ids(frames)), frames)
+    np.testing.assert_array_equal(G.parse_frames(T.frames_to_token_ids(frames)), frames)
 
 
 def test_codebook_mapping_follows_orpheus_positions():
@@ -39,7 +40,7 @@ def test_codebook_mapping_follows_orpheus_positions():
 def test_parser_keeps_phase_through_code_zero():
     frames = np.array([[0, 0, 0, 0, 0, 0, 0], [4095, 0, 1, 0, 4095, 0, 7]])
     ids = T.frames_to_token_ids(frames)
-    parser = T.FrameParser()
+    parser = G.FrameParser()
     got = []
     for tid in ids:  # one token at a time, as the engine feeds it
         got.extend(parser.feed([tid]))
@@ -49,23 +50,23 @@ def test_parser_keeps_phase_through_code_zero():
 
 def test_parser_rejects_code_4096():
     # "code 4096 at position 0" is, as an id, position 1's code 0: illegal at position 0.
-    with pytest.raises(T.AudioGrammarError):
-        T.FrameParser().feed([T.AUDIO_BASE + 4096])
-    parser = T.FrameParser()
+    with pytest.raises(G.AudioGrammarError):
+        G.FrameParser().feed([T.AUDIO_BASE + 4096])
+    parser = G.FrameParser()
     parser.feed([T.audio_token_id(0, 5)])
-    with pytest.raises(T.AudioGrammarError):
+    with pytest.raises(G.AudioGrammarError):
         parser.feed([T.AUDIO_BASE + 1 * 4096 + 4096])
 
 
 def test_parser_accepts_stop_only_at_frame_boundary():
-    parser = T.FrameParser()
+    parser = G.FrameParser()
     parser.feed([T.audio_token_id(0, 1)])
-    with pytest.raises(T.AudioGrammarError):
+    with pytest.raises(G.AudioGrammarError):
         parser.feed([T.END_OF_SPEECH_ID])
-    parser = T.FrameParser()
+    parser = G.FrameParser()
     frames = parser.feed(T.frames_to_token_ids(np.zeros((1, 7), dtype=int)) + [T.END_OF_SPEECH_ID])
     assert len(frames) == 1 and parser.stopped
-    with pytest.raises(T.AudioGrammarError):
+    with pytest.raises(G.AudioGrammarError):
         parser.feed([T.audio_token_id(0, 1)])
 
 

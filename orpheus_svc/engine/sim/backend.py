@@ -53,10 +53,9 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from orpheus_svc.core.generation import Generation
-from orpheus_svc.core.scheduler import StepPlan, StepResult
+from orpheus_svc.core.grammar import position_id_range
+from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult, StepRow
 from orpheus_svc.core.tokens import (
-    AUDIO_BASE,
     BOS_ID,
     CODES_PER_POSITION,
     END_OF_SPEECH_ID,
@@ -74,7 +73,7 @@ log = logging.getLogger(__name__)
 SIM_CHARS_PER_TOKEN = 4.0
 SPEECH_CHARS_PER_SECOND = 15.0
 _PROMPT_OVERHEAD_TOKENS = 8  # start of human, BOS, "tara:", end of text/human, start of AI/speech
-_POSITION_OFFSETS = np.arange(FRAME_TOKENS, dtype=np.int64) * CODES_PER_POSITION + AUDIO_BASE
+_POSITION_OFFSETS = np.array([position_id_range(p)[0] for p in range(FRAME_TOKENS)], np.int64)
 _PIECE = re.compile(r"\s?[A-Za-z0-9]{1,4}|\s?[^\sA-Za-z0-9]|\s+")
 
 
@@ -133,7 +132,7 @@ class SimFaults:
 
     def before_step(self, plan: StepPlan, sleep: Callable[[float], None]) -> None:
         extra = 0.0
-        for g in plan.batch:
+        for g in plan.rows:
             at = self.step_error.get(g.seed)
             if at is not None and g.num_generated >= at:
                 raise SimFault(f"injected step fault: generation {g.gen_id} (seed {g.seed}) "
@@ -155,9 +154,6 @@ STATS_FILE_ENV = "ORPHEUS_SIM_STATS_FILE"
 class SimBackend:
     """Backend protocol (engine/loop.py) with modelled step times and grammar-legal tokens."""
 
-    name = "sim"
-    retry_safe = True  # step() changes nothing before it can raise; EngineLoop may re-run parts
-
     def __init__(self, profile: GpuProfile, num_slots: int, max_seq_len: int, *,
                  length_sigma: float = 0.2,
                  clock: Callable[[], float] = time.monotonic,
@@ -168,6 +164,9 @@ class SimBackend:
         self.num_slots = num_slots
         self.max_seq_len = max_seq_len
         self.length_sigma = length_sigma
+        # retry_safe: step() changes nothing before it can raise; EngineLoop may re-run parts
+        self.capabilities = BackendCapabilities(name="sim", num_slots=num_slots,
+                                                max_seq_len=max_seq_len, retry_safe=True)
         self._clock = clock
         self._sleep = sleep
         self._streams: dict[int, list[int]] = {}  # live generations: their whole token stream
@@ -200,9 +199,13 @@ class SimBackend:
 
     # -- Backend protocol ------------------------------------------------------------------
 
-    def release(self, gens: list[Generation]) -> None:
-        for g in gens:
-            self._streams.pop(g.gen_id, None)
+    def release(self, gen_ids: Sequence[int]) -> list[int]:
+        for gen_id in gen_ids:
+            self._streams.pop(gen_id, None)
+        return list(gen_ids)
+
+    def close(self) -> None:
+        """Nothing to stop."""
 
     def step(self, plan: StepPlan) -> StepResult:
         if self.faults:
@@ -294,16 +297,17 @@ class SimBackend:
 
     # -- tokens ----------------------------------------------------------------------------
 
-    def num_frames(self, g: Generation, rng: np.random.Generator) -> int:
+    def num_frames(self, g: StepRow, rng: np.random.Generator) -> int:
         """Sampled utterance length in frames (>= 1), before the max_tokens cut."""
         expected = g.request.expected_frames
         if expected <= 0:  # no estimate from the caller: infer the text length from the prompt
-            chars = max(1, g.num_prompt_tokens - _PROMPT_OVERHEAD_TOKENS) * SIM_CHARS_PER_TOKEN
+            prompt_tokens = len(g.request.prompt_ids)
+            chars = max(1, prompt_tokens - _PROMPT_OVERHEAD_TOKENS) * SIM_CHARS_PER_TOKEN
             expected = chars / SPEECH_CHARS_PER_SECOND / FRAME_SECONDS
         factor = math.exp(rng.normal(0.0, self.length_sigma)) if self.length_sigma > 0 else 1.0
         return max(1, round(expected * factor))
 
-    def token_stream(self, g: Generation) -> list[int]:
+    def token_stream(self, g: StepRow) -> list[int]:
         """The generation's whole output: frames x 7 legal audio ids, then the stop id,
         truncated to max_tokens. Depends only on g.seed and the request."""
         rng = np.random.default_rng(g.seed)

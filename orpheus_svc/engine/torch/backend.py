@@ -3,10 +3,11 @@ of the others, each slot at its own position, then constrained per-row sampling.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
-from orpheus_svc.core.generation import Generation
-from orpheus_svc.core.scheduler import StepPlan, StepResult
+from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult, StepRow
 
 from orpheus_svc.engine.torch.llama import SlotLlama
 from orpheus_svc.engine.torch.sampling import RowParams, SeenAudio, apply_repetition_penalty, constrained_logits, sample_rows
@@ -15,56 +16,53 @@ _MASK64 = (1 << 64) - 1
 
 
 class TorchBackend:
-    name = "torch"
-    # A step that raises can be re-run on a subset of its rows (EngineLoop isolates the row
-    # that fails): prefill rewrites a slot from position 0, decode rewrites the same KV
-    # position, and the seen-token marks are only set after sampling succeeded.
-    retry_safe = True
-
     def __init__(self, model: SlotLlama) -> None:
         self.model = model
         self.seen = SeenAudio(model.num_slots, model.device)
+        # retry_safe: a step that raises can be re-run on a subset of its rows (EngineLoop
+        # isolates the row that fails): prefill rewrites a slot from position 0, decode
+        # rewrites the same KV position, and the seen-token marks are only set after
+        # sampling succeeded.
+        self.capabilities = BackendCapabilities(
+            name="torch", num_slots=model.num_slots, max_seq_len=model.max_seq_len,
+            retry_safe=True)
 
-    @property
-    def num_slots(self) -> int:
-        return self.model.num_slots
+    def release(self, gen_ids: Sequence[int]) -> list[int]:
+        """Ended generations: nothing to free (KV is preallocated, reset at next prefill)."""
+        return list(gen_ids)
 
-    @property
-    def max_seq_len(self) -> int:
-        return self.model.max_seq_len
-
-    def release(self, gens: list[Generation]) -> None:
-        """Cancelled generations: nothing to free (KV is preallocated, reset at next prefill)."""
+    def close(self) -> None:
+        """Nothing to stop: the model is freed with this object."""
 
     def step(self, plan: StepPlan) -> StepResult:
         parts = []
         if plan.prefill:
-            self.seen.reset([g.slot for g in plan.prefill])
-            parts.append(self.model.prefill([g.slot for g in plan.prefill],
-                                            [g.request.prompt_ids for g in plan.prefill]))
-        decode = sorted(plan.decode, key=lambda g: g.slot)  # contiguous slots read K/V as views
+            self.seen.reset([r.slot for r in plan.prefill])
+            parts.append(self.model.prefill([r.slot for r in plan.prefill],
+                                            [r.request.prompt_ids for r in plan.prefill]))
+        decode = sorted(plan.decode, key=lambda r: r.slot)  # contiguous slots read K/V as views
         if decode:
-            parts.append(self.model.decode([g.slot for g in decode],
-                                           [g.last_token for g in decode],
-                                           [g.next_position for g in decode]))
-        gens = plan.prefill + decode
-        if not gens:
+            parts.append(self.model.decode([r.slot for r in decode],
+                                           [r.last_token for r in decode],
+                                           [r.position for r in decode]))
+        rows = plan.prefill + tuple(decode)
+        if not rows:
             return StepResult()
         hidden = parts[0] if len(parts) == 1 else torch.cat(parts)
-        tokens = self.sample(gens, hidden)
-        return StepResult(tokens={g.gen_id: [t] for g, t in zip(gens, tokens)})
+        tokens = self.sample(rows, hidden)
+        return StepResult(tokens={r.gen_id: [t] for r, t in zip(rows, tokens)})
 
     @torch.inference_mode()
-    def sample(self, gens: list[Generation], hidden: torch.Tensor) -> list[int]:
-        slots = [g.slot for g in gens]
+    def sample(self, rows: Sequence[StepRow], hidden: torch.Tensor) -> list[int]:
+        slots = [r.slot for r in rows]
         params = RowParams(
-            positions=[g.frame_position for g in gens],
-            stop_allowed=[g.stop_allowed for g in gens],
-            temperature=[g.request.sampling.temperature for g in gens],
-            top_p=[g.request.sampling.top_p for g in gens],
-            repetition_penalty=[g.request.sampling.repetition_penalty for g in gens],
-            seeds=[g.seed & _MASK64 for g in gens],  # EngineLoop already reduces them
-            counters=[g.num_generated for g in gens],
+            positions=[r.frame_position for r in rows],
+            stop_allowed=[r.stop_allowed for r in rows],
+            temperature=[r.request.sampling.temperature for r in rows],
+            top_p=[r.request.sampling.top_p for r in rows],
+            repetition_penalty=[r.request.sampling.repetition_penalty for r in rows],
+            seeds=[r.seed & _MASK64 for r in rows],  # EngineLoop already reduces them
+            counters=[r.num_generated for r in rows],
         )
         logits = constrained_logits(hidden, self.model.lm_head, params.positions,
                                     params.stop_allowed)

@@ -1,8 +1,8 @@
 """Constrained, vectorised sampling over the audio grammar.
 
-At frame position p only the 4096 ids of position p are legal, plus the stop id at a frame
-boundary after the first frame. So each row needs just 4097 LM-head rows, and those rows
-are a contiguous slice of the head for every p:
+The audio grammar (core/grammar.py) allows at frame position p only the 4096 ids of
+position p, plus the stop id where the row's stop_allowed says so. So each row needs just
+4097 LM-head rows, and those rows are a contiguous slice of the head for every p:
 
     lm_head rows:  ... | p0: 128266..132361 | p1: 132362..136457 | ... | p6 | ...
     row r (at p):  logits[r] = [ h_r @ W[slice p].T  (4096) , h_r @ W[stop]  (1) ]
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from orpheus_svc.core.grammar import position_id_range
 from orpheus_svc.core.tokens import (
     AUDIO_BASE,
     AUDIO_VOCAB,
@@ -68,8 +69,8 @@ def constrained_logits(hidden: torch.Tensor, lm_head: torch.Tensor,
     pos_t = torch.as_tensor(positions)
     for p in sorted(set(positions)):
         rows = torch.nonzero(pos_t == p).flatten().to(hidden.device)
-        start = AUDIO_BASE + p * CODES_PER_POSITION
-        out[rows, :CODES_PER_POSITION] = (hidden[rows] @ lm_head[start:start + CODES_PER_POSITION].T).float()
+        start, stop = position_id_range(p)
+        out[rows, :CODES_PER_POSITION] = (hidden[rows] @ lm_head[start:stop].T).float()
     out[:, STOP_COLUMN] = (hidden @ lm_head[END_OF_SPEECH_ID]).float()
     allowed = torch.as_tensor(stop_allowed, device=hidden.device)
     out[:, STOP_COLUMN].masked_fill_(~allowed, float("-inf"))
@@ -130,8 +131,7 @@ def sample_rows(logits: torch.Tensor, params: RowParams) -> list[int]:
     col = order.gather(1, idx)[:, 0]
     col = torch.where(greedy, probs.argmax(dim=-1), col)
     cols = col.tolist()
-    return [END_OF_SPEECH_ID if c == STOP_COLUMN
-            else AUDIO_BASE + p * CODES_PER_POSITION + c
+    return [END_OF_SPEECH_ID if c == STOP_COLUMN else position_id_range(p)[0] + c
             for c, p in zip(cols, params.positions)]
 
 

@@ -1,45 +1,49 @@
 """The trtllm backend's step logic: our scheduler decides who runs, TensorRT-LLM batches.
 
 TensorRT-LLM runs its own in-flight batching, so one EngineLoop step here is not one
-forward pass. step(plan) does three things, in this order:
+forward pass (capabilities.streams_deltas). release(gen_ids), called by EngineLoop for every
+generation our scheduler ended (stop, length, error, cancel), aborts its TensorRT-LLM
+request if that still runs. A request ends in TensorRT-LLM after our scheduler ended it, so
+the backend confirms each end (capabilities.confirms_release, StepResult.freed) and the
+scheduler's slot pool keeps the slot taken until then: in-flight requests never exceed the
+slots, with no second gate here. step(plan) does three things, in this order:
 
-    1. retire   generations our scheduler has finished (stop, length, grammar error) whose
-                TensorRT-LLM stream is still running: abort it; report streams that TensorRT-LLM
-                ended but our scheduler did not (early length limit, timeout, foreign cancel)
-                as errors, so no generation is left waiting for tokens that will never come
+    1. retire   forget released streams once TensorRT-LLM confirmed their end (or the
+                confirmation is overdue) and report them freed; report streams that
+                TensorRT-LLM ended but our scheduler did not (early length limit, timeout,
+                foreign cancel) as errors, so no generation is left waiting for tokens
+                that will never come
     2. submit   newly admitted generations (plan.prefill, in the scheduler's priority order:
-                TTFB first), while fewer than num_slots TensorRT-LLM requests are live. An
-                aborted request counts as live until TensorRT-LLM confirms its end, so
-                in-flight requests never exceed the slots our scheduler accounts for.
-                max_tokens is fitted to the slot first (core.prompt.fit_to_slot, as
-                admission already did), so TensorRT-LLM's own check of prompt + max_tokens
-                against max_seq_len never refuses a request; a prompt that does not fit
-                ends the generation with the reason without reaching TensorRT-LLM
-                (EngineLoop's admission has already refused it with INVALID_ARGUMENT)
+                TTFB first); the scheduler admitted them into slots it knows are free.
+                max_tokens is already fitted to the slot (the scheduler does it at
+                admission: core.prompt.fit_to_slot), so TensorRT-LLM's own check of
+                prompt + max_tokens against max_seq_len never refuses a request; a prompt
+                that does not fit ends the generation with the reason without reaching
+                TensorRT-LLM (EngineLoop's admission has already refused it with
+                INVALID_ARGUMENT)
     3. collect  the token deltas that arrived since the last step, in arrival order, for
                 the generations in the plan; when none are ready, wait up to wait_s for
                 the next one (no busy spin; returns as soon as a delta arrives)
 
 A generation left out of a plan keeps its deltas buffered until it is in one, so nothing is
-lost if max_batch_size < slots; but priority then only delays delivery, not generation, so
-run this backend with max_batch_size >= slots (see trtllm.trtllm_scheduler_settings).
+lost; but priority then only delays delivery, not generation, so EngineLoop puts every
+running generation in every plan for a backend that streams deltas (effective_settings).
 
 Frames are cut by the scheduler's FrameParser from the delivered tokens, which also
-validates the audio grammar and counts violations (status RPC: grammar_violations).
+validates the audio grammar and counts violations (status RPC: grammar_violations); a
+violation ends the generation there, and its release aborts the request.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from orpheus_svc.core.generation import Generation
 from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
-from orpheus_svc.core.scheduler import StepPlan, StepResult
-from orpheus_svc.core.tokens import END_OF_SPEECH_ID, AudioGrammarError, FrameParser
+from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult, StepRow
+from orpheus_svc.core.tokens import END_OF_SPEECH_ID
 
 from orpheus_svc.engine.trtllm.stream import StreamEvent
 
@@ -55,12 +59,14 @@ class Streams(Protocol):
 
     def next_event(self, timeout: float | None = None) -> StreamEvent | None: ...
 
+    def close(self) -> None: ...
+
 
 @dataclass(eq=False)
 class _Stream:
     """One TensorRT-LLM request as seen from the engine thread."""
 
-    gen: Generation
+    row: StepRow                    # as submitted
     pending: list[int] = field(default_factory=list)  # arrived, not yet handed to the scheduler
     delivered: int = 0
     last_token: int | None = None
@@ -68,16 +74,13 @@ class _Stream:
     finish_reason: str | None = None
     error: str | None = None
     aborted_at: float | None = None
-    # Our own check of the delivered tokens: the scheduler's parser rejects the same ones.
-    parser: FrameParser = field(default_factory=FrameParser)
+    released: bool = False          # our scheduler ended the generation
 
 
 class TrtllmBackend:
     """EngineLoop Backend over TensorRT-LLM streams (see the module docstring)."""
 
-    name = "trtllm"
-
-    def __init__(self, streams: Streams, make_params: Callable[[Generation], Any], *,
+    def __init__(self, streams: Streams, make_params: Callable[[StepRow], Any], *,
                  num_slots: int, max_seq_len: int, wait_s: float = 0.01,
                  abort_grace_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
                  on_close: Callable[[], None] | None = None) -> None:
@@ -85,6 +88,9 @@ class TrtllmBackend:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}")
         self.num_slots = num_slots
         self.max_seq_len = max_seq_len
+        self.capabilities = BackendCapabilities(name="trtllm", num_slots=num_slots,
+                                                max_seq_len=max_seq_len, streams_deltas=True,
+                                                confirms_release=True)
         self._bridge = streams
         self._make_params = make_params
         self._wait_s = wait_s
@@ -93,6 +99,7 @@ class TrtllmBackend:
         self._on_close = on_close
         # Every TensorRT-LLM request not yet confirmed ended, by gen_id (engine thread only).
         self._streams: dict[int, _Stream] = {}
+        self._freed: list[int] = []  # released and ended: reported in the next StepResult
         self.counters = dict(submitted=0, aborted=0, errors=0, unconfirmed_aborts=0)
 
     @property
@@ -107,23 +114,33 @@ class TrtllmBackend:
         self._drain(0)  # ends confirmed since the last step free their place before submit
         self._retire(plan, result)
         self._submit(plan.prefill, result)
-        self._collect(plan.batch, result)
+        self._collect(plan.rows, result)
+        result.freed, self._freed = self._freed, []
         return result
 
-    def release(self, gens: list[Generation]) -> None:
-        """Cancelled generations: abort their TensorRT-LLM requests now (their slots stay
-        counted as live until TensorRT-LLM confirms the end)."""
-        for gen in gens:
-            s = self._streams.get(gen.gen_id)
-            if s is not None:
+    def release(self, gen_ids: Sequence[int]) -> list[int]:
+        """Ended generations: abort their TensorRT-LLM requests if still running; each is
+        freed once TensorRT-LLM confirmed its end (in a later StepResult). Returns those
+        already freed: ended in TensorRT-LLM too, or never submitted."""
+        freed = []
+        for gen_id in gen_ids:
+            s = self._streams.get(gen_id)
+            if s is None or s.done:
+                self._streams.pop(gen_id, None)
+                freed.append(gen_id)
+            else:
+                s.released = True
                 self._abort(s)
+        return freed
+
+    def _forget(self, gen_id: int) -> None:
+        del self._streams[gen_id]
+        self._freed.append(gen_id)
 
     def close(self) -> None:
         """Server shutdown: the bridge aborts every live request and stops; then the LLM
         shuts down. Call it after EngineLoop.stop() (the engine thread owns this object)."""
-        close = getattr(self._bridge, "close", None)
-        if close is not None:
-            close()
+        self._bridge.close()
         if self._on_close is not None:
             self._on_close()
 
@@ -131,32 +148,30 @@ class TrtllmBackend:
 
     def _retire(self, plan: StepPlan, result: StepResult) -> None:
         now = self._clock()
-        in_plan = {g.gen_id for g in plan.batch}
+        in_plan = {r.gen_id for r in plan.rows}
         for gen_id, s in list(self._streams.items()):
-            if s.gen.finished:
+            if s.released:
                 if s.done:
-                    del self._streams[gen_id]
-                elif s.aborted_at is None:
-                    self._abort(s)
-                elif now - s.aborted_at > self._abort_grace_s:
+                    self._forget(gen_id)
+                elif s.aborted_at is not None and now - s.aborted_at > self._abort_grace_s:
                     # Never confirmed: stop counting it, or one lost response blocks a slot forever.
                     log.warning("TensorRT-LLM did not confirm the abort of generation %d within "
                                 "%.0f s; no longer counting it as in flight",
                                 gen_id, self._abort_grace_s)
                     self.counters["unconfirmed_aborts"] += 1
-                    del self._streams[gen_id]
+                    self._forget(gen_id)
             elif s.done and not s.pending and gen_id in in_plan:
                 # TensorRT-LLM is done, every token was delivered, and the scheduler still
-                # waits for more: end the generation with the reason rather than hang.
+                # waits for more: end the generation with the reason rather than hang
+                # (its release follows at once and forgets the stream).
                 result.errors[gen_id] = self._why_ended(s)
                 self.counters["errors"] += 1
-                del self._streams[gen_id]
 
     @staticmethod
     def _why_ended(s: _Stream) -> str:
         if s.error:
             return s.error
-        limit = s.gen.request.max_tokens
+        limit = s.row.request.max_tokens
         reason = s.finish_reason
         if reason == "length":
             return (f"TensorRT-LLM stopped at its length limit after {s.delivered} tokens "
@@ -170,38 +185,34 @@ class TrtllmBackend:
 
     # -- 2. submit ---------------------------------------------------------------------------
 
-    def _submit(self, prefill: list[Generation], result: StepResult) -> None:
-        for gen in prefill:  # scheduler priority order: the first waiting ones go first
-            if gen.gen_id in self._streams or gen.finished:
+    def _submit(self, prefill: Sequence[StepRow], result: StepResult) -> None:
+        for row in prefill:  # scheduler priority order: the first waiting ones go first
+            if row.gen_id in self._streams:
                 continue  # already submitted (it stays "prefill" until its first token)
-            if self.live >= self.num_slots:
-                break  # admission gate: the rest wait for a TensorRT-LLM request to end
-            if not self._fit(gen, result):
+            if not self._fits(row, result):
                 continue
             try:
-                params = self._make_params(gen)
-                self._bridge.submit(gen.gen_id, gen.request.prompt_ids, params)
+                params = self._make_params(row)
+                self._bridge.submit(row.gen_id, row.request.prompt_ids, params)
             except Exception as exc:
-                result.errors[gen.gen_id] = (f"could not submit to TensorRT-LLM: "
+                result.errors[row.gen_id] = (f"could not submit to TensorRT-LLM: "
                                              f"{exc.__class__.__name__}: {exc}")
                 self.counters["errors"] += 1
                 continue
-            self._streams[gen.gen_id] = _Stream(gen)
+            self._streams[row.gen_id] = _Stream(row)
             self.counters["submitted"] += 1
 
-    def _fit(self, gen: Generation, result: StepResult) -> bool:
-        """Fit max_tokens to what the slot has left; False (and the reason) if the prompt
-        cannot fit. EngineLoop's admission does the same, so this only catches a request
-        that reached the backend some other way."""
-        req = gen.request
+    def _fits(self, row: StepRow, result: StepResult) -> bool:
+        """False (and the reason) if the prompt leaves no room for a frame in the slot.
+        EngineLoop's admission refuses such a prompt, so this only catches a request that
+        reached the backend some other way; the scheduler fitted max_tokens already."""
+        req = row.request
         try:
-            budget = fit_to_slot(len(req.prompt_ids), req.max_tokens, self.max_seq_len)
+            fit_to_slot(len(req.prompt_ids), req.max_tokens, self.max_seq_len)
         except PromptTooLong as exc:
-            result.errors[gen.gen_id] = str(exc)
+            result.errors[row.gen_id] = str(exc)
             self.counters["errors"] += 1
             return False
-        if budget != req.max_tokens:  # the scheduler must end it where TensorRT-LLM will
-            gen.request = dataclasses.replace(req, max_tokens=budget)
         return True
 
     def _abort(self, s: _Stream) -> None:
@@ -209,28 +220,23 @@ class TrtllmBackend:
             return
         s.aborted_at = self._clock()
         self.counters["aborted"] += 1
-        self._bridge.abort(s.gen.gen_id)
+        self._bridge.abort(s.row.gen_id)
 
     # -- 3. collect --------------------------------------------------------------------------
 
-    def _collect(self, batch: list[Generation], result: StepResult) -> None:
-        wanted = [self._streams[g.gen_id] for g in batch
-                  if g.gen_id in self._streams and g.gen_id not in result.errors]
+    def _collect(self, rows: Sequence[StepRow], result: StepResult) -> None:
+        wanted = [self._streams[r.gen_id] for r in rows
+                  if r.gen_id in self._streams and r.gen_id not in result.errors]
         ready = any(s.pending or s.error for s in wanted)
         self._drain(0 if ready or not self._streams else self._wait_s)
         for s in wanted:
-            gen_id = s.gen.gen_id
-            if s.error:
+            gen_id = s.row.gen_id
+            if s.error:  # s.done: its release follows at once and forgets the stream
                 result.errors[gen_id] = s.error
                 self.counters["errors"] += 1
-                del self._streams[gen_id]
             elif s.pending:
                 result.tokens[gen_id] = s.pending
                 s.delivered += len(s.pending)
-                if not self._grammar_ok(s, s.pending):
-                    # The scheduler ends this generation in this step's update; abort now,
-                    # as there may be no next step to do it (an otherwise idle engine).
-                    self._abort(s)
                 s.pending = []
 
     def _drain(self, wait_s: float) -> None:
@@ -239,14 +245,6 @@ class TrtllmBackend:
         while event is not None:
             self._apply(event)
             event = self._bridge.next_event(0)
-
-    @staticmethod
-    def _grammar_ok(s: _Stream, tokens: list[int]) -> bool:
-        try:
-            s.parser.feed(tokens)
-        except AudioGrammarError:
-            return False
-        return True
 
     def _apply(self, ev: StreamEvent) -> None:
         s = self._streams.get(ev.gen_id)

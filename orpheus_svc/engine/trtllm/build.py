@@ -20,21 +20,19 @@ with SamplingParams(end_id=128258, temperature, top_p, repetition_penalty, max_t
 seed) and, unless engine.trtllm_grammar_mask is false, the audio-grammar logits processor;
 with the mask on, the PyTorch backend's overlap scheduler is off (trtllm_rules).
 
-Scheduler settings: run this backend with trtllm_scheduler_settings(config.engine), which
-puts every running generation in every plan (max_batch_size >= max_sessions) and lifts the
-prefill-token budget (TensorRT-LLM chunks prefill itself).
+Scheduler settings: the backend says it streams deltas (BackendCapabilities), and EngineLoop
+derives the settings from that (engine/loop.py, effective_settings): every running generation
+in every plan, no prefill-token budget (TensorRT-LLM chunks prefill itself), no horizon.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from orpheus_svc.core.generation import Generation
-from orpheus_svc.core.scheduler import SchedulerSettings
+from orpheus_svc.core.step import StepRow
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, PAD_ID
 
 from orpheus_svc.engine.trtllm.backend import TrtllmBackend
@@ -52,30 +50,17 @@ from orpheus_svc.engine.trtllm.worker import ensure_worker_can_import
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrtllmBackend", "TrtllmStartupError", "build_trtllm_backend", "sampling_kwargs",
-           "trtllm_scheduler_settings"]
+__all__ = ["TrtllmBackend", "TrtllmStartupError", "build_trtllm_backend", "sampling_kwargs"]
 
 
-def trtllm_scheduler_settings(engine: Any) -> SchedulerSettings:
-    """Scheduler settings for this backend: every running generation in every plan (a
-    generation left out cannot take its streamed tokens that step), and no prefill budget
-    (TensorRT-LLM chunks prefill itself; a submitted generation stays "prefill" until its
-    first token arrives and must not hold others back meanwhile)."""
-    return dataclasses.replace(
-        engine.scheduler_settings(),
-        max_batch_size=max(engine.max_batch_size, engine.max_sessions),
-        max_prefill_tokens=engine.max_sessions * engine.max_seq_len,
-        max_ahead_seconds=0.0)  # no horizon either: TensorRT-LLM keeps every request running
-
-
-def sampling_kwargs(gen: Generation, grammar: Any | None = None) -> dict[str, Any]:
+def sampling_kwargs(row: StepRow, grammar: Any | None = None) -> dict[str, Any]:
     """SamplingParams keyword arguments for one generation (TensorRT-LLM 1.2 names).
-    max_tokens is the request's, which admission has already fitted to the slot
-    (core.prompt.fit_to_slot; the backend checks it again before submitting)."""
-    s = gen.request.sampling
+    max_tokens is the request's, which the scheduler has already fitted to the slot
+    (core.prompt.fit_to_slot)."""
+    s = row.request.sampling
     kw: dict[str, Any] = dict(end_id=END_OF_SPEECH_ID, pad_id=PAD_ID,
-                              max_tokens=gen.request.max_tokens, top_p=s.top_p,
-                              repetition_penalty=s.repetition_penalty, seed=gen.seed,
+                              max_tokens=row.request.max_tokens, top_p=s.top_p,
+                              repetition_penalty=s.repetition_penalty, seed=row.seed,
                               detokenize=False)
     if s.temperature > 0:
         kw["temperature"] = s.temperature
@@ -97,10 +82,6 @@ def build_trtllm_backend(config: Any) -> tuple[TrtllmBackend, Callable[[str], li
     encode = load_encoder(path, config.model.path)
     require_tensorrt_llm()
     gpu = require_fp8_gpu()
-    if e.max_batch_size < e.max_sessions:
-        log.warning("engine.max_batch_size %d < engine.max_sessions %d: use "
-                    "trtllm_scheduler_settings() so every running generation is in every step",
-                    e.max_batch_size, e.max_sessions)
     grammar = None
     if plan.grammar_mask:
         from orpheus_svc.engine.trtllm.grammar import AudioGrammarLogitsProcessor
@@ -121,8 +102,8 @@ def build_trtllm_backend(config: Any) -> tuple[TrtllmBackend, Callable[[str], li
     return backend, encode
 
 
-def _make_params(cls: Any, grammar: Any, gen: Generation) -> Any:
-    return cls(**sampling_kwargs(gen, grammar))
+def _make_params(cls: Any, grammar: Any, row: StepRow) -> Any:
+    return cls(**sampling_kwargs(row, grammar))
 
 
 def _open_llm(plan: LlmPlan, manifest: Manifest, path: Path, e: Any) -> Any:

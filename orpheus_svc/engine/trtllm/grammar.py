@@ -9,14 +9,15 @@ TensorRT backend calls it from the C++ executor with the CUDA stream the logits 
 `logits` has the vocabulary as its last dimension ([1, beam, vocab] in the upstream
 examples); `token_ids[beam]` is the request's sequence so far.
 
-The next token's frame position is read from the last token alone, so the processor keeps
-no per-step state and does not care whether `token_ids` includes the prompt:
+The rule is the audio grammar's (core/grammar.py). The next token's frame position is read
+from the last token alone (grammar.state_after_token), so the processor keeps no per-step
+state and does not care whether `token_ids` includes the prompt:
 
     last token                      next position   stop id (128258) legal?
     not an audio id (prompt end)    0               no (no frame yet)
     audio id at position p          (p + 1) % 7     only when (p + 1) % 7 == 0
 
-    allowed ids at position p: [128266 + p*4096, 128266 + (p+1)*4096)   (+ 128258 at a boundary)
+    allowed ids at position p: grammar.position_id_range(p)   (+ 128258 where legal)
 
 Everything else is set to -inf, so sampling (temperature, top-p, repetition penalty) runs
 over legal ids only: the same constraint the torch backend applies by slicing its LM head.
@@ -26,29 +27,13 @@ processor that is not applied shows up in the status RPC instead of as corrupt a
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
-from orpheus_svc.core.tokens import (
-    AUDIO_BASE,
-    AUDIO_VOCAB,
-    CODES_PER_POSITION,
-    END_OF_SPEECH_ID,
-    FRAME_TOKENS,
-)
+from orpheus_svc.core.grammar import position_id_range, state_after_token
+from orpheus_svc.core.tokens import END_OF_SPEECH_ID, FRAME_TOKENS
 
 # Row of the mask table for "position 0, stop allowed" (rows 0..6 are positions 0..6).
 _BOUNDARY_WITH_STOP = FRAME_TOKENS
-
-
-def next_position(token_ids: Sequence[int]) -> tuple[int, bool]:
-    """(frame position of the next token, whether the stop id is legal) after `token_ids`."""
-    if not token_ids:
-        return 0, False
-    offset = token_ids[-1] - AUDIO_BASE
-    if not 0 <= offset < AUDIO_VOCAB:
-        return 0, False
-    position = (offset // CODES_PER_POSITION + 1) % FRAME_TOKENS
-    return position, position == 0
 
 
 class AudioGrammarLogitsProcessor:
@@ -73,7 +58,8 @@ class AudioGrammarLogitsProcessor:
                  stream_ptr: int | None, client_id: int | None) -> None:
         import torch
 
-        position, stop = next_position(token_ids[0] if token_ids else [])
+        seq = token_ids[0] if token_ids else None
+        position, stop = state_after_token(seq[-1] if seq else None)
         row = _BOUNDARY_WITH_STOP if stop else position
         if stream_ptr is None:
             self._apply(logits, row)
@@ -103,8 +89,8 @@ def block_table(vocab: int, device: Any = "cpu") -> Any:
 
     table = torch.ones((FRAME_TOKENS + 1, vocab), dtype=torch.bool, device=device)
     for p in range(FRAME_TOKENS):
-        start = AUDIO_BASE + p * CODES_PER_POSITION
-        table[p, start:start + CODES_PER_POSITION] = False
+        start, stop = position_id_range(p)
+        table[p, start:stop] = False
     table[_BOUNDARY_WITH_STOP] = table[0]
     if END_OF_SPEECH_ID < vocab:
         table[_BOUNDARY_WITH_STOP, END_OF_SPEECH_ID] = False
