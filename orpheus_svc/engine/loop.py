@@ -28,6 +28,7 @@ import numpy as np
 
 from orpheus_svc.core.events import Admitted, EventBatch, EventSink, Finished, Rejected
 from orpheus_svc.core.generation import Generation, GenerationRequest
+from orpheus_svc.core.playout import PlayoutSnapshot
 from orpheus_svc.core.scheduler import (
     AdmissionError,
     Scheduler,
@@ -94,7 +95,7 @@ class Backend(Protocol):
 
 class FrameSink(Protocol):
     def push(self, gen_id: int, frames: np.ndarray, final: bool,
-             starts_at: float | None = None) -> None: ...
+             playout: PlayoutSnapshot | None = None) -> None: ...
 
     def drop(self, gen_id: int) -> None: ...
 
@@ -250,12 +251,12 @@ class EngineLoop:
         outcome = self._scheduler.update(plan, result, now)
         for gen, frames in outcome.frames:
             ended = gen.finish_reason in ("stop", "length")
-            # With its first frames the flusher learns when the listener will reach them (a
-            # later segment plays after the audio before it), so its playout estimate, and
-            # with it the chunk sizes and the decode order, follow the session's real buffer.
-            starts_at = (self._scheduler.playback_start(gen, now)
-                         if gen.num_frames == len(frames) else None)
-            self.flusher.push(gen.gen_id, np.asarray(frames, dtype=np.int64), ended, starts_at)
+            # The scheduler's playout clock rides with the frames (with the first ones, and
+            # whenever it moved): the flusher's chunk sizes and decode order follow it.
+            self.flusher.push(gen.gen_id, np.asarray(frames, dtype=np.int64), ended,
+                              self._scheduler.playout_update(gen, now))
+        for gen, playout in self._scheduler.playout_moved(now):  # an earlier segment ended
+            self.flusher.push(gen.gen_id, np.zeros((0, FRAME_TOKENS), np.int64), False, playout)
         with_frames = {g.gen_id for g, _ in outcome.frames}
         for gen in outcome.finished:
             if gen.finish_reason in ("stop", "length"):
