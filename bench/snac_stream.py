@@ -14,7 +14,9 @@ Schemes, both on the same folded codec with NoiseBlock off:
   ours       the Flusher, fed one frame per iteration (it never falls behind: the most
              chunks, so the highest cost it can have per audio second); its clock is a
              simulated one, the generation running at --gen-speed x real time, which
-             decides when a listener would run dry (FlusherSettings.low_water_samples)
+             decides when a listener would run dry (FlusherSettings.low_water_samples);
+             the listener hears each utterance from its first frame on (the playout clock
+             the scheduler hands over, core/playout.py)
   reference  every 7 tokens once >= 28 exist, decode the last 4 frames, emit samples
              [2048:4096] (frame k-3 when k frames exist): frames 1..F-3 only
 Error: SNR (dB) against one offline decode of the whole utterance, pooled over utterances
@@ -40,6 +42,7 @@ import torch
 from orpheus_svc.audio.codec import load_snac, write_random_snac
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.audio.settings import HOP, FlusherSettings
+from orpheus_svc.core.playout import PlayoutSnapshot
 from orpheus_svc.core.tokens import SAMPLE_RATE, SAMPLES_PER_FRAME as FRAME
 
 
@@ -86,6 +89,12 @@ def jitter_needed_ms(emissions: list[tuple[float, int]]) -> float:
     return round(max(0.0, need) * 1e3, 1)
 
 
+def heard_from(first: bool, now: list[float]) -> PlayoutSnapshot | None:
+    """The playout clock the engine's scheduler would hand over with a generation's first
+    frame: a listener with nothing else to play hears it from when that frame exists."""
+    return PlayoutSnapshot(now[0]) if first else None
+
+
 def run_stream(codec, settings, frames, offline, t: "Tally", reference: bool, speed: float) -> None:
     """One utterance through ours and (optionally) the reference in lockstep.
 
@@ -101,7 +110,7 @@ def run_stream(codec, settings, frames, offline, t: "Tally", reference: bool, sp
         now[0] = k * FRAME / SAMPLE_RATE / speed  # frame k exists at this (simulated) time
         had = len(events)
         t0 = time.process_time()
-        flusher.push(0, frames[k - 1:k], final=k == len(frames))
+        flusher.push(0, frames[k - 1:k], final=k == len(frames), playout=heard_from(k == 1, now))
         flusher.run_once()
         t.cpu_o += time.process_time() - t0
         if len(events) > had:
@@ -152,11 +161,11 @@ def run_batched(codec, settings, streams, speed: float) -> dict:
         live = [(g, s) for g, s in enumerate(streams) if f < len(s)]
         t0 = time.process_time()
         for g, s in live:
-            shared.push(g, s[f:f + 1], final=f == len(s) - 1)
+            shared.push(g, s[f:f + 1], final=f == len(s) - 1, playout=heard_from(f == 0, now))
         shared.run_once()
         t1 = time.process_time()
         for g, s in live:
-            alone[g].push(g, s[f:f + 1], final=f == len(s) - 1)
+            alone[g].push(g, s[f:f + 1], final=f == len(s) - 1, playout=heard_from(f == 0, now))
             alone[g].run_once()
         t2 = time.process_time()
         cpu_shared, cpu_alone = cpu_shared + t1 - t0, cpu_alone + t2 - t1

@@ -7,7 +7,8 @@ iteration to the sink in one call. Windows are decoded most urgent first (first 
 the listeners with the least audio buffered), and an iteration starts no SNAC call after
 max_iteration_s: what is left waits for the next iteration, which follows at once.
 push() and drop() only append to a queue under a lock, so the producer never waits for a
-decode.
+decode. How much audio a listener has buffered comes from the scheduler's playout clock (a
+PlayoutSnapshot, core/playout.py, pushed with the frames) and the samples sent here.
 
 Guarantees per generation: offsets are contiguous from 0; F frames give exactly F*2048
 samples; the last event has final=True (a generation with no frames gets one empty final
@@ -33,6 +34,7 @@ import torch
 from orpheus_svc.audio.settings import HOP, FlusherSettings
 from orpheus_svc.audio.windows import Window, plan_windows, ready_end
 from orpheus_svc.core.events import AudioEvent, Finish
+from orpheus_svc.core.playout import PlayoutSnapshot
 from orpheus_svc.core.tokens import CODES_PER_POSITION, FRAME_TOKENS, SAMPLE_RATE, SAMPLES_PER_FRAME
 
 log = logging.getLogger(__name__)
@@ -45,38 +47,39 @@ _CLOSED_MEMORY = 65536  # ids of ended generations remembered, to ignore stray l
 
 @dataclass
 class _Stream:
-    """One generation's codes and how much of its audio went out."""
+    """One generation's codes and how much of its audio went out.
+
+    The listener's clock is the scheduler's (core/playout.py), given as `playout` with the
+    frames; the flusher adds only what it knows itself: the samples it has sent (`emitted`).
+    By that rule the listener holds sent audio not yet played: never audio the scheduler
+    counts as generated but the flusher still holds. Without a snapshot (a caller with no
+    scheduler) the flusher knows no listener: chunk targets only, ranked after the others.
+    """
 
     frames: list[np.ndarray] = field(default_factory=list)
     num_frames: int = 0
     final: bool = False
     finish: Finish | None = None  # how it ended, pushed with the last frames
     emitted: int = 0
-    first_audio_at: float | None = None  # flusher clock when its first audio went out
-    starts_at: float | None = None  # when the listener reaches this audio, if the engine knows
-
-    def playback_from(self) -> float | None:
-        """When playback of this generation begins: at its first audio, or later when the
-        engine said the listener gets to it later (a segment queued behind another)."""
-        if self.first_audio_at is None:
-            return self.starts_at
-        return self.first_audio_at if self.starts_at is None else max(self.first_audio_at,
-                                                                        self.starts_at)
+    playout: PlayoutSnapshot | None = None  # the latest the engine gave
 
     def buffered(self, now: float) -> float:
-        """Samples the listener has yet to play of what was sent (0 when nothing is known)."""
-        start = self.playback_from()
-        return 0.0 if start is None else self.emitted - (now - start) * SAMPLE_RATE
+        """Samples the listener has yet to play of what was sent (negative: it is past the
+        sent audio, so dry now; +inf when no playout clock is known)."""
+        if self.playout is None:
+            return float("inf")
+        return self.playout.buffered_samples(self.emitted, now)
 
     def hungry(self, now: float, low_water_samples: int) -> bool:
-        """Is the listener about to run dry? Only once its first audio went out."""
-        return self.first_audio_at is not None and self.buffered(now) < low_water_samples
+        """Is the listener about to run dry? Only once its first audio went out (the first
+        chunk goes as soon as it exists anyway)."""
+        return self.emitted > 0 and self.buffered(now) < low_water_samples
 
     def urgency(self, now: float) -> tuple[int, float]:
         """Sort key, most urgent first: a listener waiting for its first audio now (time to
         first audio), then the least audio buffered (closest to running dry); a segment
         whose playback starts later ranks by how soon it does."""
-        if self.first_audio_at is None and (self.starts_at is None or self.starts_at <= now):
+        if self.emitted == 0 and (self.playout is None or self.playout.starts_at <= now):
             return (0, 0.0)
         return (1, self.buffered(now))
 
@@ -107,8 +110,8 @@ class Flusher:
         self.on_decode = on_decode  # called with the windows of each SNAC call (metrics)
         self._name = name
         self._lock = threading.Condition(threading.Lock())
-        # (gen_id, frames, final, starts_at, finish); frames None = drop
-        self._commands: list[tuple[int, np.ndarray | None, bool, float | None,
+        # (gen_id, frames, final, playout, finish); frames None = drop
+        self._commands: list[tuple[int, np.ndarray | None, bool, PlayoutSnapshot | None,
                                    Finish | None]] = []
         self._dropped: set[int] = set()  # dropped since the last drain: filter in-flight output
         self._ends: list[AudioEvent] = []  # final events of dropped/failed generations, to emit
@@ -126,10 +129,11 @@ class Flusher:
 
     # -- producer side (any thread) -------------------------------------------------------
     def push(self, gen_id: int, frames: np.ndarray, final: bool = False,
-             starts_at: float | None = None, finish: Finish | None = None) -> None:
+             playout: PlayoutSnapshot | None = None, finish: Finish | None = None) -> None:
         """Append frames ([n, 7] codes, n may be 0) to a generation; final: no more will come.
-        starts_at (flusher clock): when the listener will reach this generation's audio, if
-        later than its first audio goes out; given with the first frames, kept after.
+        playout: the scheduler's clock for this generation (when its listener reaches it, on
+        the flusher's clock), given with the first frames and again whenever it moved (with
+        n = 0 when no frames come along); the latest replaces the one before.
         finish: how the generation ended (implies final); its final event carries it.
 
         Raises ValueError at once (in the caller's thread, where the bug is) for a wrong
@@ -143,7 +147,7 @@ class Flusher:
         if frames.size and (frames.min() < 0 or frames.max() >= CODES_PER_POSITION):
             raise ValueError(f"codes must be 0..{CODES_PER_POSITION - 1} (generation {gen_id})")
         with self._lock:
-            self._commands.append((gen_id, frames, final or finish is not None, starts_at, finish))
+            self._commands.append((gen_id, frames, final or finish is not None, playout, finish))
             self._lock.notify()
 
     def drop(self, gen_id: int, finish: Finish | None = None) -> None:
@@ -217,7 +221,6 @@ class Flusher:
         due.sort(key=lambda d: d[1].urgency(now))
         jobs = [(gid, st, w) for gid, st, windows in due for w in windows]
         pcm, self.backlog = self._decode(jobs, deadline=now + self.settings.max_iteration_s)
-        sent_at = self.clock()
         cut: set[int] = set()  # generations with a window left undecoded this time
         for (gid, st, w), audio in zip(jobs, pcm):
             if gid not in self._streams:  # its decode failed
@@ -225,8 +228,6 @@ class Flusher:
             if audio is None or gid in cut:  # out of time: it and what follows wait
                 cut.add(gid)
                 continue
-            if st.first_audio_at is None:
-                st.first_audio_at = sent_at
             is_last = st.final and w.end == st.num_frames * SAMPLES_PER_FRAME
             events.append(AudioEvent(gid, audio, w.start, final=is_last,
                                      finish=st.finish if is_last else None))
@@ -251,10 +252,10 @@ class Flusher:
         """
         low, due = self.settings.low_water_samples, None
         for st in self._streams.values():
-            if st.first_audio_at is None:
+            if st.emitted == 0 or st.playout is None:
                 continue
             if ready_end(st.num_frames, st.final, self.settings) > st.emitted:
-                t = st.playback_from() + (st.emitted - low) / SAMPLE_RATE
+                t = st.playout.dry_at(st.emitted) - low / SAMPLE_RATE
                 due = t if due is None else min(due, t)
         return due
 
@@ -276,7 +277,7 @@ class Flusher:
         with self._lock:
             commands, self._commands = self._commands, []
             self._dropped.clear()  # their drop commands are in `commands`
-        for gid, frames, final, starts_at, finish in commands:
+        for gid, frames, final, playout, finish in commands:
             if frames is None:
                 st = self._streams.pop(gid, None)
                 offset = self._unsent.pop(gid, st.emitted if st is not None else 0)
@@ -299,8 +300,8 @@ class Flusher:
                 st.num_frames += len(frames)
             st.final = final
             st.finish = finish
-            if starts_at is not None and st.starts_at is None:
-                st.starts_at = starts_at
+            if playout is not None:
+                st.playout = playout
 
     def _close(self, gid: int) -> None:
         self._streams.pop(gid, None)

@@ -46,8 +46,8 @@ class FlusherSettings:
         first-audio priority gives new generations that. Ready audio beyond max is split
         into windows of max, which then have equal lengths and batch together.
     low_water_samples: when the listener's buffer, as the flusher estimates it (audio
-        sent minus wall time since the generation's first audio: playback assumed to start
-        at once, the worst case), is below this, a chunk goes as soon as anything is ready,
+        sent minus wall time since the listener reached the generation, by the scheduler's
+        playout clock: core/playout.py), is below this, a chunk goes as soon as anything is ready,
         without waiting for the chunk target. Chunking then never starves a slow
         generation; the sweep's playout table shows what it buys. Keep it above the
         decode time of one chunk.

@@ -14,6 +14,10 @@ earliest unfinished one); frames that a later segment makes while an earlier one
 generating wait in `frames_not_in_playout` and join when it becomes the head. When a
 session's buffer has run out (playout_end < now) new audio starts playing at `now` again,
 so an idle gap in the conversation is not counted as lateness.
+
+This is the only model of the listener's clock. The flusher, which decides chunk sizes and
+decode order by how close a listener is to running dry, gets it as a `PlayoutSnapshot` per
+generation (engine/loop.py hands them over with the frames) and keeps no clock of its own.
 """
 
 from __future__ import annotations
@@ -21,7 +25,40 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .generation import Generation
-from .tokens import FRAME_SECONDS
+from .tokens import FRAME_SECONDS, SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class PlayoutSnapshot:
+    """When the listener reaches one generation's audio, by the scheduler's clock.
+
+    starts_at (the engine's clock, which is the flusher's: time.monotonic in the server):
+    the listener hears sample s of this generation at starts_at + s / SAMPLE_RATE, provided
+    it has been sent by then. For a session's head segment that is the moment its first
+    frame was generated, moved later by every gap in which the listener ran dry; for a later
+    segment, the estimate of when the audio before it will have played.
+
+    The gap between the two sides: the scheduler counts a frame as playable the moment it is
+    generated, but the listener gets it only when the flusher sends it (after chunking and
+    decoding). So the snapshot says only *when* the listener gets to this generation, never
+    how much audio it holds: the flusher counts that itself, from the samples it has sent
+    (`buffered_samples`). It must not believe the listener has audio it has not been sent;
+    what the scheduler's clock counts beyond that is exactly the audio still in the flusher
+    (withheld for a chunk, or waiting for a decode). When the listener is past what was sent
+    (negative buffer) it is dry now: whatever is ready should go at once.
+    """
+
+    starts_at: float
+
+    def buffered_samples(self, sent_samples: int, now: float) -> float:
+        """Samples of the `sent_samples` sent so far that the listener has yet to play at
+        `now`: more than sent before playback reaches this generation, negative once the
+        listener is past what it was sent."""
+        return sent_samples - (now - self.starts_at) * SAMPLE_RATE
+
+    def dry_at(self, sent_samples: int) -> float:
+        """Wall time at which the listener will have played the `sent_samples` sent so far."""
+        return self.starts_at + sent_samples / SAMPLE_RATE
 
 
 @dataclass
@@ -29,6 +66,10 @@ class SessionPlayout:
     session_id: str
     playout_end: float | None = None  # wall time when the audio generated so far finishes playing
     gens: list[Generation] = field(default_factory=list)  # unfinished, in segment order
+    # Bumped whenever a generation's playback start (`snapshot`) may have moved; playing on
+    # without a gap moves none. `_handed`: gen_id -> version of the snapshot last handed out.
+    version: int = 0
+    _handed: dict[int, int] = field(default_factory=dict)
 
     @property
     def head(self) -> Generation | None:
@@ -37,24 +78,46 @@ class SessionPlayout:
     def add(self, gen: Generation) -> None:
         self.gens.append(gen)
         self.gens.sort(key=lambda g: g.request.segment_index)
+        self.version += 1
 
     def remove(self, gen: Generation, now: float) -> None:
         was_head = self.head is gen
         self.gens.remove(gen)
+        self._handed.pop(gen.gen_id, None)
+        self.version += 1  # estimates made with it become actual times
         new_head = self.head
         if was_head and new_head is not None and new_head.frames_not_in_playout:
             self._play(new_head.frames_not_in_playout, now)
             new_head.frames_not_in_playout = 0
 
     def on_frames(self, gen: Generation, n: int, now: float) -> None:
+        """`gen` made `n` frames (its num_frames already counts them)."""
         if self.head is gen:
             self._play(n, now)
         else:
             gen.frames_not_in_playout += n
+        if gen is not self.gens[-1]:
+            # Later segments' starts count this one's remaining frames as at least one: they
+            # move only when it runs past that estimate.
+            left = gen.request.expected_frames - gen.num_frames
+            if n != max(left + n, 1) - max(left, 1):
+                self.version += 1
 
     def _play(self, n: int, now: float) -> None:
+        if self.playout_end is None or self.playout_end < now:
+            self.version += 1  # the listener ran dry (or starts): playback resumes at now
         start = now if self.playout_end is None else max(self.playout_end, now)
         self.playout_end = start + n * FRAME_SECONDS
+
+    def snapshot(self, gen: Generation, now: float) -> PlayoutSnapshot:
+        """When the listener reaches `gen`'s first frame (see PlayoutSnapshot): a session plays
+        its segments in order, so a later segment starts when the audio before it has played."""
+        self._handed[gen.gen_id] = self.version
+        return PlayoutSnapshot(now + self.slack(gen, now) - gen.num_frames * FRAME_SECONDS)
+
+    def moved(self, gen: Generation) -> bool:
+        """Has `gen`'s snapshot possibly changed since it was last handed out (or never been)?"""
+        return self._handed.get(gen.gen_id) != self.version
 
     def buffered_seconds(self, now: float) -> float:
         """Playable audio ahead of real time (0 when dry or not started)."""

@@ -23,12 +23,12 @@ from typing import Callable
 
 from .checks import is_finite, is_int, require
 from .generation import Generation
-from .playout import SessionPlayout
+from .playout import PlayoutSnapshot, SessionPlayout
 from .grammar import AudioGrammarError
 from .prompt import PromptTooLong, fit_to_slot
 from .slots import SlotPool
 from .step import StepPlan, StepResult
-from .tokens import END_OF_SPEECH_ID, FRAME_SECONDS
+from .tokens import END_OF_SPEECH_ID
 
 
 def deadline_priority(gen: Generation, session: SessionPlayout, now: float,
@@ -123,6 +123,7 @@ class Scheduler:
         self._parked_under: SchedulerSettings | None = None  # new settings: judge all afresh
         self._cancelled: list[Generation] = []  # running ones, released at the next step
         self._sessions: dict[str, SessionPlayout] = {}
+        self._playout_moved: dict[str, SessionPlayout] = {}  # lost a generation: playout_moved
         # (when its audio has played, session id) for sessions left without generations
         self._idle_at: list[tuple[float, str]] = []
         self._step = 0
@@ -277,14 +278,28 @@ class Scheduler:
             total_slots=self.pool.num_slots, steps=self._step, underrun_risk=risk,
             **self._counts)
 
-    def playback_start(self, gen: Generation, now: float) -> float | None:
-        """Estimated wall time at which the listener reaches `gen`'s first frame: a session
-        plays its segments in order, so a later segment starts when the audio before it has
-        played. None once `gen` has ended (its session no longer tracks it)."""
+    def playout_update(self, gen: Generation, now: float) -> PlayoutSnapshot | None:
+        """When the listener reaches `gen`'s audio (core/playout.py), if that may have moved
+        since the last snapshot of `gen` handed out (always with the first); else None, also
+        once `gen` has ended (its session no longer tracks it). The engine hands it to the
+        flusher with `gen`'s frames: the flusher keeps no clock of its own."""
         session = self._sessions.get(gen.request.session_id)
-        if session is None or gen not in session.gens:
+        if gen.finished or session is None or not session.moved(gen):
             return None
-        return now + session.slack(gen, now) - gen.num_frames * FRAME_SECONDS
+        return session.snapshot(gen, now)
+
+    def playout_moved(self, now: float) -> list[tuple[Generation, PlayoutSnapshot]]:
+        """Fresh snapshots for generations with frames whose session lost a generation since
+        the last call. An earlier segment ending can bring a later one's listener closer at
+        once (it stopped short of its estimate), and the later one may make no frames for a
+        while (parked): so the flusher hears it now, not with its next frames. The other
+        moves only put listeners later, and ride with the next frames."""
+        out = []
+        for session in self._playout_moved.values():
+            out.extend((g, session.snapshot(g, now)) for g in session.gens
+                       if g.num_frames and session.moved(g))
+        self._playout_moved.clear()
+        return out
 
     def buffered_seconds(self, session_id: str, now: float) -> float:
         s = self._sessions.get(session_id)
@@ -339,6 +354,8 @@ class Scheduler:
             self._parked.pop(gen.gen_id, None)
         session = self._sessions[gen.request.session_id]
         session.remove(gen, now)
+        if session.gens:
+            self._playout_moved[session.session_id] = session
         for other in session.gens:  # their slack may have dropped: judge them afresh
             if self._parked.pop(other.gen_id, None) is not None:
                 self._candidates[other.gen_id] = other

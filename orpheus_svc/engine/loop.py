@@ -32,8 +32,9 @@ import numpy as np
 
 from orpheus_svc.core.events import Admitted, EventBatch, EventSink, Finish, Rejected
 from orpheus_svc.core.generation import Generation, GenerationRequest
-from orpheus_svc.core.scheduler import AdmissionError, Scheduler, SchedulerSettings, SchedulerStats
+from orpheus_svc.core.playout import PlayoutSnapshot
 from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
+from orpheus_svc.core.scheduler import AdmissionError, Scheduler, SchedulerSettings, SchedulerStats
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.step import Backend, BackendCapabilities, StepPlan, StepResult, StepRow
@@ -96,7 +97,7 @@ def effective_settings(settings: SchedulerSettings,
 
 class FrameSink(Protocol):
     def push(self, gen_id: int, frames: np.ndarray, final: bool,
-             starts_at: float | None = None, finish: Finish | None = None) -> None: ...
+             playout: PlayoutSnapshot | None = None, finish: Finish | None = None) -> None: ...
 
     def drop(self, gen_id: int, finish: Finish | None = None) -> None: ...
 
@@ -267,13 +268,13 @@ class EngineLoop:
             self._scheduler.freed(self.backend.release([g.gen_id for g in outcome.finished]))
         for gen, frames in outcome.frames:
             ended = gen.finish_reason in ("stop", "length")
-            # With its first frames the flusher learns when the listener will reach them (a
-            # later segment plays after the audio before it), so its playout estimate, and
-            # with it the chunk sizes and the decode order, follow the session's real buffer.
-            starts_at = (self._scheduler.playback_start(gen, now)
-                         if gen.num_frames == len(frames) else None)
-            self.flusher.push(gen.gen_id, np.asarray(frames, dtype=np.int64), ended, starts_at,
+            # The scheduler's playout clock rides with the frames (with the first ones, and
+            # whenever it moved): the flusher's chunk sizes and decode order follow it.
+            self.flusher.push(gen.gen_id, np.asarray(frames, dtype=np.int64), ended,
+                              self._scheduler.playout_update(gen, now),
                               finish=self._finish(gen) if ended else None)
+        for gen, playout in self._scheduler.playout_moved(now):  # an earlier segment ended
+            self.flusher.push(gen.gen_id, np.zeros((0, FRAME_TOKENS), np.int64), False, playout)
         with_frames = {g.gen_id for g, _ in outcome.frames}
         for gen in outcome.finished:
             if gen.finish_reason in ("stop", "length"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.audio.settings import HOP, FlusherSettings
 from orpheus_svc.core.events import AudioEvent, Finish
+from orpheus_svc.core.playout import PlayoutSnapshot
 
 from .conftest import random_frames, snr_db
 
@@ -336,7 +338,8 @@ def test_a_listener_about_to_run_dry_gets_audio_without_waiting_for_the_chunk_ta
     flusher = Flusher(tiny_codec, FlusherSettings(), sink, clock=lambda: now[0])
     frames = random_frames(12, seed=6)
     for f in range(9):  # listener well fed: chunks ramp up as usual
-        flusher.push(1, frames[f:f + 1])
+        # the scheduler's clock: heard from when its first frame exists (t = 0)
+        flusher.push(1, frames[f:f + 1], playout=PlayoutSnapshot(0.0) if f == 0 else None)
         flusher.run_once()
     sent = sum(e.num_samples for e in sink.events(1))
     flusher.push(1, frames[9:10])  # one more frame: far below the chunk target (= sent)
@@ -361,7 +364,8 @@ def test_withheld_audio_is_released_when_the_listener_runs_low_even_without_new_
     flusher.start()
     try:
         frames = random_frames(10, seed=8)
-        flusher.push(1, frames[:9])  # a burst: 661 ms of audio go out at once
+        # a burst: 661 ms of audio go out at once, heard from now on
+        flusher.push(1, frames[:9], playout=PlayoutSnapshot(time.monotonic()))
         flusher.push(1, frames[9:])  # one more frame, far below the chunk target; then a stall
         # no further push: only the flusher's own wake-up (when the listener's ~0.6 s of
         # audio runs low) can release the ready part of frame 9
@@ -424,8 +428,8 @@ def test_out_of_time_the_listener_with_less_audio_buffered_goes_first(tiny_codec
     settings = FlusherSettings(max_iteration_s=1e-7, max_decode_frames=1)  # 1 window per call
     flusher = Flusher(codec, settings, sink, clock=codec.clock)
     rich, poor = random_frames(20, seed=13), random_frames(20, seed=14)
-    flusher.push(1, rich[:12])
-    flusher.push(2, poor[:4])
+    flusher.push(1, rich[:12], playout=PlayoutSnapshot(codec.now))  # both heard from now
+    flusher.push(2, poor[:4], playout=PlayoutSnapshot(codec.now))
     run_until_idle(flusher)
     sent = {g: sum(e.num_samples for e in sink.events(g)) for g in (1, 2)}
     assert sent[1] > sent[2] > 0
@@ -464,16 +468,19 @@ def test_the_thread_goes_on_with_a_backlog_without_waiting_for_new_frames(tiny_c
         check_accounting(sink.events(g), 1)
 
 
-def _real_time_stream(tiny_codec, starts_in):
+def _real_time_stream(tiny_codec, starts_in, moved_at=None):
     """A generation that makes its frames at exactly playback pace (as the playout horizon
-    paces one) and is heard `starts_in` seconds after its first frame; returns its events."""
+    paces one) and is heard `starts_in` seconds after its first frame; returns its events.
+    moved_at = (frame, seconds): the scheduler's clock moves then, without frames."""
     now = [0.0]
     sink = Collect()
     flusher = Flusher(tiny_codec, FlusherSettings(), sink, clock=lambda: now[0])
     frames = random_frames(40, seed=15)
     for f in range(40):
+        if moved_at is not None and f == moved_at[0]:
+            flusher.push(1, frames[:0], playout=PlayoutSnapshot(moved_at[1]))
         flusher.push(1, frames[f:f + 1], final=f == 39,
-                     starts_at=now[0] + starts_in if f == 0 else None)
+                     playout=PlayoutSnapshot(now[0] + starts_in) if f == 0 else None)
         flusher.run_once()
         now[0] += 2048 / 24000
     check_accounting(sink.events(1), 40)
@@ -481,11 +488,41 @@ def _real_time_stream(tiny_codec, starts_in):
 
 
 def test_a_segment_heard_later_is_not_mistaken_for_a_listener_about_to_run_dry(tiny_codec):
-    # Without the hint the flusher assumes playback began at the first audio: a generation
-    # at playback pace then always looks about to run dry and goes out frame by frame.
+    # Heard at once, a generation at playback pace always looks about to run dry and goes
+    # out frame by frame; heard 3 s later it has a buffer, so its chunks grow.
     now_heard = _real_time_stream(tiny_codec, starts_in=0.0)
     heard_later = _real_time_stream(tiny_codec, starts_in=3.0)
     assert len(heard_later) * 3 <= len(now_heard), (len(heard_later), len(now_heard))
+
+
+def test_a_playout_clock_pushed_later_replaces_the_one_before(tiny_codec):
+    # heard at once at first; from frame 5 on the scheduler knows it is heard 3 s later
+    # (an earlier segment of the session turned out longer): the chunks grow from then on
+    now_heard = _real_time_stream(tiny_codec, starts_in=0.0)
+    moved = _real_time_stream(tiny_codec, starts_in=0.0, moved_at=(5, 3.0))
+    assert len(moved) * 2 <= len(now_heard), (len(moved), len(now_heard))
+
+
+def test_a_listener_past_the_audio_sent_is_dry_whatever_was_generated(tiny_codec):
+    # The scheduler counts frames as playable once generated; the flusher counts only what it
+    # sent. 9 frames exist, the first chunks went out, and by the scheduler's clock the
+    # listener has played as much audio as was sent: it is dry, so the withheld part goes now.
+    now = [0.0]
+    sink = Collect()
+    flusher = Flusher(tiny_codec, FlusherSettings(), sink, clock=lambda: now[0])
+    frames = random_frames(12, seed=18)
+    flusher.push(1, frames[:1], playout=PlayoutSnapshot(0.0))
+    flusher.run_once()
+    flusher.push(1, frames[1:6])
+    flusher.run_once()  # a ready part above the chunk target goes
+    sent = sum(e.num_samples for e in sink.events(1))
+    flusher.push(1, frames[6:7])  # one more frame: below the chunk target, withheld
+    flusher.run_once()
+    assert sum(e.num_samples for e in sink.events(1)) == sent
+    now[0] = sent / 24000 - 0.01  # 10 ms of sent audio left: below the low-water mark
+    flusher.push(1, frames[7:8])
+    flusher.run_once()
+    assert sum(e.num_samples for e in sink.events(1)) == 8 * 2048 - FlusherSettings().lookahead_samples
 
 
 def test_first_audio_of_a_segment_heard_later_yields_to_a_listener_running_dry(tiny_codec):
@@ -494,9 +531,9 @@ def test_first_audio_of_a_segment_heard_later_yields_to_a_listener_running_dry(t
     settings = FlusherSettings(max_iteration_s=1e-7, max_decode_frames=1)  # 1 window per call
     flusher = Flusher(codec, settings, sink, clock=codec.clock)
     dry = random_frames(3, seed=16)
-    flusher.push(1, dry[:1])
+    flusher.push(1, dry[:1], playout=PlayoutSnapshot(codec.now))  # heard from now
     run_until_idle(flusher)  # 1 has sent its first 21 ms: about to run dry
-    flusher.push(2, random_frames(1, seed=17), starts_at=codec.now + 5.0)  # heard in 5 s
+    flusher.push(2, random_frames(1, seed=17), playout=PlayoutSnapshot(codec.now + 5.0))  # in 5 s
     flusher.push(1, dry[1:], final=True)
     before = len(sink.calls)
     flusher.run_once()

@@ -1,7 +1,6 @@
 """The Prometheus endpoint exposes the named series and they move during a synthesis."""
 
 import re
-import threading
 import urllib.request
 
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb

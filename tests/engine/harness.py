@@ -18,7 +18,7 @@ class RecordingFlusher:
         self.collector = collector  # woken on every push, as audio events would wake it
         self.frames = defaultdict(list)
         self.final = {}
-        self.starts_at = {}  # gen_id -> the playback start the engine gave with its first frames
+        self.playout = {}  # gen_id -> the playout snapshots the engine gave, in order
         self.dropped = set()
         self.ended = set()  # final event sent
         self.lock = threading.Lock()
@@ -32,12 +32,12 @@ class RecordingFlusher:
             self.collector([AudioEvent(gen_id, np.zeros(0, np.float32), 0, final=True,
                                        finish=finish)])
 
-    def push(self, gen_id, frames, final, starts_at=None, finish=None):
+    def push(self, gen_id, frames, final, playout=None, finish=None):
         with self.lock:
             assert gen_id not in self.final, "frames after final"
-            if starts_at is not None:
-                assert gen_id not in self.starts_at, "starts_at is given once, with the first frames"
-                self.starts_at[gen_id] = starts_at
+            if playout is not None:
+                assert gen_id in self.playout or len(frames), "the first snapshot comes with frames"
+                self.playout.setdefault(gen_id, []).append(playout)
             self.frames[gen_id].extend(np.asarray(frames).tolist())
             if final or finish is not None:
                 self.final[gen_id] = True

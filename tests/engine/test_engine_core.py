@@ -142,7 +142,7 @@ def test_a_failing_step_fails_its_generations_and_frees_their_slots():
 
 
 class _ExplodingFlusher(RecordingFlusher):
-    def push(self, gen_id, frames, final, starts_at=None, finish=None):
+    def push(self, gen_id, frames, final, playout=None, finish=None):
         raise RuntimeError("flusher bug")
 
 
@@ -239,7 +239,7 @@ def test_a_later_segment_tells_the_flusher_it_plays_after_the_one_before():
                 for k in range(2)]
         ids = [core.submit(r) for r in reqs]
         events.wait_for(lambda ev: events.ended(ids))
-        first, second = (flusher.starts_at[g] for g in ids)
+        first, second = (flusher.playout[g][0].starts_at for g in ids)
         # segment 1 is heard after at least segment 0's first frame (85.3 ms of audio)
         assert second >= first + 0.0853 - 1e-6
     finally:

@@ -2,7 +2,6 @@
 and a client that hangs up mid-response frees its slots."""
 
 import json
-import threading
 import time
 
 import httpx

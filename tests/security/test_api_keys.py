@@ -18,7 +18,7 @@ from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from tests.e2e.server_proc import free_port
 
-from .conftest import KEY_A, KEY_B, TlsServer, health, tls_channel, write_keys
+from .conftest import KEY_A, KEY_B, TlsServer, health, write_keys
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
