@@ -3,9 +3,12 @@
 Message based on both sides, so it can move to its own process without a rewrite:
 
     submit(request) / cancel(gen_id)  ->  command queue  ->  engine thread
-    engine thread  ->  sink([Admitted | Rejected ...])             one call per step
-    engine thread  ->  flusher.push(gen_id, frames, final, finish=) / drop(gen_id, finish)
-    flusher thread ->  sink([AudioEvent ...])                      one call per decode batch
+    engine thread  ->  sink([Admitted | Rejected ...])     before the step's frames move on
+    engine thread  ->  flusher.push(gen_id, frames, final, playout, finish) / drop(gen_id, finish)
+    flusher thread ->  sink([AudioEvent ...])              one call per decode batch
+
+The backend is driven through core/step.py (frozen rows in, tokens out, release on every
+end); the scheduler's playout clock travels to the flusher as a PlayoutSnapshot.
 
 A generation's end (its Finish) goes to the flusher with its last frames or with drop, and
 comes out on its final AudioEvent: after admission the flusher thread alone speaks for a
@@ -252,6 +255,10 @@ class EngineLoop:
         plan = self._scheduler.schedule(self._clock())
         for gen in plan.admitted:
             events.add(Admitted(gen.gen_id, gen.slot))
+        if plan.admitted:
+            # out before this step's frames reach the flusher, whose thread emits the audio:
+            # a generation's stream is [Admitted] AudioEvent*, in that order
+            events.flush()
         if plan.released:
             self._scheduler.freed(self.backend.release([gen.gen_id for gen in plan.released]))
             for gen in plan.released:
