@@ -23,7 +23,6 @@ import types
 import typing
 import warnings
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
@@ -31,6 +30,7 @@ import yaml
 from orpheus_svc.audio.settings import FlusherSettings
 from orpheus_svc.core.checks import SettingError, require
 from orpheus_svc.core.scheduler import SchedulerSettings
+from orpheus_svc.files import read_mapping
 
 ENV_PREFIX = "ORPHEUS_"
 
@@ -350,15 +350,8 @@ def load_config(path: str | os.PathLike[str] | None = None, *, overrides: Mappin
     environ = os.environ if environ is None else environ
     file_tree: dict = {}
     if path is not None:
-        p = Path(path)
-        try:
-            file_tree = yaml.safe_load(p.read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"config file {p}: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {p}: not valid YAML: {exc}") from exc
-        if not isinstance(file_tree, dict):
-            raise ConfigError(f"config file {p}: the top level must be a mapping of sections")
+        file_tree = read_mapping(path, ConfigError, what="config file", syntax="YAML",
+                                 expected="a mapping of sections at the top level")
     env_tree = env_overrides(environ)
     flag_tree: dict = {}
     for dotted, value in dict(overrides).items():

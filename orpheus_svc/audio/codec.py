@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from orpheus_svc.core.tokens import FRAME_TOKENS, SAMPLES_PER_FRAME, frames_to_codebooks
+from orpheus_svc.files import read_mapping
 from orpheus_svc.hub import CheckpointNotFoundError, resolve_checkpoint
 
 SNAC_FILES = ("config.json", "pytorch_model.bin")
@@ -301,16 +302,6 @@ class SnacCodec:
         return self.decode_latents(self.latents(batch), noise=noise)
 
 
-def _read_config(path: Path) -> dict:
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SnacLoadError(f"cannot read SNAC config {path}: {exc}") from exc
-    if not isinstance(config, dict):
-        raise SnacLoadError(f"SNAC config {path} must be a JSON object")
-    return config
-
-
 def load_snac(ref: str | os.PathLike[str], device: str | torch.device = "cpu",
               dtype: torch.dtype = torch.float32, noise: bool | None = None,
               seed: int = 0) -> SnacCodec:
@@ -326,7 +317,7 @@ def load_snac(ref: str | os.PathLike[str], device: str | torch.device = "cpu",
         raise CheckpointNotFoundError(
             f"SNAC checkpoint {str(ref)!r} ({directory}) lacks {', '.join(missing)}; "
             f"expected the HF layout of hubertsiuzdak/snac_24khz")
-    config = _read_config(directory / "config.json")
+    config = read_mapping(directory / "config.json", SnacLoadError, what="SNAC config")
     model = _build_snac(config)
     try:
         state = torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from orpheus_svc.core.tokens import BOS_ID, END_OF_SPEECH_ID, ORPHEUS_VOCAB_SIZE
+from orpheus_svc.files import read_mapping
 
 LLAMA_ARCHITECTURE = "LlamaForCausalLM"
 _LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor",
@@ -190,14 +191,7 @@ class LlamaSpec:
         path = Path(path)
         if path.is_dir():
             path = path / "config.json"
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError as exc:
-            raise FileNotFoundError(f"{path}: config.json not found") from exc
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON: {exc}") from exc
-        if not isinstance(raw, dict):
-            raise ValueError(f"{path}: expected a JSON object")
+        raw = read_mapping(path, ValueError, missing=FileNotFoundError)
         try:
             return cls.from_dict(raw)
         except ValueError as exc:

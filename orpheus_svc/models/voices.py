@@ -30,6 +30,7 @@ from orpheus_svc.core.voices import (
     registry_from_dict,
     registry_from_setting,
 )
+from orpheus_svc.files import read_mapping
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +85,7 @@ def hub_id_of(ref: str | None) -> str | None:
 
 def read_voices_file(path: Path) -> VoiceRegistry:
     """Parse one voices.json; VoiceRegistryError names the file and the field."""
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise VoiceRegistryError(f"{path}: cannot read: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise VoiceRegistryError(f"{path}: not valid JSON: {exc}") from exc
+    raw = read_mapping(path, VoiceRegistryError, expected='a JSON object with a "voices" list')
     return registry_from_dict(raw, str(path))
 
 

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "orpheus_svc"
 # Lowest first. A module may import modules of its own rank or lower, never higher.
 LAYERS: list[tuple[str, ...]] = [
     ("core",),                      # pure domain logic
-    ("hub", "security"),            # leaf utilities: checkpoint resolution, API keys
+    ("hub", "security", "files"),   # leaf utilities: checkpoint lookup, API keys, file reading
     ("audio",),                     # SNAC, flusher, encodings
     ("config",),                    # settings and their validation
     ("models",),                    # checkpoints, tokenizer, demo, voice lists

@@ -23,9 +23,11 @@ Pure Python (no torch, no tensorrt_llm) so the dry run and the tests can use it 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
+
+from orpheus_svc.files import read_mapping
 
 MANIFEST_NAME = "orpheus_manifest.json"
 FORMAT_ENGINE = "tensorrt-engine"
@@ -60,6 +62,11 @@ class Limits:
     max_seq_len: int
     max_num_tokens: int
 
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "Limits":
+        """Every field as an int; KeyError names a missing one, TypeError/ValueError a bad one."""
+        return cls(**{f.name: int(raw[f.name]) for f in fields(cls)})
+
 
 @dataclass(frozen=True)
 class Manifest:
@@ -92,9 +99,7 @@ class Manifest:
     def from_dict(cls, raw: dict[str, Any], where: str = MANIFEST_NAME) -> "Manifest":
         try:
             fmt = raw["format"]
-            limits = raw["limits"]
-            parsed = Limits(int(limits["max_batch_size"]), int(limits["max_seq_len"]),
-                            int(limits["max_num_tokens"]))
+            parsed = Limits.from_dict(raw["limits"])
             model, precision = str(raw["model"]), dict(raw["precision"])
         except KeyError as exc:
             raise ManifestError(f"{where}: missing field {exc.args[0]!r}") from None
@@ -117,10 +122,4 @@ def read_manifest(artifact_dir: str | Path) -> Manifest:
         raise ManifestError(
             f"{path} not found: {artifact_dir} was not made by orpheus-build-engine (build "
             f"one with: orpheus-build-engine --model <orpheus dir or id> --out {artifact_dir})")
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"{path}: not readable JSON: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ManifestError(f"{path}: expected a JSON object")
-    return Manifest.from_dict(raw, str(path))
+    return Manifest.from_dict(read_mapping(path, ManifestError), str(path))
