@@ -63,7 +63,7 @@ class Streams(Protocol):
 
 
 @dataclass(eq=False)
-class _Stream:
+class _LiveRequest:
     """One TensorRT-LLM request as seen from the engine thread."""
 
     row: StepRow                    # as submitted
@@ -98,14 +98,14 @@ class TrtllmBackend:
         self._clock = clock
         self._on_close = on_close
         # Every TensorRT-LLM request not yet confirmed ended, by gen_id (engine thread only).
-        self._streams: dict[int, _Stream] = {}
+        self._requests: dict[int, _LiveRequest] = {}
         self._freed: list[int] = []  # released and ended: reported in the next StepResult
         self.counters = dict(submitted=0, aborted=0, errors=0, unconfirmed_aborts=0)
 
     @property
     def live(self) -> int:
         """TensorRT-LLM requests that may still hold a KV slot there."""
-        return len(self._streams)
+        return len(self._requests)
 
     # -- Backend protocol --------------------------------------------------------------------
 
@@ -124,9 +124,9 @@ class TrtllmBackend:
         already freed: ended in TensorRT-LLM too, or never submitted."""
         freed = []
         for gen_id in gen_ids:
-            s = self._streams.get(gen_id)
+            s = self._requests.get(gen_id)
             if s is None or s.done:
-                self._streams.pop(gen_id, None)
+                self._requests.pop(gen_id, None)
                 freed.append(gen_id)
             else:
                 s.released = True
@@ -134,7 +134,7 @@ class TrtllmBackend:
         return freed
 
     def _forget(self, gen_id: int) -> None:
-        del self._streams[gen_id]
+        del self._requests[gen_id]
         self._freed.append(gen_id)
 
     def close(self) -> None:
@@ -149,7 +149,7 @@ class TrtllmBackend:
     def _retire(self, plan: StepPlan, result: StepResult) -> None:
         now = self._clock()
         in_plan = {r.gen_id for r in plan.rows}
-        for gen_id, s in list(self._streams.items()):
+        for gen_id, s in list(self._requests.items()):
             if s.released:
                 if s.done:
                     self._forget(gen_id)
@@ -168,7 +168,7 @@ class TrtllmBackend:
                 self.counters["errors"] += 1
 
     @staticmethod
-    def _why_ended(s: _Stream) -> str:
+    def _why_ended(s: _LiveRequest) -> str:
         if s.error:
             return s.error
         limit = s.row.request.max_tokens
@@ -187,7 +187,7 @@ class TrtllmBackend:
 
     def _submit(self, prefill: Sequence[StepRow], result: StepResult) -> None:
         for row in prefill:  # scheduler priority order: the first waiting ones go first
-            if row.gen_id in self._streams:
+            if row.gen_id in self._requests:
                 continue  # already submitted (it stays "prefill" until its first token)
             if not self._fits(row, result):
                 continue
@@ -199,7 +199,7 @@ class TrtllmBackend:
                                              f"{exc.__class__.__name__}: {exc}")
                 self.counters["errors"] += 1
                 continue
-            self._streams[row.gen_id] = _Stream(row)
+            self._requests[row.gen_id] = _LiveRequest(row)
             self.counters["submitted"] += 1
 
     def _fits(self, row: StepRow, result: StepResult) -> bool:
@@ -215,7 +215,7 @@ class TrtllmBackend:
             return False
         return True
 
-    def _abort(self, s: _Stream) -> None:
+    def _abort(self, s: _LiveRequest) -> None:
         if s.done or s.aborted_at is not None:
             return
         s.aborted_at = self._clock()
@@ -225,10 +225,10 @@ class TrtllmBackend:
     # -- 3. collect --------------------------------------------------------------------------
 
     def _collect(self, rows: Sequence[StepRow], result: StepResult) -> None:
-        wanted = [self._streams[r.gen_id] for r in rows
-                  if r.gen_id in self._streams and r.gen_id not in result.errors]
+        wanted = [self._requests[r.gen_id] for r in rows
+                  if r.gen_id in self._requests and r.gen_id not in result.errors]
         ready = any(s.pending or s.error for s in wanted)
-        self._drain(0 if ready or not self._streams else self._wait_s)
+        self._drain(0 if ready or not self._requests else self._wait_s)
         for s in wanted:
             gen_id = s.row.gen_id
             if s.error:  # s.done: its release follows at once and forgets the stream
@@ -247,7 +247,7 @@ class TrtllmBackend:
             event = self._bridge.next_event(0)
 
     def _apply(self, ev: StreamEvent) -> None:
-        s = self._streams.get(ev.gen_id)
+        s = self._requests.get(ev.gen_id)
         if s is None:
             return  # a stream we already stopped counting (unconfirmed abort, error)
         if ev.tokens:
