@@ -62,10 +62,13 @@ def max_tokens_for_text(text: str, *, limit: int | None = None) -> int:
     return budget
 
 
+TYPICAL_CHARS_PER_SECOND = 15.0  # Latin characters of speech per second, typical pace
+
+
 def expected_audio_seconds(text: str) -> float:
-    """A typical speech length for `text` (15 Latin chars/s), used only to estimate playout
-    deadlines (and by the sim backend as its utterance length)."""
-    return max(speech_chars(text), 1.0) / 15.0
+    """A typical speech length for `text`, used only to estimate playout deadlines (and by
+    the sim backend as its utterance length)."""
+    return max(speech_chars(text), 1.0) / TYPICAL_CHARS_PER_SECOND
 
 
 class PromptTooLong(ValueError):

@@ -54,6 +54,7 @@ import numpy as np
 import torch
 
 from orpheus_svc.core.grammar import position_id_range
+from orpheus_svc.core.prompt import TYPICAL_CHARS_PER_SECOND
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult, StepRow
 from orpheus_svc.core.tokens import (
     BOS_ID,
@@ -71,7 +72,6 @@ log = logging.getLogger(__name__)
 
 # sim_encode's granularity; Llama-3's tokenizer averages ~4 characters of English per token.
 SIM_CHARS_PER_TOKEN = 4.0
-SPEECH_CHARS_PER_SECOND = 15.0
 _PROMPT_OVERHEAD_TOKENS = 8  # start of human, BOS, "tara:", end of text/human, start of AI/speech
 _POSITION_OFFSETS = np.array([position_id_range(p)[0] for p in range(FRAME_TOKENS)], np.int64)
 _PIECE = re.compile(r"\s?[A-Za-z0-9]{1,4}|\s?[^\sA-Za-z0-9]|\s+")
@@ -303,7 +303,7 @@ class SimBackend:
         if expected <= 0:  # no estimate from the caller: infer the text length from the prompt
             prompt_tokens = len(g.request.prompt_ids)
             chars = max(1, prompt_tokens - _PROMPT_OVERHEAD_TOKENS) * SIM_CHARS_PER_TOKEN
-            expected = chars / SPEECH_CHARS_PER_SECOND / FRAME_SECONDS
+            expected = chars / TYPICAL_CHARS_PER_SECOND / FRAME_SECONDS
         factor = math.exp(rng.normal(0.0, self.length_sigma)) if self.length_sigma > 0 else 1.0
         return max(1, round(expected * factor))
 
