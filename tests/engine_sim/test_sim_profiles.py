@@ -7,10 +7,16 @@ from orpheus_svc.models.llama_config import orpheus_3b_spec
 
 
 def test_shapes_match_the_real_orpheus_3b_spec():
+    """The shapes come from orpheus_3b_spec; checked here against the Llama-3.2-3B
+    arithmetic written out by hand, so a wrong spec cannot pass by agreeing with itself."""
     spec = orpheus_3b_spec()
+    hidden, inter, layers, q_dim, kv_dim = 3072, 8192, 28, 24 * 128, 8 * 128
+    per_layer = 2 * hidden * q_dim + 2 * hidden * kv_dim + 3 * hidden * inter + 2 * hidden
+    assert sp.LAYER_PARAMS == layers * per_layer + hidden == 2_818_747_392
+    assert sp.HEAD_PARAMS == 156_940 * hidden
     assert sp.LAYER_PARAMS + sp.HEAD_PARAMS == spec.num_parameters()
-    assert sp.KV_BYTES_PER_TOKEN == spec.kv_bytes_per_token(2)
-    assert sp.VOCAB == spec.vocab_size
+    assert sp.KV_BYTES_PER_TOKEN == layers * 2 * kv_dim * 2 == 114_688
+    assert sp.VOCAB == spec.vocab_size == 156_940
 
 
 def test_decode_step_is_weights_plus_kv_over_bandwidth_plus_overhead():

@@ -31,22 +31,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# -- Orpheus-3B shapes (Llama-3.2-3B with the 156,940-id Orpheus vocabulary) ------------------
-HIDDEN = 3072
-INTERMEDIATE = 8192
-LAYERS = 28
-HEADS = 24
-KV_HEADS = 8
-HEAD_DIM = 128
-VOCAB = 156_940
+from orpheus_svc.models.llama_config import orpheus_3b_spec
 
-Q_DIM = HEADS * HEAD_DIM
-KV_DIM = KV_HEADS * HEAD_DIM
-# q, k, v, o projections + gate, up, down + two RMSNorm weights, per layer.
-LAYER_PARAMS = LAYERS * (2 * HIDDEN * Q_DIM + 2 * HIDDEN * KV_DIM + 3 * HIDDEN * INTERMEDIATE
-                         + 2 * HIDDEN) + HIDDEN  # + final norm
-HEAD_PARAMS = VOCAB * HIDDEN  # tied with the embedding; read as the LM head each step
-KV_BYTES_PER_TOKEN = LAYERS * 2 * KV_DIM * 2  # K and V, FP16 KV cache: 114,688 B
+# -- Orpheus-3B shapes (Llama-3.2-3B with the 156,940-id Orpheus vocabulary), from the one
+# place they are written: models/llama_config.py orpheus_3b_spec ------------------------------
+_SPEC = orpheus_3b_spec()
+LAYERS = _SPEC.num_hidden_layers
+Q_DIM = _SPEC.q_dim
+VOCAB = _SPEC.vocab_size
+HEAD_PARAMS = VOCAB * _SPEC.hidden_size  # tied with the embedding; read as the LM head each step
+# q, k, v, o projections + gate, up, down + two RMSNorm weights per layer, + the final norm
+LAYER_PARAMS = _SPEC.num_parameters() - HEAD_PARAMS
+KV_BYTES_PER_TOKEN = _SPEC.kv_bytes_per_token(2)  # K and V, FP16 KV cache: 114,688 B
 
 LOGIT_BYTES = 4
 LOGIT_PASSES = 3
