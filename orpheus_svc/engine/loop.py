@@ -28,8 +28,7 @@ import queue
 import threading
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 import numpy as np
 
@@ -105,15 +104,15 @@ class FrameSink(Protocol):
     def drop(self, gen_id: int, finish: Finish | None = None) -> None: ...
 
 
-@dataclass(frozen=True)
-class _Submit:
+class _Submit(NamedTuple):
+    """Command: admit `request` as generation `gen_id` (queued at `arrival`)."""
     gen_id: int
     request: GenerationRequest
     arrival: float
 
 
-@dataclass(frozen=True)
-class _Cancel:
+class _Cancel(NamedTuple):
+    """Command: end generation `gen_id` (waiting: now; running: at the next step)."""
     gen_id: int
 
 
