@@ -1,8 +1,8 @@
 """Summarise a `py-spy record --format raw --threads` file into the tables of
-bench/results/profile-before/*.md (issue 16): per thread the top functions by own and
+bench/results/profile-before/*.txt (issue 16): per thread the top functions by own and
 cumulative share, and the share per area of the serving path.
 
-    python bench/results/profile-before/pyspy_summary.py PROFILE.txt [--top 15] [--title T]
+    PYTHONPATH=bench python -m orpheus_bench.pyspy_summary PROFILE.txt [--top 15] [--title T]
 
 The raw file stays outside the repository; only this summary is committed. Shares are of
 all samples in the file (with `--gil`: of the samples where some thread held the GIL).
@@ -164,9 +164,10 @@ def summarise(path, top, title):
         out += ["", f"#### {g}: {100 * n / total:.1f}% of samples", "",
                 "| Function (own time: the leaf frame) | Own | | Function (cumulative) | Cum |",
                 "|---|---|---|---|---|"]
-        o = own[g].most_common(top)
+        o = sorted(own[g].items(), key=lambda kv: (-kv[1], kv[0]))[:top]
         # frames on (nearly) every stack of the thread (bootstrap, run_forever) say nothing
-        c = [kv for kv in cum[g].most_common() if kv[1] < 0.97 * n][:top]
+        c = [kv for kv in sorted(cum[g].items(), key=lambda kv: (-kv[1], kv[0]))
+             if kv[1] < 0.97 * n][:top]
         for i in range(max(len(o), len(c))):
             l = f"{o[i][0]} | {100 * o[i][1] / total:.1f}%" if i < len(o) else " | "
             r = f"{c[i][0]} | {100 * c[i][1] / total:.1f}%" if i < len(c) else " | "
