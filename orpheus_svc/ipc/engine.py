@@ -175,6 +175,7 @@ class EngineServer:
     def send_events(self, fe: int, events: Sequence[EngineEvent]) -> None:
         if fe >= self.frontends:
             return
+        cancel: set[int] = set()
         with self._lock:
             lost, live = self._lost[fe], self._live[fe]
             keep = []
@@ -191,12 +192,14 @@ class EngineServer:
             try:
                 self._events.send_multipart((identity(fe), wire.encode_events(keep)), zmq.NOBLOCK)
             except zmq.ZMQError as exc:
-                self._give_up(fe, keep, ended, exc)
+                cancel = self._give_up(fe, keep, ended, exc)
             else:
                 live -= ended
+        for gen_id in cancel:  # outside the lock: an engine may answer on this thread
+            self.engine.cancel(gen_id)
 
-    def _give_up(self, fe: int, keep: list, ended: set[int], exc: zmq.ZMQError) -> None:
-        """Lock held: front-end `fe` cannot take this batch; cancel its generations."""
+    def _give_up(self, fe: int, keep: list, ended: set[int], exc: zmq.ZMQError) -> set[int]:
+        """Lock held: front-end `fe` cannot take this batch; its generations to cancel."""
         live = self._live[fe]
         live |= {ev.gen_id for ev in keep}
         running = live - ended
@@ -207,8 +210,7 @@ class EngineServer:
         self._notices[fe] |= live
         self._lost[fe] |= running
         live.clear()
-        for gen_id in running:
-            self.engine.cancel(gen_id)
+        return running
 
     def _flush_notice(self, fe: int) -> None:
         """Lock held: tell `fe` which of its generations were given up, once it has room."""

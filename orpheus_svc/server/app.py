@@ -134,7 +134,7 @@ class Server:
         log.info("listening", host=s.host, port=self.port, reflection=s.reflection,
                  tls=self.tls is not None, mtls=bool(s.tls_client_ca_file),
                  api_keys=self.auth.store.names() if self.auth else None,
-                 metrics=f"{s.metrics_host}:{s.metrics_port}" if s.metrics_port else None)
+                 metrics=f"{s.metrics_host}:{s.metrics_port + index}" if s.metrics_port else None)
 
     async def load(self) -> None:
         if self.frontend is not None:
