@@ -17,7 +17,7 @@ once per engine step or decode batch):
     [STATS, {...}]           the engine's latest stats snapshot and what a front-end needs
                              to serve (the heartbeat too; see EngineSnapshot)
     [LOST, [gen_id, ...], reason]   generations the engine gave up delivering to this
-                             front-end (it fell behind; engine/ipc.py): each ends UNAVAILABLE
+                             front-end (it fell behind; ipc/engine.py): each ends UNAVAILABLE
 
 Generation ids are unique across front-ends: front-end i opens ids from
 (i + 1) * REMOTE_BASE on; ids below REMOTE_BASE are the engine process's own (warm-up).
