@@ -191,8 +191,16 @@ class ServerConfig:
     # always open: probes carry no key).
     auth_open_reflection: bool = False
     auth_open_status: bool = False
+    # Process topology (docs/configuration.md, docs/capacity.md). single: one process runs
+    # gRPC, sessions and the engine. split: one engine process (scheduler, slots, backend,
+    # flusher, SNAC) and server.frontends gRPC front-end processes sharing server.port
+    # (SO_REUSEPORT), connected over ZeroMQ (orpheus_svc/ipc/).
+    topology: str = "single"
+    frontends: int = 2
 
     def __post_init__(self) -> None:
+        require(self.topology in ("single", "split"), self, "topology", "must be single or split")
+        require(1 <= self.frontends <= 64, self, "frontends", "must be 1..64")
         for name in ("port", "metrics_port", "http_port"):
             require(0 <= getattr(self, name) <= 65535, self, name, "must be 0..65535")
         for name in ("grace_seconds", "max_connection_age_seconds",

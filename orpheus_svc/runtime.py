@@ -54,30 +54,21 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 @dataclass
-class Runtime:
+class FrontRuntime:
+    """What sessions, GetStatus and ListVoices use: prompts (the tokenizer), the voices, and
+    `open` on an engine. The single topology's Runtime is one with the engine in-process;
+    a split topology's front-end (orpheus_svc/ipc/frontend.py) has one whose engine is the
+    engine process, reached over ZeroMQ."""
+
     config: Config
-    engine: EngineLoop
-    flusher: Flusher
+    engine: Any  # EngineLoop, or any Engine (engine/handle.py) with stats() and settings
     router: EventRouter
     encode: Callable[[str], list[int]]
     model_name: str
     is_demo: bool
-    device: torch.device
+    device: Any
     # The served model's voices (models/voices.py): validation, ListVoices, the default.
     voices: VoiceRegistry = field(default_factory=english_registry)
-    _started: bool = field(default=False, repr=False)
-
-    def start(self) -> None:
-        self.flusher.start()
-        self.engine.start()
-        self._started = True
-
-    def stop(self) -> None:
-        if self._started:
-            self.engine.stop()
-            self.flusher.stop(timeout=10)
-            self.engine.backend.close()  # trtllm: abort live requests, shut the LLM down
-            self._started = False
 
     def request(self, session_id: str, segment_index: int, voice: str, text: str,
                 sampling: SamplingParams | None = None) -> GenerationRequest:
@@ -96,6 +87,32 @@ class Runtime:
         order, ending with one final AudioEvent (with its Finish) or a Rejected; on `loop`
         when given, one wake-up per batch; without `on_event`, read by handle.events()."""
         return GenerationHandle(self.engine, self.router, request, on_event, loop)
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+@dataclass
+class Runtime(FrontRuntime):
+    flusher: Flusher = None  # type: ignore[assignment]
+    # the prompt tokenizer's file (a split topology's front-ends load it); None: the sim's
+    tokenizer_file: str | None = None
+    _started: bool = field(default=False, repr=False)
+
+    def start(self) -> None:
+        self.flusher.start()
+        self.engine.start()
+        self._started = True
+
+    def stop(self) -> None:
+        if self._started:
+            self.engine.stop()
+            self.flusher.stop(timeout=10)
+            self.engine.backend.close()  # trtllm: abort live requests, shut the LLM down
+            self._started = False
 
     def warm_up(self, timeout: float = 300.0) -> float:
         """Run one short generation through engine and codec; returns its audio seconds."""
@@ -163,7 +180,8 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
     engine = EngineLoop(backend, flusher, router, settings=settings, seed=e.seed, on_step=on_step)
     return Runtime(config=config, engine=engine, flusher=flusher, router=router, encode=encode,
                    model_name=model_name, is_demo=is_demo, device=device,
-                   voices=_voices(config, model_dir))
+                   voices=_voices(config, model_dir),
+                   tokenizer_file=_tokenizer_file(config, model_dir))
 
 
 def _torch_backend(config: Config, model_ref: str, device: torch.device, dtype: torch.dtype):
@@ -176,6 +194,19 @@ def _torch_backend(config: Config, model_ref: str, device: torch.device, dtype: 
     model = SlotLlama(ckpt.spec, ckpt.state_dict, num_slots=e.max_sessions,
                       max_seq_len=e.max_seq_len, device=device, dtype=dtype)
     return TorchBackend(model), ckpt.tokenizer.encode, ckpt.path
+
+
+def _tokenizer_file(config: Config, model_dir) -> str | None:
+    """Where the prompt tokenizer was read from (None: the sim backend's stand-in)."""
+    e = config.engine
+    if e.backend == "sim":
+        return None
+    candidates = [Path(model_dir) / "tokenizer.json"] if model_dir else []
+    if e.backend == "trtllm" and e.trtllm_engine_dir:  # engine/trtllm/startup.py load_encoder
+        candidates.append(Path(e.trtllm_engine_dir) / "tokenizer.json")
+    if config.model.path:
+        candidates.append(Path(os.path.expanduser(config.model.path)) / "tokenizer.json")
+    return next((str(c) for c in candidates if c.is_file()), None)
 
 
 def _voices(config: Config, model_dir) -> VoiceRegistry:

@@ -8,6 +8,12 @@ Shutdown (SIGTERM or SIGINT): health NOT_SERVING and new sessions refused with U
 for `server.drain_delay_seconds` (load balancers notice), then the listener closes and calls
 in flight get `server.grace_seconds` to finish before they are cancelled (their slots
 freed); then the engine and flusher threads stop.
+
+With `server.topology: split` (orpheus_svc/ipc/topology.py) this Server runs in each
+front-end process with a FrontendSpec: the port is shared (SO_REUSEPORT), load() waits for
+the engine process to be warm instead of building a runtime, metrics go to
+server.metrics_port + index, the HTTP edge runs on front-end 0 only, and health turns
+NOT_SERVING (calls in flight end UNAVAILABLE) if the engine process goes away.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import dataclasses
 import signal
 import sys
 import time
+from dataclasses import dataclass
 
 import grpc
 import structlog
@@ -54,9 +61,20 @@ def _limit_options(s) -> list[tuple[str, int]]:
     return opts
 
 
+@dataclass(frozen=True)
+class FrontendSpec:
+    """This process is front-end `index` of a split topology (orpheus_svc/ipc/)."""
+
+    index: int
+    commands_addr: str
+    events_addr: str
+
+
 class Server:
-    def __init__(self, config: Config, *, priority: PriorityFn | None = None) -> None:
+    def __init__(self, config: Config, *, priority: PriorityFn | None = None,
+                 frontend: FrontendSpec | None = None) -> None:
         self.config = config
+        self.frontend = frontend
         self.priority = priority  # a benchmark's batch order (None: the scheduler's own)
         self.state = ServerState(config)
         self.metrics = Metrics(self.state)
@@ -69,6 +87,8 @@ class Server:
                         ("grpc.max_connection_age_grace_ms",
                          int(s.max_connection_age_grace_seconds * 1000))]
         options += _limit_options(s)
+        if frontend is not None:  # N processes accept on one port; the kernel spreads them
+            options.append(("grpc.so_reuseport", 1))
         # API keys and TLS (docs/security.md); both off by default
         self.auth = AuthGuard.from_config(s)
         self.state.auth = self.auth  # the HTTP edge checks the same keys and limits
@@ -103,9 +123,10 @@ class Server:
             raise OSError(f"cannot bind {s.host}:{s.port}")
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.grpc.start()
+        index = self.frontend.index if self.frontend is not None else 0
         if s.metrics_port:
-            self.metrics.serve(s.metrics_port, s.metrics_host)
-        if s.http_port:  # the HTTP edge: same loop, same state and Runtime
+            self.metrics.serve(s.metrics_port + index, s.metrics_host)
+        if s.http_port and index == 0:  # the HTTP edge: same loop, same state and Runtime
             from orpheus_svc.http import HttpServer
             self.http = HttpServer(self.state, s.host, s.http_port, s.grace_seconds,
                                    ssl=self.tls.uvicorn_ssl() if self.tls else None)
@@ -113,9 +134,11 @@ class Server:
         log.info("listening", host=s.host, port=self.port, reflection=s.reflection,
                  tls=self.tls is not None, mtls=bool(s.tls_client_ca_file),
                  api_keys=self.auth.store.names() if self.auth else None,
-                 metrics=f"{s.metrics_host}:{s.metrics_port}" if s.metrics_port else None)
+                 metrics=f"{s.metrics_host}:{s.metrics_port + index}" if s.metrics_port else None)
 
     async def load(self) -> None:
+        if self.frontend is not None:
+            return await self._load_remote()
         t0 = time.monotonic()
         loop = asyncio.get_running_loop()
         runtime = await loop.run_in_executor(
@@ -134,6 +157,39 @@ class Server:
                  slots=self.config.engine.max_sessions, warmup_audio_s=round(audio_s, 2),
                  load_s=round(time.monotonic() - t0, 2))
 
+    async def _load_remote(self) -> None:
+        """Split topology: wait until the engine process is warm, then serve through it."""
+        from orpheus_svc.ipc.frontend import connect, remote_runtime
+
+        t0 = time.monotonic()
+        loop = asyncio.get_running_loop()
+        f = self.frontend
+        link = connect(f.commands_addr, f.events_addr, f.index,
+                       on_down=lambda: loop.call_soon_threadsafe(self._engine_down))
+        try:
+            while not link.warm.is_set():
+                await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            link.close()
+            link.engine.close()
+            raise
+        runtime = remote_runtime(self.config, link)
+        self.state.runtime = runtime
+        if link.engine.down:
+            return
+        self.state.serving = True
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        log.info("serving", frontend=f.index, model=runtime.model_name, demo=runtime.is_demo,
+                 backend=self.config.engine.backend, engine_pid=link.engine.snapshot.pid,
+                 wait_s=round(time.monotonic() - t0, 2))
+
+    def _engine_down(self) -> None:
+        """Loop only: the engine process stopped answering (its calls were ended)."""
+        log.error("engine process unreachable: NOT_SERVING", frontend=self.frontend.index)
+        self.state.serving = False
+        asyncio.get_running_loop().create_task(
+            self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING))
+
     async def shutdown(self) -> None:
         grace = self.config.server.grace_seconds
         log.info("shutting down", grace_s=grace, active_sessions=self.state.active_sessions)
@@ -149,7 +205,7 @@ class Server:
 
 
 async def serve(config: Config, stop: asyncio.Event | None = None, *,
-                priority: PriorityFn | None = None) -> int:
+                priority: PriorityFn | None = None, frontend: FrontendSpec | None = None) -> int:
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -157,7 +213,7 @@ async def serve(config: Config, stop: asyncio.Event | None = None, *,
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):  # not the main thread / platform
             pass
-    server = Server(config, priority=priority)
+    server = Server(config, priority=priority, frontend=frontend)
     await server.start()
     loader = asyncio.create_task(server.load())
     stopper = asyncio.create_task(stop.wait())
@@ -177,6 +233,9 @@ async def serve(config: Config, stop: asyncio.Event | None = None, *,
 
 def serve_main(config: Config, *, priority: PriorityFn | None = None) -> int:
     configure_logging(config.server.log_format, config.server.log_level)
+    if config.server.topology == "split":  # an engine process and server.frontends gRPC ones
+        from orpheus_svc.ipc.topology import serve_split
+        return serve_split(config, priority=priority)
     try:
         return asyncio.run(serve(config, priority=priority))
     except (KeyFileError, TlsFilesError) as exc:  # unusable key or TLS files: say which

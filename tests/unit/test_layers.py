@@ -21,10 +21,12 @@ LAYERS: list[tuple[str, ...]] = [
     ("audio",),                     # SNAC, flusher, encodings
     ("config",),                    # settings and their validation
     ("models",),                    # checkpoints, tokenizer, demo, voice lists
-    ("engine",),                    # the engine loop and the backends
-    ("runtime",),                   # builds and owns one engine (and its flusher)
+    ("engine", "ipc"),              # the engine loop and the backends; the split
+                                    # topology's wire format and engine side
+    ("runtime", "ipc.frontend"),    # builds and owns one engine (and its flusher); a
+                                    # front-end's runtime on the engine process
     ("server", "http", "synth"),    # the edges: gRPC, HTTP, offline synthesis
-    ("server.app", "cli"),          # composition roots
+    ("server.app", "cli", "ipc.topology"),  # composition roots (the split's processes)
 ]
 
 # What the pure core may import besides itself: the standard library, numpy, num2words.

@@ -1,0 +1,223 @@
+"""A front-end process's side of the split topology: the engine process as an Engine.
+
+    session -> FrontRuntime.open -> GenerationHandle -> RemoteEngine.submit/cancel -> PUSH
+    DEALER (identity fe<i>) -> EngineLink thread -> EventRouter (one batch per message)
+
+RemoteEngine implements the Engine protocol of engine/handle.py (new_id, submit, cancel),
+plus what GetStatus reads of an engine (stats(), settings.max_batch_size, failed_rows),
+served from the latest snapshot the engine published. Its ids start at wire.first_id(i), so
+they are unique across front-ends. EngineLink is the one thread that reads the engine's
+messages: each event batch goes to the router in one call (so the asyncio loop wakes once
+per batch), each STATS message replaces the snapshot and counts as a heartbeat.
+
+When the engine is unreachable (no heartbeat for `down_after` seconds once it was seen, or
+a command cannot be queued) the generations it had are ended with Rejected(UNAVAILABLE) and
+`on_down` is called once (the app turns health NOT_SERVING).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import zmq
+
+from orpheus_svc.core.events import Rejected
+from orpheus_svc.core.generation import GenerationRequest
+from orpheus_svc.core.scheduler import SchedulerStats
+from orpheus_svc.core.status import Status
+from orpheus_svc.engine.handle import EventRouter
+from orpheus_svc.runtime import FrontRuntime
+
+from . import wire
+from .engine import identity
+
+log = logging.getLogger(__name__)
+
+RECV_HWM = 4096        # event batches this front-end may have queued unread
+DOWN_AFTER = 2.0       # seconds without a heartbeat (published every 0.25 s) = engine gone
+ENGINE_GONE = "the engine process is unreachable; retry (another replica, or after restart)"
+
+
+class RemoteRouter(EventRouter):
+    """An EventRouter that can name the generations it routes (to end them all at once)."""
+
+    def routed(self) -> list[int]:
+        with self._lock:
+            return list(self._handlers)
+
+
+class RemoteEngine:
+    def __init__(self, commands_addr: str, index: int, router: RemoteRouter, *,
+                 context: zmq.Context | None = None) -> None:
+        ctx = context or zmq.Context.instance()
+        self.index = index
+        self._router = router
+        self._ids = itertools.count(wire.first_id(index))
+        self._push = ctx.socket(zmq.PUSH)
+        self._push.setsockopt(zmq.LINGER, 0)
+        self._push.setsockopt(zmq.SNDHWM, 65536)
+        self._push.connect(commands_addr)
+        self._lock = threading.Lock()
+        self.snapshot: wire.EngineSnapshot | None = None  # replaced by the link thread
+        self.down = False
+
+    def new_id(self) -> int:
+        return next(self._ids)
+
+    def submit(self, request: GenerationRequest, gen_id: int | None = None) -> int:
+        gen_id = self.new_id() if gen_id is None else gen_id
+        if self.down or not self._send(wire.encode_submit(gen_id, request)):
+            self._router([Rejected(gen_id, ENGINE_GONE, Status.UNAVAILABLE)])
+        return gen_id
+
+    def cancel(self, gen_id: int) -> None:
+        if not self.down:
+            self._send(wire.encode_cancel(gen_id))
+
+    def _send(self, data: bytes) -> bool:
+        with self._lock:
+            try:
+                self._push.send(data, zmq.NOBLOCK)
+                return True
+            except zmq.ZMQError:
+                return False
+
+    def close(self) -> None:
+        with self._lock:
+            self._push.close(0)
+
+    # what GetStatus and metrics read of an engine (server/state.py)
+
+    def stats(self) -> SchedulerStats:
+        snap = self.snapshot
+        return snap.stats if snap is not None else SchedulerStats(*[0] * 12)
+
+    @property
+    def settings(self) -> Any:
+        snap = self.snapshot
+        return SimpleNamespace(max_batch_size=snap.info.max_batch_size
+                               if snap is not None and snap.info is not None else 0)
+
+    @property
+    def failed_rows(self) -> int:
+        return self.snapshot.failed_rows if self.snapshot is not None else 0
+
+
+class EngineLink:
+    """The thread that reads the engine process's messages for front-end `index`."""
+
+    def __init__(self, events_addr: str, index: int, router: RemoteRouter, engine: RemoteEngine,
+                 *, on_down: Callable[[], None] | None = None, down_after: float = DOWN_AFTER,
+                 context: zmq.Context | None = None) -> None:
+        ctx = context or zmq.Context.instance()
+        self.index = index
+        self.router, self.engine = router, engine
+        self.on_down = on_down
+        self.down_after = down_after
+        self._sock = ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.IDENTITY, identity(index))
+        self._sock.setsockopt(zmq.RCVHWM, RECV_HWM)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(events_addr)
+        self.warm = threading.Event()
+        self.batches = 0
+        self.lost = 0  # generations the engine gave up on (this front-end fell behind)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"ipc-link-{index}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        last_seen: float | None = None
+        try:
+            while not self._stop.is_set():
+                if poller.poll(100):
+                    while True:
+                        try:
+                            data = self._sock.recv(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        last_seen = time.monotonic()
+                        self._message(data)
+                elif last_seen is not None and not self.engine.down \
+                        and time.monotonic() - last_seen > self.down_after:
+                    self._engine_down()
+        finally:
+            self._sock.close(0)
+
+    def _message(self, data: bytes) -> None:
+        kind, body = wire.decode_message(data)
+        if kind == wire.EVENTS:
+            self.batches += 1
+            self.router(body)
+        elif kind == wire.STATS:
+            self.engine.snapshot = body
+            self.router.failed_audio = body.failed_audio
+            if body.warm and body.info is not None and not self.warm.is_set():
+                self.warm.set()
+        else:
+            gen_ids, reason = body
+            self.lost += len(gen_ids)
+            log.warning("front-end %d: the engine gave up %d generations: %s", self.index,
+                        len(gen_ids), reason)
+            self.router([Rejected(g, reason, Status.UNAVAILABLE) for g in gen_ids])
+
+    def _engine_down(self) -> None:
+        self.engine.down = True
+        gens = self.router.routed()
+        log.error("front-end %d: no heartbeat from the engine process for %.1f s: ending %d "
+                  "generations UNAVAILABLE", self.index, self.down_after, len(gens))
+        self.router([Rejected(g, ENGINE_GONE, Status.UNAVAILABLE) for g in gens])
+        if self.on_down is not None:
+            self.on_down()
+
+
+@dataclass
+class RemoteRuntime(FrontRuntime):
+    """A front-end's runtime: prompts built here, generations run by the engine process."""
+
+    link: EngineLink | None = None
+
+    def stop(self) -> None:
+        if self.link is not None:
+            self.link.close()
+        self.engine.close()
+
+
+def connect(commands_addr: str, events_addr: str, index: int, *,
+            on_down: Callable[[], None] | None = None,
+            context: zmq.Context | None = None) -> EngineLink:
+    """Open front-end `index`'s sockets and start reading; wait on `link.warm`, then
+    build the runtime with remote_runtime()."""
+    router = RemoteRouter()
+    engine = RemoteEngine(commands_addr, index, router, context=context)
+    link = EngineLink(events_addr, index, router, engine, on_down=on_down, context=context)
+    link.start()
+    return link
+
+
+def remote_runtime(config, link: EngineLink) -> RemoteRuntime:
+    """The front-end runtime once the engine is warm (its snapshot carries the EngineInfo)."""
+    info = link.engine.snapshot.info
+    if info.tokenizer == "sim":
+        from orpheus_svc.engine.sim.backend import sim_encode
+        encode = sim_encode
+    else:
+        from orpheus_svc.models.tokenizer import TextTokenizer
+        encode = TextTokenizer.from_file(info.tokenizer).encode
+    return RemoteRuntime(config=config, engine=link.engine, router=link.router, encode=encode,
+                         model_name=info.model_name, is_demo=info.is_demo, device=info.device,
+                         voices=info.voices, link=link)

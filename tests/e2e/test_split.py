@@ -1,0 +1,165 @@
+"""server.topology=split end to end: `orpheus-svc serve` with one engine process and two
+gRPC front-ends on one port (sim backend with its stand-in codec: fast, no weights)."""
+
+import re
+import signal
+import threading
+import time
+import urllib.request
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2
+from orpheus_tts_client.proto.v1 import tts_pb2 as pb
+from orpheus_tts_client.proto.v1 import tts_pb2_grpc
+
+from .rpc import check_stream_invariants, requests
+from .server_proc import ServerProcess, free_port
+
+SPLIT = ("engine.backend=sim", "engine.sim_codec=true", "server.topology=split",
+         "server.frontends=2", "engine.max_sessions=32", "engine.max_batch_size=32",
+         "server.drain_delay_seconds=0.2")
+
+
+def _engine_pid(srv):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        m = re.search(r"engine pid (\d+)", srv.logs())
+        if m:
+            return int(m.group(1))
+        time.sleep(0.1)
+    raise AssertionError(srv.logs())
+
+
+def _metric(port, name):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
+
+
+def _sessions(port):
+    return _metric(port, "orpheus_sessions_total")
+
+
+def _wait_all_serving(srv, frontends=2, timeout=60.0):
+    """Health on one connection speaks for one front-end: ask each one's metrics."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if all(_metric(srv.metrics_port + i, "orpheus_serving") == 1 for i in range(frontends)):
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(srv.logs())
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+    mport = free_port()
+    srv = ServerProcess(tmp_path_factory.mktemp("split"), *SPLIT, f"server.metrics_port={mport}",
+                        name="split")
+    srv.metrics_port = mport
+    try:
+        seen = srv.wait_serving()
+        assert seen[-1] == health_pb2.HealthCheckResponse.SERVING
+        _wait_all_serving(srv)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _wait_status(stub, pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = stub.GetStatus(pb.GetStatusRequest())
+        if pred(st):
+            return st
+        time.sleep(0.02)
+    raise AssertionError(f"status never matched: {st}")
+
+
+def test_status_reports_the_engine_process(split):
+    stub = tts_pb2_grpc.TTSServiceStub(split.channel)
+    st = stub.GetStatus(pb.GetStatusRequest())
+    assert st.serving and st.backend == "sim" and st.model == "sim:h100-fp8"
+    assert st.total_slots == 32 and st.max_batch_size == 32
+    assert st.steps_total > 0  # the engine's warm-up, through its published stats
+    assert [v.name for v in stub.ListVoices(pb.ListVoicesRequest()).voices][0] == "tara"
+
+
+def test_concurrent_streams_on_both_front_ends(split):
+    # one connection each (channels to one target share connections unless told not to)
+    channels = [grpc.insecure_channel(split.addr, options=[("grpc.use_local_subchannel_pool", 1)])
+                for _ in range(16)]
+    results, errors = [], []
+
+    def one(i):
+        try:
+            stub = tts_pb2_grpc.TTSServiceStub(channels[i % len(channels)])
+            responses = list(stub.StreamingSynthesize(requests([f"Stream {i}. How", " are you?"])))
+            results.append(check_stream_invariants(responses))
+        except Exception as exc:  # collected: asserted below
+            errors.append(exc)
+
+    before = [_sessions(split.metrics_port + i) for i in range(2)]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for ch in channels:
+        ch.close()
+    assert not errors and len(results) == 32
+    for segs in results:
+        assert [s["text"] for s in segs][1:] == ["How are you?"]
+        assert all(s["samples"] > 0 and s["samples"] % 2048 == 0 for s in segs)
+    # each front-end serves its own metrics (metrics_port + index); the kernel spread the
+    # 16 connections over both
+    after = [_sessions(split.metrics_port + i) for i in range(2)]
+    served = [a - b for a, b in zip(after, before)]
+    assert sum(served) == 32 and all(n > 0 for n in served), served
+
+
+def test_cancel_mid_stream_frees_the_engine_slot(split):
+    stub = tts_pb2_grpc.TTSServiceStub(split.channel)
+    total = stub.GetStatus(pb.GetStatusRequest()).total_slots
+    _wait_status(stub, lambda s: s.free_slots == total)
+    call = stub.StreamingSynthesize(requests(["A rather long sentence that keeps the model busy. " * 12]))
+    for r in call:
+        if r.WhichOneof("response") == "audio":
+            break
+    _wait_status(stub, lambda s: s.free_slots < total and s.active_sessions >= 1)
+    call.cancel()
+    st = _wait_status(stub, lambda s: s.free_slots == total and s.active_generations == 0)
+    assert st.active_sessions == 0
+
+
+def test_sigterm_drains_and_exits_zero(split):
+    stub = tts_pb2_grpc.TTSServiceStub(split.channel)
+    call = stub.StreamingSynthesize(requests(["One sentence in flight while we stop."]))
+    first = next(call)  # the call is open on a front-end
+    split.signal(signal.SIGTERM)
+    rest = list(call)  # it finishes within the grace
+    check_stream_invariants([first] + rest)
+    assert split.wait_exit(60) == 0
+
+
+def test_engine_death_fails_calls_unavailable_and_exits_nonzero(tmp_path):
+    srv = ServerProcess(tmp_path, *SPLIT, name="split-crash")
+    try:
+        srv.wait_serving()
+        pid = _engine_pid(srv)
+        stub = tts_pb2_grpc.TTSServiceStub(srv.channel)
+        call = stub.StreamingSynthesize(requests(["A rather long sentence that keeps the model busy. " * 12]))
+        for r in call:
+            if r.WhichOneof("response") == "audio":
+                break
+        import os
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(grpc.RpcError) as err:
+            list(call)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert srv.health() in (health_pb2.HealthCheckResponse.NOT_SERVING, None)
+        assert srv.wait_exit(60) != 0
+    finally:
+        srv.stop()

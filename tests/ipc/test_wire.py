@@ -1,0 +1,61 @@
+"""The split topology's wire format (orpheus_svc/ipc/wire.py): pure round trips."""
+
+import numpy as np
+
+from orpheus_svc.core.events import Admitted, AudioEvent, Finish, Rejected
+from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.scheduler import SchedulerStats
+from orpheus_svc.core.status import Status
+from orpheus_svc.core.voices import english_registry
+from orpheus_svc.ipc import wire
+
+
+def test_submit_and_cancel_round_trip():
+    req = GenerationRequest("s1", 3, (128000, 5, 6, 7), 700, SamplingParams(0.7, 0.9, 1.2, 42), 12)
+    gen_id = wire.first_id(1) + 5
+    assert wire.decode_command(wire.encode_submit(gen_id, req)) == (wire.SUBMIT, gen_id, req)
+    no_seed = GenerationRequest("s2", 0, (1,), 1)
+    assert wire.decode_command(wire.encode_submit(9, no_seed))[2] == no_seed
+    assert wire.decode_command(wire.encode_cancel(gen_id)) == (wire.CANCEL, gen_id, None)
+
+
+def test_event_batch_round_trip_keeps_order_pcm_and_finish():
+    pcm = np.linspace(-1, 1, 2048, dtype=np.float32)
+    fin = Finish("error", 10, 21, 3, "audio decode failed (error id x)")
+    batch = [Admitted(7, 2), AudioEvent(7, pcm, 4096), AudioEvent(7, np.zeros(0, np.float32), 6144,
+                                                                  True, fin),
+             Rejected(8, "queue full", Status.RESOURCE_EXHAUSTED), AudioEvent(9, pcm[:5], 0, True)]
+    kind, out = wire.decode_message(wire.encode_events(batch))
+    assert kind == wire.EVENTS and len(out) == len(batch)
+    assert out[0] == batch[0] and out[3] == batch[3]
+    assert out[1].gen_id == 7 and out[1].sample_offset == 4096 and not out[1].final
+    assert out[1].pcm.dtype == np.float32 and np.array_equal(out[1].pcm, pcm)
+    assert out[2].final and out[2].finish == fin and out[2].num_samples == 0
+    assert out[4].finish is None and np.array_equal(out[4].pcm, pcm[:5])
+
+
+def test_float64_pcm_goes_as_float32():
+    _, out = wire.decode_message(wire.encode_events([AudioEvent(1, np.ones(3), 0)]))
+    assert out[0].pcm.dtype == np.float32 and out[0].pcm.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_stats_round_trip_with_and_without_info():
+    stats = SchedulerStats(1, 2, 3, 4, 7, 10, 8, 1, 1, 99, 1234, 0, underrun_risk=2)
+    cold = wire.EngineSnapshot(warm=False, stats=stats, pid=11)
+    assert wire.decode_message(wire.encode_stats(cold)) == (wire.STATS, cold)
+    info = wire.EngineInfo("sim:h100-fp8", False, "cpu", "sim", "sim", english_registry(), 64)
+    warm = wire.EngineSnapshot(True, stats, 3, 4, info, 11, {"dropped_batches": 0})
+    kind, out = wire.decode_message(wire.encode_stats(warm))
+    assert kind == wire.STATS and out == warm
+    assert out.info.voices.names == english_registry().names
+
+
+def test_lost_round_trip():
+    assert wire.decode_message(wire.encode_lost([5, 6], "behind")) == (wire.LOST, ([5, 6], "behind"))
+
+
+def test_ids_name_their_front_end():
+    assert wire.frontend_of(1) is None and wire.frontend_of(wire.REMOTE_BASE - 1) is None
+    for i in (0, 1, 7):
+        assert wire.frontend_of(wire.first_id(i)) == i
+        assert wire.frontend_of(wire.first_id(i + 1) - 1) == i
