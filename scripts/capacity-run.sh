@@ -28,6 +28,11 @@
 # starts its next call as soon as the last one ends (`--pace none`: every stream generating
 # at once, the host's worst case, issue 16); "none" runs only those. CONT_SETS
 # ("conversational longform") and CONT_INPUTS ("whole") choose the continuous-load sets.
+# TOPOLOGIES ("single"): "single split" also runs every set with server.topology=split and
+# FRONTENDS (2) gRPC front-end processes (docs/architecture.md); those runs are named
+# NAME-split. All server processes inherit the server core's pinning; the bench's server CPU
+# figure counts the supervisor process only in split runs, so read the processes' CPU from
+# /proc (ps -o time) if you need it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${1:-bench/results/capacity-$(date +%Y%m%d-%H%M)}
@@ -40,14 +45,19 @@ trap stop_server EXIT
 # The sim server writes its step counters here; orpheus-bench reads them (GPU or host?).
 export ORPHEUS_SIM_STATS_FILE=${ORPHEUS_SIM_STATS_FILE:-$RAW_DIR/sim-stats-$PORT.json}
 
-run_set() {  # $1 = text set, $2 = input, $3 = pace
-  local set=$1 input=$2 pace=$3 rounds=2 name
+run_set() {  # $1 = text set, $2 = input, $3 = pace, $4 = topology
+  local set=$1 input=$2 pace=$3 topology=${4:-single} rounds=2 name
   [ "$set" = longform ] && rounds=1
   name="$set-$input"
   [ "$pace" = none ] && name="$name-pace-none"
-  rm -f "$ORPHEUS_SIM_STATS_FILE"
   local sfx=""; [ "$pace" = none ] && sfx=-pace-none
-  LOG_SUFFIX=$sfx start_server "$set"
+  local topo_args=()
+  if [ "$topology" = split ]; then
+    name="$name-split"; sfx="$sfx-split"
+    topo_args=(--set server.topology=split --set "server.frontends=${FRONTENDS:-2}")
+  fi
+  rm -f "$ORPHEUS_SIM_STATS_FILE"
+  LOG_SUFFIX=$sfx start_server "$set" "${topo_args[@]}"
   taskset -c "$LOAD_CORE" $BENCH tuning --target "localhost:$PORT" --text-set "$set" \
     --input "$input" --pace "$pace" --rounds "$rounds" --start "${START:-64}" --factor 2 \
     --resolution 0.1 --server-pid "$SERVER_PID" --sim-profile "$PROFILE" \
@@ -73,7 +83,9 @@ for pace in ${PACES:-playout}; do
   else sets=${SETS:-conversational longform}; inputs=${INPUTS:-whole streaming}; fi
   for set in $sets; do
     for input in $inputs; do
-      run_set "$set" "$input" "$pace"
+      for topology in ${TOPOLOGIES:-single}; do
+        run_set "$set" "$input" "$pace" "$topology"
+      done
     done
   done
 done

@@ -9,8 +9,8 @@
 On SIGTERM/SIGINT the parent stops the front-ends (SIGTERM: drain delay, grace) and, once
 they exited, the engine (an Event; the engine ignores signals, so one sent to the whole
 process group cannot stop it under draining front-ends); it exits 0 when they all did.
-A child whose parent vanished (SIGKILL) stops by itself. If the engine process dies, the front-ends
-notice (no heartbeat for ipc.frontend.DOWN_AFTER s: NOT_SERVING, calls in flight end
+A child whose parent vanished (SIGKILL) stops by itself. If the engine process dies, the
+front-ends notice (no heartbeat for ipc.frontend.DOWN_AFTER s: NOT_SERVING, calls in flight end
 UNAVAILABLE), the parent stops them and exits with the engine's code (1 if it had none).
 If a front-end dies, the parent stops the rest and exits non-zero. The processes are
 started with multiprocessing's spawn method (no fork of a process holding threads).
