@@ -1,5 +1,7 @@
 """Small helpers to drive the generated stubs in tests."""
 
+import time
+
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 
 FLUSH = object()
@@ -54,3 +56,16 @@ def check_stream_invariants(responses):
     assert s.num_samples == offset and s.num_segments == len(segments)
     assert s.num_tokens == sum(seg["tokens"] for seg in segments)
     return segments
+
+
+def wait_status(stub, pred, timeout=10.0):
+    """Poll GetStatus until `pred(status)` holds; AssertionError with the last one after
+    `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    st = None
+    while time.monotonic() < deadline:
+        st = stub.GetStatus(pb.GetStatusRequest())
+        if pred(st):
+            return st
+        time.sleep(0.02)
+    raise AssertionError(f"status never matched: {st}")

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
-from .rpc import check_stream_invariants, requests
+from .rpc import check_stream_invariants, requests, wait_status
 from .server_proc import ServerProcess, free_port
 
 SPLIT = ("engine.backend=sim", "engine.sim_codec=true", "server.topology=split",
@@ -68,16 +68,6 @@ def split(tmp_path_factory):
         srv.stop()
 
 
-def _wait_status(stub, pred, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        st = stub.GetStatus(pb.GetStatusRequest())
-        if pred(st):
-            return st
-        time.sleep(0.02)
-    raise AssertionError(f"status never matched: {st}")
-
-
 def test_status_reports_the_engine_process(split):
     stub = tts_pb2_grpc.TTSServiceStub(split.channel)
     st = stub.GetStatus(pb.GetStatusRequest())
@@ -123,14 +113,14 @@ def test_concurrent_streams_on_both_front_ends(split):
 def test_cancel_mid_stream_frees_the_engine_slot(split):
     stub = tts_pb2_grpc.TTSServiceStub(split.channel)
     total = stub.GetStatus(pb.GetStatusRequest()).total_slots
-    _wait_status(stub, lambda s: s.free_slots == total)
+    wait_status(stub, lambda s: s.free_slots == total)
     call = stub.StreamingSynthesize(requests(["A rather long sentence that keeps the model busy. " * 12]))
     for r in call:
         if r.WhichOneof("response") == "audio":
             break
-    _wait_status(stub, lambda s: s.free_slots < total and s.active_sessions >= 1)
+    wait_status(stub, lambda s: s.free_slots < total and s.active_sessions >= 1)
     call.cancel()
-    st = _wait_status(stub, lambda s: s.free_slots == total and s.active_generations == 0)
+    st = wait_status(stub, lambda s: s.free_slots == total and s.active_generations == 0)
     assert st.active_sessions == 0
 
 

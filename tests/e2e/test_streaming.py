@@ -1,13 +1,12 @@
 """StreamingSynthesize and Synthesize over a real port with the demo model."""
 
 import threading
-import time
 
 import grpc
 import pytest
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 
-from .rpc import FLUSH, check_stream_invariants, requests
+from .rpc import FLUSH, check_stream_invariants, requests, wait_status
 
 TEXT = "Hello there. How are you today? Fine"
 
@@ -92,19 +91,9 @@ def test_32_concurrent_streams_finish(stub):
     assert all(len(r) == 2 for r in results)
 
 
-def _wait_status(stub, pred, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        st = stub.GetStatus(pb.GetStatusRequest())
-        if pred(st):
-            return st
-        time.sleep(0.02)
-    raise AssertionError(f"status never matched: {st}")
-
-
 def test_cancel_mid_stream_frees_the_slot(stub):
     total = stub.GetStatus(pb.GetStatusRequest()).total_slots
-    _wait_status(stub, lambda s: s.free_slots == total)
+    wait_status(stub, lambda s: s.free_slots == total)
     call = stub.StreamingSynthesize(requests(["A rather long sentence that keeps the model busy. " * 8]))
     for r in call:
         if r.WhichOneof("response") == "audio":
@@ -112,7 +101,7 @@ def test_cancel_mid_stream_frees_the_slot(stub):
     st = stub.GetStatus(pb.GetStatusRequest())
     assert st.free_slots < total and st.active_sessions >= 1
     call.cancel()
-    st = _wait_status(stub, lambda s: s.free_slots == total and s.active_generations == 0)
+    st = wait_status(stub, lambda s: s.free_slots == total and s.active_generations == 0)
     assert st.active_sessions == 0
 
 
@@ -123,7 +112,7 @@ def test_deadline_frees_the_slot(stub):
                                           timeout=0.5):
             pass
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    _wait_status(stub, lambda s: s.free_slots == total and s.active_sessions == 0)
+    wait_status(stub, lambda s: s.free_slots == total and s.active_sessions == 0)
 
 
 def test_status_reports_slots_and_totals(stub):
