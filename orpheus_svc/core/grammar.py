@@ -10,7 +10,7 @@ Written once, here; every user follows it:
     state_after_token      the state read from the last token alone (the trtllm processor,
                            which sees only the sequence)
 
-The rule (DESIGN.md, "Orpheus facts" and "Engine backends"):
+The rule (every backend follows it; docs/architecture.md):
 
     a generation's output = frame* stop, frame = 7 tokens at positions 0..6
     at position p only the 4096 ids [AUDIO_BASE + p*4096, AUDIO_BASE + (p+1)*4096) are legal

@@ -5,7 +5,7 @@
                                      (frozen rows for the backend: core/step.py)
     update(plan, result, now)        advance counters, cut frames, finish, free slots
 
-Batch order (DESIGN.md, "Scheduler and slot pool"):
+Batch order (docs/architecture.md, "Where each idea lives"):
     0. aged:   runnable but left out for >= aging_steps steps in a row (so nothing starves)
     1. TTFB:   the listener hears silence until this generation's first frame; oldest first
     2. others: least playout slack first (see core/playout.py); a session seconds ahead

@@ -1,6 +1,6 @@
 """Orpheus token layout: special ids, audio token ids, frames and SNAC codebooks.
 
-Pure Python + numpy. The facts here are fixed by DESIGN.md ("Orpheus facts"):
+Pure Python + numpy. The facts of the Orpheus checkpoints, fixed (docs/architecture.md):
 
     audio token id = AUDIO_BASE + p * CODES_PER_POSITION + code
         p    = position 0..6 inside a 7-token frame
