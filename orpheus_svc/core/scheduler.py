@@ -11,7 +11,8 @@ Batch order (docs/architecture.md, "Where each idea lives"):
     2. others: least playout slack first (see core/playout.py); a session seconds ahead
                yields to one about to run dry, and a session's later segment comes after
                the one being played
-When everything fits in the batch, everything runs.
+When everything fits in the batch, everything runs (and with the playout horizon off no
+order is computed for the decode rows then: Scheduler._everything_runs).
 """
 
 from __future__ import annotations
@@ -180,6 +181,11 @@ class Scheduler:
         horizon = self.settings.max_ahead_seconds
         self._unpark(now, everything=horizon <= 0 or self.settings is not self._parked_under)
         self._parked_under = self.settings
+        if horizon <= 0:
+            fast = self._everything_runs(now)
+            if fast is not None:
+                return StepPlan(self._step, fast[0], fast[1], tuple(admitted),
+                                tuple(released), 0.0)
         keyed = []
         for gen in list(self._candidates.values()):
             key = self._priority(gen, now)
@@ -208,6 +214,30 @@ class Scheduler:
             gen.steps_waited = 0
         return StepPlan(self._step, tuple(prefill), tuple(decode), tuple(admitted),
                         tuple(released), idle_s)
+
+    def _everything_runs(self, now: float):
+        """The plan's rows when every candidate runs anyway (room for all of them in the
+        batch, and their prompts fit the prefill budget or only one needs prefill), else
+        None. Then the batch order cannot change who runs, so no key is computed for the
+        decode rows (the hot case: the profile in BENCHMARKS.md, issue 16): they come in
+        candidate (admission) order, which no backend reads (torch re-sorts by slot, sim and
+        trtllm key by gen_id). Prefill rows keep the priority order: trtllm submits them in
+        it. Same rows and the same steps_waited (0 for all) as the full path. Only with the
+        playout horizon off: parking needs every row's key."""
+        candidates = self._candidates
+        if len(candidates) > self.settings.max_batch_size:
+            return None
+        new = [g for g in candidates.values() if g.needs_prefill]
+        if len(new) > 1:
+            if sum(g.num_prompt_tokens for g in new) > self.settings.max_prefill_tokens:
+                return None
+            new.sort(key=lambda g: (self._priority(g, now), g.gen_id))
+        decode = []
+        for gen in candidates.values():
+            gen.steps_waited = 0
+            if not gen.needs_prefill:
+                decode.append(gen.row())
+        return tuple(g.row() for g in new), tuple(decode)
 
     def update(self, plan: StepPlan, result: StepResult, now: float) -> StepOutcome:
         out = StepOutcome()

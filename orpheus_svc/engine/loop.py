@@ -15,7 +15,8 @@ comes out on its final AudioEvent: after admission the flusher thread alone spea
 generation, so its consumer gets one ordered stream.
 
 Nothing outside the engine thread touches scheduler or backend state; stats() returns the
-immutable snapshot the thread published after its last step.
+immutable snapshot the thread last published: after any step where a generation came or
+went, when it goes idle, and otherwise at most STATS_INTERVAL_S apart.
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ from orpheus_svc.core.tokens import FRAME_TOKENS
 log = logging.getLogger(__name__)
 
 SEED_MODULUS = 1 << 64
+
+# stats() is republished at least this often while generations run (Scheduler.stats scans
+# every session: about 3% of the host's time when it ran after every step, BENCHMARKS.md
+# issue 16), and at once whenever a generation was submitted, admitted, rejected, cancelled
+# or ended, and whenever the loop goes idle: GetStatus never misses a slot freeing.
+STATS_INTERVAL_S = 0.05
 
 
 def new_error_id() -> str:
@@ -142,6 +149,8 @@ class EngineLoop:
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._ids = itertools.count(1)
         self._stats = self._scheduler.stats()
+        self._stats_at = float("-inf")  # clock time of the last publication
+        self._stats_stale = False  # a generation came, went or changed state since then
         # Engine thread only; read as a racy, monotone snapshot (GetStatus, metrics).
         self.failed_rows = 0        # generations failed by a backend error
         self.isolation_retries = 0  # steps re-run in parts to find the rows that fail
@@ -201,9 +210,17 @@ class EngineLoop:
                 except Exception:  # a bug past the backend: fail loudly, keep the thread alive
                     log.exception("engine step failed; cancelling every running generation")
                     self._cancel_all()
-            self._stats = self._scheduler.stats(self._clock())
+                    self._stats_stale = True
+            self._publish_stats(going_idle=not self._scheduler.has_work or idle > 0)
             events.flush()
         events.flush()
+
+    def _publish_stats(self, going_idle: bool) -> None:
+        now = self._clock()
+        if going_idle or self._stats_stale or now - self._stats_at >= STATS_INTERVAL_S:
+            self._stats = self._scheduler.stats(now)
+            self._stats_at = now
+            self._stats_stale = False
 
     def _drain(self, events: EventBatch, block: bool, timeout: float | None = None) -> bool:
         """Apply queued commands (waiting up to `timeout` for one when `block`); False once
@@ -212,6 +229,7 @@ class EngineLoop:
             cmd = self._commands.get(timeout=timeout) if block else self._commands.get_nowait()
         except queue.Empty:
             return True
+        self._stats_stale = True  # a submit or a cancel: waiting, rejected or cancelled moved
         while True:
             if cmd is _STOP:
                 return False
@@ -252,6 +270,8 @@ class EngineLoop:
     def _step(self, events: EventBatch) -> float:
         """One engine step; returns how long to wait before the next when nothing could run."""
         plan = self._scheduler.schedule(self._clock())
+        if plan.admitted or plan.released:
+            self._stats_stale = True
         for gen in plan.admitted:
             events.add(Admitted(gen.gen_id, gen.slot))
         if plan.admitted:
@@ -270,6 +290,8 @@ class EngineLoop:
             self._on_step(len(plan.rows))
         now = self._clock()
         outcome = self._scheduler.update(plan, result, now)
+        if outcome.finished or result.freed:
+            self._stats_stale = True
         if outcome.finished:  # the backend frees (aborts) what it still holds for them
             self._scheduler.freed(self.backend.release([g.gen_id for g in outcome.finished]))
         for gen, frames in outcome.frames:

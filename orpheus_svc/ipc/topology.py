@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import multiprocessing
 import os
@@ -85,6 +86,9 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop, prio
         log.error("engine process: model failed to load: %s: %s", type(exc).__name__, exc)
         server.close()
         sys.exit(3)
+    # Start-up objects live for good: out of the cyclic collector's view (as in
+    # server/app.py Server.load; GC was 4.3% of the server's CPU under load, 2.1% frozen).
+    gc.freeze()
     info = wire.EngineInfo(
         model_name=runtime.model_name, is_demo=runtime.is_demo, device=str(runtime.device),
         backend=config.engine.backend, tokenizer=runtime.tokenizer_file or "sim",
