@@ -93,13 +93,16 @@ class Generation:
 
     def row(self) -> StepRow:
         """This generation's work in the coming step, as the backend sees it (it must hold
-        a slot). Decode feeds the last sampled token at its KV index."""
-        prefill = self.num_generated == 0
+        a slot). Decode feeds the last sampled token at its KV index. (Built for every live
+        row every step: no property calls.)"""
+        n = self.num_generated
+        req = self.request
         p = self.parser
-        return StepRow(self.gen_id, self.slot, self.request, self.seed, prefill,
-                       self.num_generated, None if prefill else self.last_token,
-                       0 if prefill else len(self.request.prompt_ids) + self.num_generated - 1,
-                       p.position, p.stop_allowed)
+        if n == 0:
+            return StepRow(self.gen_id, self.slot, req, self.seed, True, 0, None, 0,
+                           p.position, p.stop_allowed)
+        return StepRow(self.gen_id, self.slot, req, self.seed, False, n, self.last_token,
+                       len(req.prompt_ids) + n - 1, p.position, p.stop_allowed)
 
     @property
     def finished(self) -> bool:

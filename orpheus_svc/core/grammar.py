@@ -90,29 +90,45 @@ class FrameParser:
     def feed(self, token_ids: Iterable[int]) -> list[tuple[int, ...]]:
         done: list[tuple[int, ...]] = []
         for tid in token_ids:
-            if self.stopped:
-                raise AudioGrammarError(f"token {tid} after end of speech")
-            if tid == END_OF_SPEECH_ID:
-                if not stop_allowed(self.position, self.frames):
-                    raise AudioGrammarError(
-                        f"end of speech inside a frame (at position {self.position})"
-                        if self.position else "end of speech before the first frame")
-                self.stopped = True
-                continue
-            code = tid - AUDIO_BASE - self.position * CODES_PER_POSITION
-            if not 0 <= code < CODES_PER_POSITION:
-                lo, hi = position_id_range(self.position)
-                raise AudioGrammarError(
-                    f"token {tid} is not legal at frame position {self.position} "
-                    f"(legal ids {lo}..{hi - 1})")
-            self._pending.append(code)
-            self.position += 1
-            if self.position == FRAME_TOKENS:
-                done.append(tuple(self._pending))
-                self._pending.clear()
-                self.position = 0
-                self.frames += 1
+            frame = self.feed_one(tid)
+            if frame is not None:
+                done.append(frame)
         return done
+
+    def feed_one(self, tid: int) -> tuple[int, ...] | None:
+        """feed([tid]) without the lists (the scheduler's per-token path): the frame `tid`
+        completes, or None."""
+        position = self.position
+        code = tid - AUDIO_BASE - position * CODES_PER_POSITION
+        if self.stopped or not 0 <= code < CODES_PER_POSITION:
+            self._refuse_or_stop(tid)
+            return None
+        pending = self._pending
+        pending.append(code)
+        if position < FRAME_TOKENS - 1:
+            self.position = position + 1
+            return None
+        frame = tuple(pending)
+        pending.clear()
+        self.position = 0
+        self.frames += 1
+        return frame
+
+    def _refuse_or_stop(self, tid: int) -> None:
+        """A token that is no audio code at this position: the stop id where it is legal
+        (then nothing more is accepted), else AudioGrammarError."""
+        if self.stopped:
+            raise AudioGrammarError(f"token {tid} after end of speech")
+        if tid == END_OF_SPEECH_ID:
+            if not stop_allowed(self.position, self.frames):
+                raise AudioGrammarError(
+                    f"end of speech inside a frame (at position {self.position})"
+                    if self.position else "end of speech before the first frame")
+            self.stopped = True
+            return
+        lo, hi = position_id_range(self.position)
+        raise AudioGrammarError(f"token {tid} is not legal at frame position {self.position} "
+                                f"(legal ids {lo}..{hi - 1})")
 
 
 def parse_frames(token_ids: Sequence[int]) -> np.ndarray:

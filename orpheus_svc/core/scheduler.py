@@ -227,7 +227,7 @@ class Scheduler:
         candidates = self._candidates
         if len(candidates) > self.settings.max_batch_size:
             return None
-        new = [g for g in candidates.values() if g.needs_prefill]
+        new = [g for g in candidates.values() if not g.num_generated]  # need prefill
         if len(new) > 1:
             if sum(g.num_prompt_tokens for g in new) > self.settings.max_prefill_tokens:
                 return None
@@ -235,45 +235,62 @@ class Scheduler:
         decode = []
         for gen in candidates.values():
             gen.steps_waited = 0
-            if not gen.needs_prefill:
+            if gen.num_generated:
                 decode.append(gen.row())
         return tuple(g.row() for g in new), tuple(decode)
 
     def update(self, plan: StepPlan, result: StepResult, now: float) -> StepOutcome:
+        """Advance every row of `plan` by its tokens in `result`. The hot loop of the engine
+        thread (every live row, every step): locals only, one call per token, and the work
+        of a frame (playout, the outcome) only for the rows that complete one (one step in
+        seven) or end."""
         out = StepOutcome()
         running = self._running
+        tokens_of = result.tokens
+        errors = result.errors
+        sessions = self._sessions
+        count = violations = 0
         for row in plan.rows:
             gen = running.get(row.gen_id)
             if gen is None:  # ended since the plan was made
                 continue
-            if gen.gen_id in result.errors:
+            if errors and gen.gen_id in errors:
                 self._finish(gen, "error", now)
                 out.finished.append(gen)
                 continue
-            frames: list[tuple[int, ...]] = []
-            for token in result.tokens.get(gen.gen_id, ()):
+            frames: list[tuple[int, ...]] | None = None
+            feed = gen.parser.feed_one
+            max_tokens = gen.request.max_tokens
+            for token in tokens_of.get(gen.gen_id, ()):
                 gen.num_generated += 1
                 gen.last_token = token
-                self._counts["tokens"] += 1
+                count += 1
                 try:
-                    frames += gen.parser.feed([token])
+                    frame = feed(token)
                 except AudioGrammarError:
-                    self._counts["grammar_violations"] += 1
+                    violations += 1
                     gen.finish_reason = "error"  # finished below, after its good frames
                     break
+                if frame is not None:
+                    if frames is None:
+                        frames = []
+                    frames.append(frame)
                 if token == END_OF_SPEECH_ID:
                     gen.finish_reason = "stop"
-                elif gen.num_generated >= gen.request.max_tokens:
-                    gen.finish_reason = "length"
-                if gen.finished:
                     break
-            if frames and gen.finish_reason != "error":
+                if gen.num_generated >= max_tokens:
+                    gen.finish_reason = "length"
+                    break
+            reason = gen.finish_reason
+            if frames and reason != "error":
                 gen.num_frames += len(frames)
-                self._sessions[gen.request.session_id].on_frames(gen, len(frames), now)
+                sessions[gen.request.session_id].on_frames(gen, len(frames), now)
                 out.frames.append((gen, frames))
-            if gen.finished:
-                self._finish(gen, gen.finish_reason, now)
+            if reason is not None:
+                self._finish(gen, reason, now)
                 out.finished.append(gen)
+        self._counts["tokens"] += count
+        self._counts["grammar_violations"] += violations
         self.freed(result.freed)  # after the finishes above: they free first
         return out
 
@@ -297,11 +314,13 @@ class Scheduler:
         # a draining slot (core/slots.py) needs steps until the backend confirms it
         return bool(self._running or self._waiting or self.pool.num_draining)
 
-    def stats(self, now: float | None = None) -> SchedulerStats:
-        risk = 0 if now is None else sum(
-            1 for s in self._sessions.values()
-            if s.gens and s.playout_end is not None
-            and s.playout_end - now < UNDERRUN_RISK_SECONDS)
+    def stats(self, now: float | None = None, risk: int = 0) -> SchedulerStats:
+        """The counters; underrun_risk counted at `now` (a scan of every session), else
+        `risk` as given (a caller's earlier count)."""
+        if now is not None:
+            risk = sum(1 for s in self._sessions.values()
+                       if s.gens and s.playout_end is not None
+                       and s.playout_end - now < UNDERRUN_RISK_SECONDS)
         return SchedulerStats(
             active=len(self._running), waiting=len(self._waiting),
             free_slots=self.pool.num_free, used_slots=self.pool.num_used,

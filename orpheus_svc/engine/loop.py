@@ -16,7 +16,8 @@ generation, so its consumer gets one ordered stream.
 
 Nothing outside the engine thread touches scheduler or backend state; stats() returns the
 immutable snapshot the thread last published: after any step where a generation came or
-went, when it goes idle, and otherwise at most STATS_INTERVAL_S apart.
+went, when it goes idle, and otherwise at most STATS_INTERVAL_S apart (underrun_risk, which
+scans every session, only when idle and at that interval).
 """
 
 from __future__ import annotations
@@ -216,10 +217,16 @@ class EngineLoop:
         events.flush()
 
     def _publish_stats(self, going_idle: bool) -> None:
+        """The counters whenever something came or went; underrun_risk (a scan of every
+        session) only when idle and at most every STATS_INTERVAL_S: under load a generation
+        comes or goes nearly every step."""
         now = self._clock()
-        if going_idle or self._stats_stale or now - self._stats_at >= STATS_INTERVAL_S:
+        if going_idle or now - self._stats_at >= STATS_INTERVAL_S:
             self._stats = self._scheduler.stats(now)
             self._stats_at = now
+            self._stats_stale = False
+        elif self._stats_stale:
+            self._stats = self._scheduler.stats(risk=self._stats.underrun_risk)
             self._stats_stale = False
 
     def _drain(self, events: EventBatch, block: bool, timeout: float | None = None) -> bool:

@@ -1,6 +1,8 @@
 """EngineLoop publishes stats() at most every STATS_INTERVAL_S while generations run, and at
 once when one comes or goes or the loop goes idle (Scheduler.stats scans every session)."""
 
+import dataclasses
+
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler import SchedulerSettings
 from orpheus_svc.engine.loop import STATS_INTERVAL_S, EngineLoop
@@ -27,7 +29,7 @@ def _engine(clock, slots=4):
                       settings=SchedulerSettings(max_batch_size=slots), seed=1, clock=clock)
     calls = []
     inner = core._scheduler.stats
-    core._scheduler.stats = lambda now=None: calls.append(now) or inner(now)
+    core._scheduler.stats = lambda now=None, **kw: calls.append(now) or inner(now, **kw)
     return core, events, calls
 
 
@@ -52,8 +54,11 @@ def test_between_changes_stats_wait_for_the_interval():
     assert len(calls) == 3
     clock.t += 0.001
     core._stats_stale = True  # a generation came or went
+    core._stats = dataclasses.replace(core._stats, underrun_risk=3)
     core._publish_stats(going_idle=False)
     assert len(calls) == 4 and not core._stats_stale
+    # the counters at once, but no scan of the sessions: the last underrun_risk stays
+    assert calls[-1] is None and core.stats().underrun_risk == 3
     clock.t += 0.001
     core._publish_stats(going_idle=False)
     assert len(calls) == 4

@@ -1,0 +1,122 @@
+"""The engine thread's host cost per row and step, with the GPU's time taken out (issue 16).
+
+Drives the real EngineLoop step (scheduler, sim backend, engine -> flusher hand-off) in
+this thread with the sim backend's modelled sleep turned into a no-op, so what is timed is
+only the Python the engine thread runs per step. `--sessions` generations are kept live
+(a finished one is replaced at once, as the `--pace none` load does), with conversational
+lengths (the sim's length model, about 4 s per segment). The frames go to a sink that
+copies and validates them like Flusher.push and keeps nothing else.
+
+    PYTHONPATH=bench python bench/engine_host.py [--sessions 512] [--steps 3000]
+
+Prints per-step and per-row host time (CPU time of this thread: time.thread_time) and the
+CPU-seconds per audio second it implies. A figure from one machine: compare code versions by
+running both in the same window (BENCHMARKS.md says which runs were alternated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from orpheus_svc.core.events import EventBatch
+from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.scheduler import SchedulerSettings
+from orpheus_svc.core.tokens import FRAME_SECONDS, FRAME_TOKENS
+from orpheus_svc.engine.loop import EngineLoop
+from orpheus_svc.engine.sim.backend import SimBackend
+from orpheus_svc.engine.sim.profiles import get_profile
+
+PROMPT_TOKENS = 48  # a conversational sentence with the voice prefix and control tokens
+EXPECTED_FRAMES = 47  # about 4 s of audio
+
+
+class CopySink:
+    """Does what Flusher.push does with the frames (copy, shape and range check) and counts
+    them; no decode."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+
+    def push(self, gen_id, frames, final, playout=None, finish=None) -> None:
+        frames = np.array(frames, dtype=np.int64)
+        if frames.size:
+            assert frames.ndim == 2 and frames.shape[1] == FRAME_TOKENS
+            assert frames.min() >= 0 and frames.max() < 4096
+        self.frames += len(frames)
+
+    def drop(self, gen_id, finish=None) -> None:
+        pass
+
+
+def _request(i: int) -> GenerationRequest:
+    prompt = tuple(range(128000, 128000 + PROMPT_TOKENS))
+    return GenerationRequest(session_id=f"s{i}", segment_index=0, prompt_ids=prompt,
+                             max_tokens=1200, sampling=SamplingParams(seed=i),
+                             expected_frames=EXPECTED_FRAMES)
+
+
+def run(sessions: int, steps: int, warmup: int, profile: str) -> dict:
+    backend = SimBackend(get_profile(profile), num_slots=max(1024, sessions),
+                         max_seq_len=4096, sleep=lambda s: None)
+    sink = CopySink()
+    settings = SchedulerSettings(max_batch_size=max(1024, sessions), max_waiting=4 * sessions)
+    loop = EngineLoop(backend, sink, lambda events: None, settings=settings, seed=1)
+    events = EventBatch(lambda evs: None)
+    live = 0
+    submitted = 0
+
+    def top_up() -> None:
+        nonlocal live, submitted
+        while live < sessions:
+            loop.submit(_request(submitted))
+            submitted += 1
+            live += 1
+        loop._drain(events, block=False)
+
+    top_up()
+    t_cpu = 0.0
+    rows = 0
+    frames0 = 0
+    prev_rows = 0
+    for n in range(warmup + steps):
+        if n == warmup:
+            frames0 = sink.frames
+        before = loop._scheduler.stats().finished
+        c0 = time.thread_time()
+        loop._step(events)
+        loop._publish_stats(going_idle=False)
+        c1 = time.thread_time()
+        after = loop._scheduler.stats().finished
+        live -= after - before
+        if n >= warmup:
+            t_cpu += c1 - c0
+            rows += backend.counters["rows"] - prev_rows
+        prev_rows = backend.counters["rows"]
+        top_up()
+    audio_s = (sink.frames - frames0) * FRAME_SECONDS
+    return {"sessions": sessions, "steps": steps, "rows": rows,
+            "mean_batch": rows / steps, "cpu_s": round(t_cpu, 4),
+            "us_per_step": round(t_cpu / steps * 1e6, 1),
+            "us_per_row": round(t_cpu / rows * 1e6, 3),
+            "audio_s": round(audio_s, 1),
+            "cpu_s_per_audio_s": round(t_cpu / audio_s, 6) if audio_s else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--profile", default="h100-fp8")
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    for _ in range(a.repeat):
+        print(json.dumps(run(a.sessions, a.steps, a.warmup, a.profile)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
