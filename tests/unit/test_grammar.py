@@ -50,4 +50,3 @@ def test_a_generations_row_carries_the_grammar_state_of_its_parser():
     assert (row.frame_position, row.stop_allowed) == (1, False)
     with pytest.raises(AttributeError):
         row.slot = 3  # frozen: a backend cannot write the scheduler's state
-
