@@ -81,11 +81,10 @@ class FrameParser:
     position: int = 0
     frames: int = 0
     stopped: bool = False
+    # = not stopped and stop_allowed(position, frames), kept up to date by feed_one (read
+    # for every row of every step: a field, not a property)
+    stop_allowed: bool = False
     _pending: list[int] = field(default_factory=list)
-
-    @property
-    def stop_allowed(self) -> bool:
-        return not self.stopped and stop_allowed(self.position, self.frames)
 
     def feed(self, token_ids: Iterable[int]) -> list[tuple[int, ...]]:
         done: list[tuple[int, ...]] = []
@@ -107,11 +106,13 @@ class FrameParser:
         pending.append(code)
         if position < FRAME_TOKENS - 1:
             self.position = position + 1
+            self.stop_allowed = False  # inside a frame (stop_allowed())
             return None
         frame = tuple(pending)
         pending.clear()
         self.position = 0
         self.frames += 1
+        self.stop_allowed = stop_allowed(0, self.frames)
         return frame
 
     def _refuse_or_stop(self, tid: int) -> None:
@@ -125,6 +126,7 @@ class FrameParser:
                     f"end of speech inside a frame (at position {self.position})"
                     if self.position else "end of speech before the first frame")
             self.stopped = True
+            self.stop_allowed = False
             return
         lo, hi = position_id_range(self.position)
         raise AudioGrammarError(f"token {tid} is not legal at frame position {self.position} "
