@@ -5,7 +5,7 @@ this thread with the sim backend's modelled sleep turned into a no-op, so what i
 only the Python the engine thread runs per step. `--sessions` generations are kept live
 (a finished one is replaced at once, as the `--pace none` load does), with conversational
 lengths (the sim's length model, about 4 s per segment). The frames go to a sink that
-copies and validates them like Flusher.push and keeps nothing else.
+copies and validates them like Flusher.push_many and keeps nothing else.
 
     PYTHONPATH=bench python bench/engine_host.py [--sessions 512] [--steps 3000]
 
@@ -41,12 +41,12 @@ class CopySink:
     def __init__(self) -> None:
         self.frames = 0
 
-    def push(self, gen_id, frames, final, playout=None, finish=None) -> None:
-        frames = np.array(frames, dtype=np.int64)
-        if frames.size:
-            assert frames.ndim == 2 and frames.shape[1] == FRAME_TOKENS
-            assert frames.min() >= 0 and frames.max() < 4096
-        self.frames += len(frames)
+    def push_many(self, pushes) -> None:
+        codes = np.concatenate([np.asarray(p.frames, dtype=np.int64) for p in pushes])
+        if codes.size:
+            assert codes.ndim == 2 and codes.shape[1] == FRAME_TOKENS
+            assert codes.min() >= 0 and codes.max() < 4096
+        self.frames += len(codes)
 
     def drop(self, gen_id, finish=None) -> None:
         pass

@@ -33,7 +33,7 @@ import torch
 
 from orpheus_svc.audio.settings import HOP, FlusherSettings
 from orpheus_svc.audio.windows import Window, plan_windows, ready_end
-from orpheus_svc.core.events import AudioEvent, Finish
+from orpheus_svc.core.events import AudioEvent, Finish, FramePush
 from orpheus_svc.core.playout import PlayoutSnapshot
 from orpheus_svc.core.tokens import CODES_PER_POSITION, FRAME_TOKENS, SAMPLE_RATE, SAMPLES_PER_FRAME
 
@@ -139,15 +139,38 @@ class Flusher:
         Raises ValueError at once (in the caller's thread, where the bug is) for a wrong
         shape or a code outside 0..4095; otherwise never waits for the flusher.
         """
-        frames = np.array(frames, dtype=np.int64)  # own copy: the caller may reuse its buffer
-        if frames.size == 0:
-            frames = frames.reshape(0, FRAME_TOKENS)
-        if frames.ndim != 2 or frames.shape[1] != FRAME_TOKENS:
-            raise ValueError(f"frames must have shape [n, 7], got {frames.shape}")
-        if frames.size and (frames.min() < 0 or frames.max() >= CODES_PER_POSITION):
-            raise ValueError(f"codes must be 0..{CODES_PER_POSITION - 1} (generation {gen_id})")
+        self.push_many([FramePush(gen_id, frames, final, playout, finish)])
+
+    def push_many(self, pushes: Sequence[FramePush]) -> None:
+        """push() for several generations at once: the engine's hand-off, once per step. One
+        copy and one range check of all their codes, one lock, one wake-up; nothing is
+        queued if any of them is refused."""
+        arrays = []
+        for p in pushes:
+            frames = np.asarray(p.frames, dtype=np.int64)
+            if frames.size == 0:
+                frames = frames.reshape(0, FRAME_TOKENS)
+            if frames.ndim != 2 or frames.shape[1] != FRAME_TOKENS:
+                raise ValueError(f"frames must have shape [n, 7], got {frames.shape} "
+                                 f"(generation {p.gen_id})")
+            arrays.append(frames)
+        if not arrays:
+            return
+        codes = np.concatenate(arrays)  # own copy: the caller may reuse its buffers
+        if codes.size and (codes.min() < 0 or codes.max() >= CODES_PER_POSITION):
+            bad = [p.gen_id for p, f in zip(pushes, arrays)
+                   if f.size and (f.min() < 0 or f.max() >= CODES_PER_POSITION)]
+            raise ValueError(f"codes must be 0..{CODES_PER_POSITION - 1} (generation "
+                             f"{', '.join(map(str, bad))})")
+        commands = []
+        at = 0
+        for p, frames in zip(pushes, arrays):
+            n = len(frames)
+            commands.append((p.gen_id, codes[at:at + n], p.final or p.finish is not None,
+                             p.playout, p.finish))
+            at += n
         with self._lock:
-            self._commands.append((gen_id, frames, final or finish is not None, playout, finish))
+            self._commands.extend(commands)
             self._lock.notify()
 
     def drop(self, gen_id: int, finish: Finish | None = None) -> None:

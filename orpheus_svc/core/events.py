@@ -12,10 +12,11 @@ call_soon_threadsafe per batch rather than one per event. Everything here is pla
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence, Union
+from typing import Callable, NamedTuple, Sequence, Union
 
 import numpy as np
 
+from .playout import PlayoutSnapshot
 from .status import Status
 
 
@@ -75,6 +76,20 @@ class AudioEvent:
     @property
     def num_samples(self) -> int:
         return int(self.pcm.shape[0])
+
+
+class FramePush(NamedTuple):
+    """One generation's part of a step's hand-off from the engine thread to the flusher
+    (Flusher.push_many: once per step for every generation, so the flusher thread is woken
+    once per step, not once per generation): its new frames ([n, 7] codes, n may be 0),
+    whether no more will come, the playout clock when it moved (core/playout.py), and how
+    it ended (with its last frames)."""
+
+    gen_id: int
+    frames: np.ndarray
+    final: bool = False
+    playout: PlayoutSnapshot | None = None
+    finish: Finish | None = None
 
 
 EngineEvent = Union[Admitted, Rejected, AudioEvent]

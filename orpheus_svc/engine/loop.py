@@ -4,7 +4,7 @@ Message based on both sides, so it can move to its own process without a rewrite
 
     submit(request) / cancel(gen_id)  ->  command queue  ->  engine thread
     engine thread  ->  sink([Admitted | Rejected ...])     before the step's frames move on
-    engine thread  ->  flusher.push(gen_id, frames, final, playout, finish) / drop(gen_id, finish)
+    engine thread  ->  flusher.push_many([FramePush ...]) once per step / drop(gen_id, finish)
     flusher thread ->  sink([AudioEvent ...])              one call per decode batch
 
 The backend is driven through core/step.py (frozen rows in, tokens out, release on every
@@ -30,13 +30,12 @@ import queue
 import threading
 import time
 import uuid
-from typing import Callable, NamedTuple, Protocol
+from typing import Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-from orpheus_svc.core.events import Admitted, EventBatch, EventSink, Finish, Rejected
+from orpheus_svc.core.events import Admitted, EventBatch, EventSink, Finish, FramePush, Rejected
 from orpheus_svc.core.generation import Generation, GenerationRequest
-from orpheus_svc.core.playout import PlayoutSnapshot
 from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
 from orpheus_svc.core.scheduler import AdmissionError, Scheduler, SchedulerSettings, SchedulerStats
 from orpheus_svc.core.slots import SlotPool
@@ -53,6 +52,8 @@ SEED_MODULUS = 1 << 64
 # issue 16), and at once whenever a generation was submitted, admitted, rejected, cancelled
 # or ended, and whenever the loop goes idle: GetStatus never misses a slot freeing.
 STATS_INTERVAL_S = 0.05
+
+_NO_FRAMES = np.zeros((0, FRAME_TOKENS), np.int64)
 
 
 def new_error_id() -> str:
@@ -106,8 +107,7 @@ def effective_settings(settings: SchedulerSettings,
 
 
 class FrameSink(Protocol):
-    def push(self, gen_id: int, frames: np.ndarray, final: bool,
-             playout: PlayoutSnapshot | None = None, finish: Finish | None = None) -> None: ...
+    def push_many(self, pushes: Sequence[FramePush]) -> None: ...
 
     def drop(self, gen_id: int, finish: Finish | None = None) -> None: ...
 
@@ -301,23 +301,33 @@ class EngineLoop:
             self._stats_stale = True
         if outcome.finished:  # the backend frees (aborts) what it still holds for them
             self._scheduler.freed(self.backend.release([g.gen_id for g in outcome.finished]))
-        for gen, frames in outcome.frames:
-            ended = gen.finish_reason in ("stop", "length")
-            # The scheduler's playout clock rides with the frames (with the first ones, and
-            # whenever it moved): the flusher's chunk sizes and decode order follow it.
-            self.flusher.push(gen.gen_id, np.asarray(frames, dtype=np.int64), ended,
-                              self._scheduler.playout_update(gen, now),
-                              finish=self._finish(gen) if ended else None)
+        # One hand-off per step (FramePush): the step's frames in one array, sliced per
+        # generation, and one wake-up of the flusher thread.
+        pushes: list[FramePush] = []
+        if outcome.frames:
+            codes = np.asarray([f for _, frames in outcome.frames for f in frames],
+                               dtype=np.int64)
+            at = 0
+            for gen, frames in outcome.frames:
+                ended = gen.finish_reason in ("stop", "length")
+                # The scheduler's playout clock rides with the frames (with the first ones,
+                # and whenever it moved): the flusher's chunk sizes and decode order follow it.
+                pushes.append(FramePush(gen.gen_id, codes[at:at + len(frames)], ended,
+                                        self._scheduler.playout_update(gen, now),
+                                        self._finish(gen) if ended else None))
+                at += len(frames)
         for gen, playout in self._scheduler.playout_moved(now):  # an earlier segment ended
-            self.flusher.push(gen.gen_id, np.zeros((0, FRAME_TOKENS), np.int64), False, playout)
+            pushes.append(FramePush(gen.gen_id, _NO_FRAMES, False, playout))
         with_frames = {g.gen_id for g, _ in outcome.frames}
         for gen in outcome.finished:
             if gen.finish_reason in ("stop", "length"):
                 if gen.gen_id not in with_frames:
-                    self.flusher.push(gen.gen_id, np.zeros((0, FRAME_TOKENS), np.int64), True,
-                                      finish=self._finish(gen))
+                    pushes.append(FramePush(gen.gen_id, _NO_FRAMES, True,
+                                            finish=self._finish(gen)))
             else:
                 self.flusher.drop(gen.gen_id, self._finish(gen, result.errors.get(gen.gen_id)))
+        if pushes:
+            self.flusher.push_many(pushes)
         return 0.0
 
     def _isolated_step(self, plan: StepPlan) -> StepResult:

@@ -45,6 +45,10 @@ class RecordingFlusher:
         if self.collector is not None:
             self.collector([])
 
+    def push_many(self, pushes):  # the engine's hand-off, once per step
+        for p in pushes:
+            self.push(*p)
+
     def drop(self, gen_id, finish=None):
         with self.lock:
             self.dropped.add(gen_id)
