@@ -41,8 +41,14 @@ class CopySink:
     def __init__(self) -> None:
         self.frames = 0
 
+    def push(self, gen_id, frames, final, playout=None, finish=None) -> None:
+        """The hand-off before push_many (one call per generation): so this tool can time
+        code from before it, in the same window."""
+        self.push_many([(gen_id, frames)])
+
     def push_many(self, pushes) -> None:
-        codes = np.concatenate([np.asarray(p.frames, dtype=np.int64) for p in pushes])
+        codes = np.concatenate([np.asarray(p[1], dtype=np.int64).reshape(-1, FRAME_TOKENS)
+                                for p in pushes])
         if codes.size:
             assert codes.ndim == 2 and codes.shape[1] == FRAME_TOKENS
             assert codes.min() >= 0 and codes.max() < 4096

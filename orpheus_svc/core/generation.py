@@ -21,6 +21,10 @@ from dataclasses import dataclass, field
 from .grammar import FrameParser
 from .step import StepRow
 
+# StepRow(...) by field order without the NamedTuple's generated __new__ (a Python frame):
+# half the cost, for every live row of every step.
+_row = tuple.__new__
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -99,10 +103,11 @@ class Generation:
         req = self.request
         p = self.parser
         if n == 0:
-            return StepRow(self.gen_id, self.slot, req, self.seed, True, 0, None, 0,
-                           p.position, p.stop_allowed)
-        return StepRow(self.gen_id, self.slot, req, self.seed, False, n, self.last_token,
-                       len(req.prompt_ids) + n - 1, p.position, p.stop_allowed)
+            return _row(StepRow, (self.gen_id, self.slot, req, self.seed, True, 0, None, 0,
+                                  p.position, p.stop_allowed))
+        return _row(StepRow, (self.gen_id, self.slot, req, self.seed, False, n,
+                              self.last_token, len(req.prompt_ids) + n - 1, p.position,
+                              p.stop_allowed))
 
     @property
     def finished(self) -> bool:

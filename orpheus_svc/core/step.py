@@ -80,7 +80,7 @@ class StepResult:
     freed: ended generations whose backend resources are now really gone (only from a
     backend with capabilities.confirms_release; their slots are free from now on)."""
 
-    tokens: dict[int, list[int]] = field(default_factory=dict)
+    tokens: dict[int, Sequence[int]] = field(default_factory=dict)  # read only by the scheduler
     errors: dict[int, str] = field(default_factory=dict)
     freed: list[int] = field(default_factory=list)
 

@@ -151,6 +151,15 @@ STEP_BUCKETS_S = tuple(STEP_BUCKET_FIRST_S * STEP_BUCKET_RATIO ** i for i in ran
 STATS_FILE_ENV = "ORPHEUS_SIM_STATS_FILE"
 
 
+_STOP_STEP = (END_OF_SPEECH_ID,)
+
+
+def _one_token_steps(ids: list[int]) -> list[tuple[int]]:
+    """A token stream as the one-token sequences a step returns per row (immutable, so a
+    consumer cannot change the stream through a step's result)."""
+    return [(t,) for t in ids]
+
+
 class SimBackend:
     """Backend protocol (engine/loop.py) with modelled step times and grammar-legal tokens."""
 
@@ -169,7 +178,11 @@ class SimBackend:
                                                 max_seq_len=max_seq_len, retry_safe=True)
         self._clock = clock
         self._sleep = sleep
-        self._streams: dict[int, list[int]] = {}  # live generations: their whole token stream
+        # Live generations: their whole token stream, each token as a ready one-token
+        # sequence (what StepResult.tokens holds per row), so a step allocates nothing per
+        # row: the sim's host side is the simulated GPU's, not the server's, and must not
+        # cost the server's core more than a real backend's would.
+        self._streams: dict[int, list[tuple[int]]] = {}
         self._last_end = 0.0
         # Engine thread only; read them as a (racy, monotone) snapshot.
         self.counters = dict(steps=0, rows=0, prefill_rows=0, prefill_tokens=0,
@@ -212,16 +225,16 @@ class SimBackend:
             self.faults.before_step(plan, self._sleep)
         now = self._clock()
         busy = bool(self._streams)
-        tokens: dict[int, list[int]] = {}
+        tokens: dict[int, tuple[int]] = {}
         streams = self._streams
         ended: list[int] = []  # the scheduler finishes these with this step's token
         prefill_tokens = prefill_sq = 0
         for g in plan.prefill:
-            stream = streams[g.gen_id] = self.token_stream(g)
+            stream = streams[g.gen_id] = _one_token_steps(self.token_stream(g))
             n = len(g.request.prompt_ids)
             prefill_tokens += n
             prefill_sq += n * n
-            tokens[g.gen_id] = [stream[0] if stream else END_OF_SPEECH_ID]
+            tokens[g.gen_id] = stream[0] if stream else _STOP_STEP
             if len(stream) <= 1:
                 ended.append(g.gen_id)
         # Hot loop (every live row, every step): plain locals, no calls per row. A stream
@@ -231,12 +244,12 @@ class SimBackend:
             gid, i = g.gen_id, g.num_generated
             stream = streams.get(gid)
             if stream is None:  # not seen before (e.g. a backend swap); same stream anyway
-                stream = streams[gid] = self.token_stream(g)
-            context += len(g.request.prompt_ids) + i
+                stream = streams[gid] = _one_token_steps(self.token_stream(g))
+            context += g.position + 1  # the prompt and the tokens so far
             if i + 1 < len(stream):
-                tokens[gid] = [stream[i]]
+                tokens[gid] = stream[i]
             else:
-                tokens[gid] = [stream[i] if i < len(stream) else END_OF_SPEECH_ID]
+                tokens[gid] = stream[i] if i < len(stream) else _STOP_STEP
                 ended.append(gid)
         for gid in ended:
             del streams[gid]
