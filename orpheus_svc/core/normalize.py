@@ -352,9 +352,14 @@ def _abbr_pattern(words) -> str:
     return r"(?<![\w.])(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + r")"
 
 
-_RULES: list[tuple[re.Pattern, Callable[[re.Match], str] | str]] = [
+_Rule = tuple[re.Pattern, Callable[[re.Match], str] | str]
+# In order. The number rules match only where the text holds a digit (a number, a date, a
+# time...), so text without one, most of a conversation, skips them.
+_LINKS: list[_Rule] = [
     (re.compile(r"\b([A-Za-z0-9][A-Za-z0-9._%+\-]*)@([A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+)\b"), _email),
     (re.compile(r"(?:https?://|www\.)[^\s<>\"']*[^\s<>\"'.,;:!?)\]]"), _url),
+]
+_NUMBERS: list[_Rule] = [
     (re.compile(r"(?<![\w\d])\(?(\d{3})\)?[\s.-](\d{3})[\s.-](\d{4})(?![\w\d])"), _phone),
     (re.compile(r"(?<![\w])(?P<sym>[$€£¥₹]|(?:USD|EUR|GBP)\s?)(?P<int>" + _NUM + r")(?:\.(?P<frac>\d+))?"
                 r"(?:\s?(?P<scale>thousand|million|billion|trillion|bn|mn|[kKmMbBtT])(?![\w]))?"),
@@ -379,15 +384,23 @@ _RULES: list[tuple[re.Pattern, Callable[[re.Match], str] | str]] = [
     (re.compile(_B + r"(" + _NUM + r")\s?[-\u2013]\s?(" + _NUM + r")" + _E), _range),
     (re.compile(r"(?<![\w])#\s?(?=\d)"), "number "),
     (re.compile(r"\bNo\.\s?(?=\d)"), "number "),
+]
+_WORDS: list[_Rule] = [
     (re.compile(_abbr_pattern(_TITLES)), _abbreviation(_TITLES, keep_dot=False)),
     (re.compile(r"(?<![\w.])St\."), _saint_or_street),
     (re.compile(_abbr_pattern(_ABBREVIATIONS)), _abbreviation(_ABBREVIATIONS, keep_dot=True)),
     (re.compile(r"(?<=\s)&(?=\s)"), "and"),
+]
+_PLAIN_NUMBERS: list[_Rule] = [
     (re.compile(r"(?<![\w.])(-(?=\d))?(" + _NUM + r")(?:\.(\d+))?(?![\w])"), _plain_number),
 ]
+_RULES = _LINKS + _NUMBERS + _WORDS + _PLAIN_NUMBERS
+_RULES_WITHOUT_DIGITS = _LINKS + _WORDS
+_DIGIT_RE = re.compile(r"\d")
 
 
 def _normalize_plain(text: str) -> str:
-    for pattern, repl in _RULES:
+    rules = _RULES if _DIGIT_RE.search(text) else _RULES_WITHOUT_DIGITS
+    for pattern, repl in rules:
         text = pattern.sub(repl, text)
     return text

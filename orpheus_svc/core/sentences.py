@@ -118,18 +118,37 @@ def char_weight(ch: str) -> float:
     return next((w for lo, hi, w in _SCRIPT_WEIGHTS if lo <= cp <= hi), 1.0)
 
 
+class _Weights(dict):
+    """char_weight per character, each worked out once (every segment of every call is
+    weighed character by character on the serving loop); at most _WEIGHTS_KEPT characters
+    are kept, so text with every code point in it cannot grow it without bound."""
+
+    def __missing__(self, ch: str) -> float:
+        weight = char_weight(ch)
+        if len(self) < _WEIGHTS_KEPT:
+            self[ch] = weight
+        return weight
+
+
+_WEIGHTS_KEPT = 8192
+
+
+_WEIGHTS = _Weights()
+
+
 def speech_chars(text: str) -> float:
     """How long `text` takes to say, in Latin characters (an English letter counts 1, a
     Chinese character 3.3, a digit 5): what the segment limit, the token budget and the
     expected length are computed from."""
-    return sum(map(char_weight, text))
+    return sum(map(_WEIGHTS.__getitem__, text))
 
 
 def fit(text: str, limit: float) -> int:
     """The longest prefix of `text` (its length) whose speech_chars is at most `limit`."""
     total = 0.0
+    weight = _WEIGHTS.__getitem__
     for i, ch in enumerate(text):
-        total += char_weight(ch)
+        total += weight(ch)
         if total > limit + 1e-9:  # 75 x 1/0.3 is 250.00000000000003 in floating point
             return i
     return len(text)

@@ -167,3 +167,22 @@ def test_plain_words_are_unchanged(text):
 def test_every_integer_becomes_words(n):
     out = normalize_text(f"x {n} y")
     assert not re.search(r"\d", out), out
+
+
+def test_text_without_digits_skips_only_rules_that_could_not_match_it():
+    """The number rules match only where a digit is: on text without one, skipping them
+    changes nothing (compared with running every rule, in order)."""
+    import random
+
+    from orpheus_svc.core import normalize as N
+
+    pieces = ["Dr. Smith", "St. Mary St.", "No. one", "a & b", "mail bob@example.com",
+              "see www.example.org/path", "e.g. this", "etc.", "No.", "#tag", "half/quarter",
+              "Jan. the first", "three-four", "ten %", "$ and €", "It's me.", "U.S. Army"]
+    rng = random.Random(16)
+    for _ in range(300):
+        text = " ".join(rng.choice(pieces) for _ in range(rng.randrange(1, 8)))
+        every = text
+        for pattern, repl in N._RULES:
+            every = pattern.sub(repl, every)
+        assert N._normalize_plain(text) == every, text
