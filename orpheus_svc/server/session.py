@@ -26,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Union
 
+import numpy as np
 import structlog
 
 from orpheus_svc.audio.pcm import Encoder, SessionEncoder
@@ -136,6 +137,25 @@ class _Segment:
     started: bool = False
 
 
+# One AudioChunk carries at most this much of the model's audio (2 s at 24 kHz: 96 KB of
+# PCM16, 192 KB resampled to 48 kHz; gRPC's default receive limit is 4 MB) unless a single
+# flusher chunk is longer: queued chunks of a segment are merged up to it (_coalesce).
+MAX_CHUNK_SAMPLES = 48000
+
+
+def _coalesce(pcm, final: bool, queued: deque) -> tuple:
+    """`pcm` and the audio events of the same segment queued behind it, as one piece, while
+    it stays within MAX_CHUNK_SAMPLES and up to the segment's final event: one gRPC message
+    where the loop fell behind, and exactly the same samples (offsets stay contiguous)."""
+    parts, total = [pcm], len(pcm)
+    while queued and not final and total + len(queued[0].pcm) <= MAX_CHUNK_SAMPLES:
+        ev = queued.popleft()
+        parts.append(ev.pcm)
+        total += len(ev.pcm)
+        final = ev.final
+    return (np.concatenate(parts) if len(parts) > 1 else pcm), final
+
+
 _WAKE = object()
 _IDLE = object()  # the watchdog saw the session idle for session.idle_timeout_seconds
 SEED_MODULUS = 1 << 64
@@ -181,13 +201,19 @@ class StreamSession:
                     break
                 if outs:
                     continue  # delivering may have made room for more segments in flight
+                # Everything that came in meanwhile, then one delivery pass: audio that
+                # queued while the client's writes were in flight goes out together.
                 item = await self._inbox.get()
-                if self._error is not None:
-                    raise self._error
-                if item is _IDLE:
-                    self._end_idle(reader)
-                elif item is not _WAKE:
-                    self._on_engine_event(item)
+                while True:
+                    if self._error is not None:
+                        raise self._error
+                    if item is _IDLE:
+                        self._end_idle(reader)
+                    elif item is not _WAKE:
+                        self._on_engine_event(item)
+                    if self._inbox.empty():
+                        break
+                    item = self._inbox.get_nowait()
             tail = self._audio.finish()  # a compressed stream's last frames and trailer
             if tail:
                 yield AudioOut(tail, len(self._segments) - 1, self._seq, self._offset, 0)
@@ -336,12 +362,15 @@ class StreamSession:
             if not seg.events:
                 break
             ev: AudioEvent = seg.events.popleft()
+            pcm, final = ev.pcm, ev.final
             if not seg.started:
                 seg.started = True
                 seg.encoder = self._audio.segment()
                 outs.append(SegmentStarted(seg.index, seg.text, self._offset, seg.cut,
                                            seg.flush_id))
-            data, n = seg.encoder.encode(ev.pcm, last=ev.final)
+            if seg.num_samples and seg.events:  # its first audio went alone, at once
+                pcm, final = _coalesce(pcm, final, seg.events)
+            data, n = seg.encoder.encode(pcm, last=final)
             if data or n:  # compressed: samples may go in before their bytes come out
                 if self.t_first_audio is None and data:
                     self.t_first_audio = time.monotonic()
@@ -349,7 +378,7 @@ class StreamSession:
                 self._seq += 1
                 self._offset += n
                 seg.num_samples += n
-            if ev.final:
+            if final:
                 outs.append(SegmentEnded(seg.index, seg.text, seg.num_samples, seg.num_tokens,
                                          seg.finish_reason, seg.cut, seg.flush_id))
                 seg.handle.close()
