@@ -2,7 +2,7 @@
 
 Each iteration: drain the commands pushed since the last one, plan every generation's due
 windows (audio/windows.py), decode windows of equal length together in as few SNAC calls as
-max_decode_frames allows, cut each window's exact samples and hand all events of the
+max_decode_frames (by default the codec's max_batch_frames) allows, cut each window's exact samples and hand all events of the
 iteration to the sink in one call. Windows are decoded most urgent first (first chunks, then
 the listeners with the least audio buffered), and an iteration starts no SNAC call after
 max_iteration_s: what is left waits for the next iteration, which follows at once.
@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from orpheus_svc.audio.settings import HOP, FlusherSettings
+from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, HOP, FlusherSettings
 from orpheus_svc.audio.windows import Window, plan_windows, ready_end
 from orpheus_svc.core.events import AudioEvent, Finish
 from orpheus_svc.core.playout import PlayoutSnapshot
@@ -105,6 +105,9 @@ class Flusher:
         self.codec = codec
         self.clock = clock  # seconds; injectable so tests and benchmarks can simulate time
         self.settings = settings
+        # Frames per SNAC call: the setting, else what suits the codec (a GPU wants few calls).
+        self.max_decode_frames = (settings.max_decode_frames
+                                  or getattr(codec, "max_batch_frames", CPU_BATCH_FRAMES))
         self.sink = sink
         self.on_error = on_error
         self.on_decode = on_decode  # called with the windows of each SNAC call (metrics)
@@ -328,7 +331,7 @@ class Flusher:
             groups.setdefault((w.num_steps, w.keep.start, w.keep.stop), []).append(i)
         calls = []
         for (num_steps, lo, hi), members in groups.items():
-            per_call = max(1, (self.settings.max_decode_frames * 4) // num_steps)
+            per_call = max(1, (self.max_decode_frames * 4) // num_steps)
             calls.extend((members[k:k + per_call], num_steps, lo, hi)
                          for k in range(0, len(members), per_call))
         calls.sort(key=lambda call: call[0][0])  # by the call's most urgent window
