@@ -1,10 +1,11 @@
 """Streaming SNAC flusher: frames in (from the engine thread), PCM events out, on its own thread.
 
 Each iteration: drain the commands pushed since the last one, plan the due windows
-(audio/windows.py) of the generations whose plan can have changed (see _due_streams), decode windows of equal length together in as few SNAC calls as
-max_decode_frames (by default the codec's max_batch_frames) allows, cut each window's exact samples and hand all events of the
-iteration to the sink in one call. Windows are decoded most urgent first (first chunks, then
-the listeners with the least audio buffered), and an iteration starts no SNAC call after
+(audio/windows.py) of the generations whose plan can have changed (see _due_streams),
+decode windows of equal length together in as few SNAC calls as max_decode_frames (by
+default the codec's max_batch_frames) allows, cut each window's exact samples and hand all
+events of the iteration to the sink in one call. Windows are decoded most urgent first
+(first chunks, then the listeners with the least audio buffered), and an iteration starts no SNAC call after
 max_iteration_s: what is left waits for the next iteration, which follows at once.
 push() and drop() only append to a queue under a lock, so the producer never waits for a
 decode. How much audio a listener has buffered comes from the scheduler's playout clock (a
