@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, GPU_BATCH_FRAMES
 from orpheus_svc.core.tokens import FRAME_TOKENS, SAMPLES_PER_FRAME, frames_to_codebooks
 from orpheus_svc.files import read_mapping
 from orpheus_svc.hub import CheckpointNotFoundError, resolve_checkpoint
@@ -156,6 +157,9 @@ class SnacCodec:
                  dtype: torch.dtype = torch.float32, noise: bool = True, seed: int = 0):
         self.config = dict(config)
         self.device = torch.device(device)
+        # Frames per decode call the flusher aims for (max_decode_frames = 0): on a CPU the
+        # cost per frame rises past ~24; a GPU is cheapest with one large call.
+        self.max_batch_frames = CPU_BATCH_FRAMES if self.device.type == "cpu" else GPU_BATCH_FRAMES
         self.dtype = dtype
         self.sample_rate = int(config.get("sampling_rate", 24000))
         self.hop_length = int(np.prod(config["decoder_rates"]))

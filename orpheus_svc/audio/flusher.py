@@ -1,10 +1,11 @@
 """Streaming SNAC flusher: frames in (from the engine thread), PCM events out, on its own thread.
 
-Each iteration: drain the commands pushed since the last one, plan every generation's due
-windows (audio/windows.py), decode windows of equal length together in as few SNAC calls as
-max_decode_frames allows, cut each window's exact samples and hand all events of the
-iteration to the sink in one call. Windows are decoded most urgent first (first chunks, then
-the listeners with the least audio buffered), and an iteration starts no SNAC call after
+Each iteration: drain the commands pushed since the last one, plan the due windows
+(audio/windows.py) of the generations whose plan can have changed (see _due_streams),
+decode windows of equal length together in as few SNAC calls as max_decode_frames (by
+default the codec's max_batch_frames) allows, cut each window's exact samples and hand all
+events of the iteration to the sink in one call. Windows are decoded most urgent first
+(first chunks, then the listeners with the least audio buffered), and an iteration starts no SNAC call after
 max_iteration_s: what is left waits for the next iteration, which follows at once.
 push() and drop() only append to a queue under a lock, so the producer never waits for a
 decode. How much audio a listener has buffered comes from the scheduler's playout clock (a
@@ -21,6 +22,8 @@ all of its audio (the engine thread never emits a generation's end itself).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -31,7 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from orpheus_svc.audio.settings import HOP, FlusherSettings
+from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, HOP, FlusherSettings
 from orpheus_svc.audio.windows import Window, plan_windows, ready_end
 from orpheus_svc.core.events import AudioEvent, Finish, FramePush
 from orpheus_svc.core.playout import PlayoutSnapshot
@@ -43,6 +46,9 @@ AudioSink = Callable[[Sequence[AudioEvent]], None]
 ErrorHandler = Callable[[Sequence[int], BaseException], str | None]  # -> the client message
 
 _CLOSED_MEMORY = 65536  # ids of ended generations remembered, to ignore stray late pushes
+# A withheld chunk's stream is planned again this long before its computed hungry time, so
+# float rounding in that time can never make it late (planning early only finds nothing).
+_WAKE_SLACK_S = 1e-6
 
 
 @dataclass
@@ -62,6 +68,8 @@ class _Stream:
     finish: Finish | None = None  # how it ended, pushed with the last frames
     emitted: int = 0
     playout: PlayoutSnapshot | None = None  # the latest the engine gave
+    seq: int = 0  # arrival order among the flusher's streams (the order they are planned in)
+    wake_at: float | None = None  # when its withheld audio becomes due (its valid heap entry)
 
     def buffered(self, now: float) -> float:
         """Samples the listener has yet to play of what was sent (negative: it is past the
@@ -105,6 +113,9 @@ class Flusher:
         self.codec = codec
         self.clock = clock  # seconds; injectable so tests and benchmarks can simulate time
         self.settings = settings
+        # Frames per SNAC call: the setting, else what suits the codec (a GPU wants few calls).
+        self.max_decode_frames = (settings.max_decode_frames
+                                  or getattr(codec, "max_batch_frames", CPU_BATCH_FRAMES))
         self.sink = sink
         self.on_error = on_error
         self.on_decode = on_decode  # called with the windows of each SNAC call (metrics)
@@ -121,6 +132,13 @@ class Flusher:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._wake_at: float | None = None  # clock time a withheld chunk becomes due
+        # Only these streams are planned: those touched since their last plan (commands,
+        # windows left undecoded) and those whose withheld audio became due (the heap).
+        self._dirty: set[int] = set()
+        self._wakes: list[tuple[float, int, int, _Stream]] = []  # (time, tie, gid, stream)
+        self._tie = itertools.count()
+        self._seq = itertools.count()
+        self._plan_all = False  # tests only: plan every stream every iteration (the reference)
         self.backlog = False  # the last iteration left due windows undecoded (time limit)
         # Counters (flusher thread only; read them for metrics, never reset them).
         self.num_decode_calls = 0
@@ -231,7 +249,8 @@ class Flusher:
         low = self.settings.low_water_samples
         events, self._ends = self._ends, []  # ends of dropped generations (from _drain)
         due: list[tuple[int, _Stream, list[Window]]] = []
-        for gid, st in self._streams.items():
+        planned = self._due_streams(now)
+        for gid, st in planned:
             windows = plan_windows(st.num_frames, st.final, st.emitted, self.settings,
                                    hungry=st.hungry(now, low))
             if windows:
@@ -260,27 +279,66 @@ class Flusher:
         for event in events:
             if event.final:
                 self._close(event.gen_id)
-        self._wake_at = self._next_hungry_time()
+        self._dirty.update(cut)
+        for gid, st in planned:
+            if gid not in cut and self._streams.get(gid) is st:
+                self._schedule_wake(gid, st)
+        self._wake_at = self._next_wake()
         with self._lock:
             events = self._unless_dropped(events)
         if events:
             self.sink(events)
         return len(events)
 
-    def _next_hungry_time(self) -> float | None:
-        """When the first listener with ready-but-withheld audio runs low, if any.
+    def _due_streams(self, now: float) -> list[tuple[int, _Stream]]:
+        """The streams whose plan can differ from their last one, in arrival order.
+
+        A stream's windows depend on its frames, final flag and playout (changed only by a
+        command: _drain marks it), on the audio it was sent (a stream whose windows were all
+        decoded has nothing ready left; one cut short is marked) and on the time only
+        through `hungry`, which turns true once, at the time _schedule_wake put on the heap.
+        Planning any other stream would find nothing, so the events are those of planning
+        every stream every iteration.
+        """
+        heap = self._wakes
+        while heap and heap[0][0] - _WAKE_SLACK_S <= now:
+            t, _, gid, st = heapq.heappop(heap)
+            if st.wake_at == t and self._streams.get(gid) is st:
+                st.wake_at = None
+                self._dirty.add(gid)
+        if self._plan_all:
+            self._dirty.clear()
+            return list(self._streams.items())
+        found = [(st.seq, gid, st) for gid in self._dirty
+                 if (st := self._streams.get(gid)) is not None]
+        self._dirty.clear()
+        found.sort()
+        return [(gid, st) for _, gid, st in found]
+
+    def _schedule_wake(self, gid: int, st: _Stream) -> None:
+        """After planning `st`: when its ready-but-withheld audio becomes due because the
+        listener runs low (no wake without a playout clock or before the first audio).
 
         Frames arriving wake the flusher anyway; this covers a generation that stalls
         (a busy engine) while audio it already produced waits for the chunk target.
         """
-        low, due = self.settings.low_water_samples, None
-        for st in self._streams.values():
-            if st.emitted == 0 or st.playout is None:
-                continue
-            if ready_end(st.num_frames, st.final, self.settings) > st.emitted:
-                t = st.playout.dry_at(st.emitted) - low / SAMPLE_RATE
-                due = t if due is None else min(due, t)
-        return due
+        t = None
+        if (st.emitted and st.playout is not None
+                and ready_end(st.num_frames, st.final, self.settings) > st.emitted):
+            t = st.playout.dry_at(st.emitted) - self.settings.low_water_samples / SAMPLE_RATE
+        if t != st.wake_at:  # unchanged (frames came, nothing went): its entry stands
+            st.wake_at = t
+            if t is not None:
+                heapq.heappush(self._wakes, (t, next(self._tie), gid, st))
+
+    def _next_wake(self) -> float | None:
+        """When the first listener with withheld audio runs low, if any (stale entries of
+        streams planned again or ended since are dropped from the heap's top)."""
+        heap = self._wakes
+        while heap and (heap[0][3].wake_at != heap[0][0]
+                        or self._streams.get(heap[0][2]) is not heap[0][3]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     def _unless_dropped(self, events: list[AudioEvent]) -> list[AudioEvent]:
         """`events` without those of generations dropped meanwhile (lock held). Their drop
@@ -301,6 +359,7 @@ class Flusher:
             commands, self._commands = self._commands, []
             self._dropped.clear()  # their drop commands are in `commands`
         for gid, frames, final, playout, finish in commands:
+            self._dirty.add(gid)
             if frames is None:
                 st = self._streams.pop(gid, None)
                 offset = self._unsent.pop(gid, st.emitted if st is not None else 0)
@@ -314,7 +373,7 @@ class Flusher:
                 if gid in self._closed:
                     log.warning("frames for ended or dropped generation %d ignored", gid)
                     continue
-                st = self._streams[gid] = _Stream()
+                st = self._streams[gid] = _Stream(seq=next(self._seq))
             if st.final:
                 log.warning("frames after final for generation %d ignored", gid)
                 continue
@@ -351,7 +410,7 @@ class Flusher:
             groups.setdefault((w.num_steps, w.keep.start, w.keep.stop), []).append(i)
         calls = []
         for (num_steps, lo, hi), members in groups.items():
-            per_call = max(1, (self.settings.max_decode_frames * 4) // num_steps)
+            per_call = max(1, (self.max_decode_frames * 4) // num_steps)
             calls.extend((members[k:k + per_call], num_steps, lo, hi)
                          for k in range(0, len(members), per_call))
         calls.sort(key=lambda call: call[0][0])  # by the call's most urgent window

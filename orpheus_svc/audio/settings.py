@@ -9,6 +9,12 @@ from orpheus_svc.core.checks import is_finite, is_int, require
 #: Samples per SNAC latent step at 24 kHz (prod of decoder_rates); 4 steps = 1 frame.
 HOP = 512
 FRAME = 2048
+#: Frames per SNAC call on a CPU: the cost per frame is flat to ~24 and rises beyond
+#: (docs/snac-streaming.md). A codec without its own `max_batch_frames` gets this.
+CPU_BATCH_FRAMES = 24
+#: Frames per SNAC call on a GPU: large, so that one call decodes a whole iteration's
+#: windows (a call's launch cost dominates small ones).
+GPU_BATCH_FRAMES = 1024
 
 
 @dataclass(frozen=True)
@@ -51,9 +57,10 @@ class FlusherSettings:
         without waiting for the chunk target. Chunking then never starves a slow
         generation; the sweep's playout table shows what it buys. Keep it above the
         decode time of one chunk.
-    max_decode_frames: cap on windows x window frames in one SNAC call (on CPU the cost
-        per frame rises past ~24 frames per call as activations leave the cache; raise it
-        on a GPU, where one large call beats several small ones).
+    max_decode_frames: cap on windows x window frames in one SNAC call. 0 (the default):
+        the codec's own `max_batch_frames`, CPU_BATCH_FRAMES on a CPU (the cost per frame
+        rises past ~24 frames per call as activations leave the cache) and far more on a
+        GPU, where one large call beats several small ones. A positive value overrides it.
     max_iteration_s: once an iteration has decoded this long, it starts no further SNAC
         call: it emits what it has and the next iteration (at once) plans again. Windows
         are decoded most urgent first: first chunks, then listeners with the least audio
@@ -69,7 +76,7 @@ class FlusherSettings:
     max_chunk_samples: int = 16 * FRAME
     chunk_growth: float = 1.0
     low_water_samples: int = 1024
-    max_decode_frames: int = 24
+    max_decode_frames: int = 0
     max_iteration_s: float = 0.1
 
     def __post_init__(self) -> None:
@@ -93,4 +100,5 @@ class FlusherSettings:
         require(is_finite(self.max_iteration_s) and self.max_iteration_s > 0, self,
                 "max_iteration_s", "must be a finite number > 0")
         require(self.low_water_samples >= 0, self, "low_water_samples", "must be >= 0")
-        require(self.max_decode_frames >= 1, self, "max_decode_frames", "must be >= 1")
+        require(self.max_decode_frames >= 0, self, "max_decode_frames",
+                "must be >= 0 (0: the codec's max_batch_frames)")

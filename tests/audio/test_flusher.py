@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from orpheus_svc.audio.flusher import Flusher
-from orpheus_svc.audio.settings import HOP, FlusherSettings
+from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, HOP, FlusherSettings
 from orpheus_svc.core.events import AudioEvent, Finish
 from orpheus_svc.core.playout import PlayoutSnapshot
 
@@ -322,6 +322,29 @@ def test_settings_are_used_as_given(tiny_codec):
     flusher.push(1, random_frames(1))
     flusher.run_once()
     assert sink.events()[0].num_samples == 512
+
+
+def test_decode_batch_follows_the_codec_unless_set(tiny_codec):
+    assert tiny_codec.max_batch_frames == CPU_BATCH_FRAMES == 24  # a CPU codec: the sweet spot
+    assert Flusher(tiny_codec, FlusherSettings(), Collect()).max_decode_frames == 24
+    set_ = dataclasses.replace(FlusherSettings(), max_decode_frames=7)
+    assert Flusher(tiny_codec, set_, Collect()).max_decode_frames == 7  # explicit wins
+
+
+def test_the_cpu_codec_batches_as_with_24_frames_per_call(tiny_codec):
+    """max_decode_frames = 0 on a CPU codec makes the very calls (and audio) 24 made."""
+    runs = []
+    for max_frames in (0, 24):
+        sink = Collect()
+        flusher = Flusher(tiny_codec, FlusherSettings(max_decode_frames=max_frames), sink,
+                          clock=frozen)
+        for g in range(1, 6):  # a backlog: 16-frame windows, one per call at 24 frames
+            flusher.push(g, random_frames(40, seed=g), final=True)
+        flusher.run_once()
+        runs.append((flusher.num_decode_calls, [(e.gen_id, e.sample_offset, e.pcm.tobytes())
+                                                 for e in sink.events()]))
+    assert runs[0] == runs[1]
+    assert runs[0][0] >= 5 * 2  # the cap binds: one call per 16-frame window
 
 
 @pytest.mark.parametrize("frames", [np.zeros((2, 6)), np.zeros((7, 6)), np.full((1, 7), 4096),

@@ -120,7 +120,7 @@ def test_any_arrival_pattern_emits_every_sample_once_in_order(arrivals, first, l
     ("lookahead_samples", 513), ("min_chunk_samples", 0),
     ("max_chunk_samples", 1000), ("max_chunk_samples", 512),  # 512 < min_chunk 2048
     ("chunk_growth", -1.0), ("chunk_growth", float("nan")), ("chunk_growth", True),
-    ("low_water_samples", -1), ("max_decode_frames", 0),
+    ("low_water_samples", -1), ("max_decode_frames", -1),
     ("max_iteration_s", 0), ("max_iteration_s", float("inf")), ("max_iteration_s", True),
 ])
 def test_bad_settings_name_the_field(field, value):

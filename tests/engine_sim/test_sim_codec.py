@@ -60,3 +60,22 @@ def test_windows_of_different_lengths_are_refused():
     codec = SimCodec(P, sleep=lambda s: None)
     with pytest.raises(ValueError):
         codec.latents([np.zeros((2, 7)), np.zeros((3, 7))])
+
+
+def test_the_sim_codec_batches_like_a_gpu_one_call_per_iteration():
+    """It models a GPU codec: by default a whole iteration's equal windows share one call,
+    unless max_decode_frames says otherwise."""
+    calls = {}
+    for max_frames in (0, 24):
+        codec = SimCodec(P, sleep=lambda s: None)
+        fl = Flusher(codec, FlusherSettings(max_decode_frames=max_frames), lambda events: None,
+                     clock=lambda: 0.0)
+        assert fl.max_decode_frames == (codec.max_batch_frames if max_frames == 0 else 24)
+        rng = np.random.default_rng(1)
+        for g in range(64):  # a backlog: 64 generations with 4 steady 16-frame windows each
+            fl.push(g, rng.integers(0, 4096, (80, 7)))
+        fl.run_once()
+        calls[max_frames] = codec.num_calls
+    assert codec.max_batch_frames >= 1024
+    assert calls[24] >= 64 * 4  # one call per window
+    assert calls[0] <= 8  # a few window shapes, one call each
