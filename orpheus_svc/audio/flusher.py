@@ -5,11 +5,12 @@ Each iteration: drain the commands pushed since the last one, plan the due windo
 decode windows of equal length together in as few SNAC calls as max_decode_frames (by
 default the codec's max_batch_frames) allows, cut each window's exact samples and hand all
 events of the iteration to the sink in one call. Windows are decoded most urgent first
-(first chunks, then the listeners with the least audio buffered), and an iteration starts no SNAC call after
-max_iteration_s: what is left waits for the next iteration, which follows at once.
-push() and drop() only append to a queue under a lock, so the producer never waits for a
-decode. How much audio a listener has buffered comes from the scheduler's playout clock (a
-PlayoutSnapshot, core/playout.py, pushed with the frames) and the samples sent here.
+(first chunks, then the listeners with the least audio buffered), and an iteration starts
+no SNAC call after max_iteration_s: what is left waits for the next iteration, which
+follows at once. push_many() (once per engine step), push() and drop() only append to a
+queue under a lock, so the producer never waits for a decode. How much audio a listener
+has buffered comes from the scheduler's playout clock (a PlayoutSnapshot, core/playout.py,
+pushed with the frames) and the samples sent here.
 
 Guarantees per generation: offsets are contiguous from 0; F frames give exactly F*2048
 samples; the last event has final=True (a generation with no frames gets one empty final

@@ -7,12 +7,11 @@ import time
 import pytest
 
 from orpheus_bench import simstats
-from orpheus_svc.core.scheduler import StepPlan
 from orpheus_svc.engine.sim import backend as simb
 from orpheus_svc.engine.sim.backend import SimBackend
 from orpheus_svc.engine.sim.profiles import get_profile
 
-from tests.engine_sim.test_sim_backend import FakeClock, make_gen
+from tests.engine_sim.test_sim_backend import FakeClock, _plan, make_gen
 
 H100 = get_profile("h100-fp8")
 
@@ -26,15 +25,15 @@ def test_step_periods_are_counted_and_a_slow_host_shows():
     clock = FakeClock()
     be = _backend(clock)
     gens = [make_gen(i, seed=i, expected_frames=50) for i in range(1, 5)]
-    be.step(StepPlan(step=1, prefill=gens))  # idle start: no period
+    be.step(_plan(1, prefill=gens))  # idle start: no period
     for g in gens:
         g.num_generated = 1
     d = H100.step_seconds(4, 4 * 41)
-    be.step(StepPlan(step=2, decode=gens))  # host kept up: period d
+    be.step(_plan(2, decode=gens))  # host kept up: period d
     for g in gens:
         g.num_generated = 2
     clock.advance(3 * d)  # host slower than the step
-    be.step(StepPlan(step=3, decode=gens))  # period 3 d, host-bound
+    be.step(_plan(3, decode=gens))  # period 3 d, host-bound
     s = be.stats()
     assert sum(s["step_hist"].values()) == 2
     assert s["max_step_s"] == pytest.approx(3 * d)
@@ -84,7 +83,7 @@ def test_the_stats_file_is_written_and_read_fresh(monkeypatch, tmp_path):
     doc = simstats.read(str(path), not_before=t0, wait_s=3.0)
     assert doc is not None and doc["written_at"] >= t0 and doc["profile"] == "h100-fp8"
     assert {"host_bound_steps", "host_excess_s", "step_hist", "max_step_s"} <= set(doc)
-    be.step(StepPlan(step=1, prefill=[make_gen(1)]))
+    be.step(_plan(1, prefill=[make_gen(1)]))
     doc2 = simstats.read(str(path), not_before=time.time(), wait_s=3.0)
     assert doc2["steps"] == 1 and doc2["pid"] == doc["pid"]
     assert simstats.read(str(tmp_path / "none.json"), wait_s=0.1) is None
