@@ -83,8 +83,11 @@ class FrameParser:
     stopped: bool = False
     # = not stopped and stop_allowed(position, frames), kept up to date by feed_one (read
     # for every row of every step: a field, not a property)
-    stop_allowed: bool = False
+    stop_allowed: bool = field(init=False)
     _pending: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.stop_allowed = not self.stopped and stop_allowed(self.position, self.frames)
 
     def feed(self, token_ids: Iterable[int]) -> list[tuple[int, ...]]:
         done: list[tuple[int, ...]] = []

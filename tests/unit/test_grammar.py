@@ -50,3 +50,12 @@ def test_a_generations_row_carries_the_grammar_state_of_its_parser():
     assert (row.frame_position, row.stop_allowed) == (1, False)
     with pytest.raises(AttributeError):
         row.slot = 3  # frozen: a backend cannot write the scheduler's state
+
+
+def test_a_parser_made_mid_stream_knows_whether_the_stop_is_legal():
+    """stop_allowed is a field kept by feed_one; a parser built with a state (the batching
+    benchmark restarts one after a stop) starts from that state's rule."""
+    assert G.FrameParser(frames=2).stop_allowed
+    assert not G.FrameParser(position=3, frames=2).stop_allowed
+    assert not G.FrameParser(frames=2, stopped=True).stop_allowed
+    assert not G.FrameParser().stop_allowed
