@@ -4,7 +4,9 @@
 usually 100 Hz, so figures are good to 10 ms per thread). They include every thread of
 the process: the asyncio/gRPC loop, grpc's poller threads, the engine and flusher.
 /proc/<pid>/task/<tid>/stat gives the same per thread; the thread's name (comm) is
-whatever the process set, often just the program name.
+whatever the process set, often just the program name. A sample covers the process and
+its live descendants: the split topology (server.topology: split) runs the engine and the
+gRPC front-ends as child processes of an idle parent.
 """
 
 from __future__ import annotations
@@ -16,14 +18,37 @@ from pathlib import Path
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _parse_stat(text: str) -> tuple[str, float]:
+def _fields(text: str) -> tuple[str, list[str]]:
     # comm is in parentheses and may contain spaces or ')': split at the last ')'.
     lpar, rpar = text.index("("), text.rindex(")")
-    comm = text[lpar + 1:rpar]
-    fields = text[rpar + 2:].split()
+    return text[lpar + 1:rpar], text[rpar + 2:].split()
+
+
+def _parse_stat(text: str) -> tuple[str, float]:
+    comm, fields = _fields(text)
     # fields[0] is field 3 (state); utime = field 14, stime = field 15.
     utime, stime = int(fields[11]), int(fields[12])
     return comm, (utime + stime) / CLK_TCK
+
+
+def _descendants(pid: int) -> list[int]:
+    """Live processes below `pid` (children, their children...), from each one's ppid
+    (stat field 4)."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int(_fields((proc / "stat").read_text())[1][1])
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile
+        children.setdefault(ppid, []).append(int(proc.name))
+    found, todo = [], list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, ()))
+    return found
 
 
 @dataclass(frozen=True)
@@ -34,17 +59,24 @@ class CpuSample:
 
 
 def sample(pid: int) -> CpuSample:
-    """CPU seconds used so far by `pid` and by each of its threads."""
+    """CPU seconds used so far by `pid` and its live descendants, and by each of their
+    threads (a descendant that ended between two samples takes its CPU with it)."""
     _, total = _parse_stat(Path(f"/proc/{pid}/stat").read_text())
     threads: dict[int, tuple[str, float]] = {}
-    try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
+    for proc in [pid] + _descendants(pid):
+        if proc != pid:
             try:
-                threads[int(task.name)] = _parse_stat((task / "stat").read_text())
+                total += _parse_stat(Path(f"/proc/{proc}/stat").read_text())[1]
             except (OSError, ValueError):
-                continue  # the thread ended meanwhile
-    except OSError:
-        pass
+                continue  # ended meanwhile
+        try:
+            for task in Path(f"/proc/{proc}/task").iterdir():
+                try:
+                    threads[int(task.name)] = _parse_stat((task / "stat").read_text())
+                except (OSError, ValueError):
+                    continue  # the thread ended meanwhile
+        except OSError:
+            pass
     return CpuSample(pid, total, threads)
 
 

@@ -32,3 +32,30 @@ def test_finds_the_process_listening_on_a_port():
         assert procstat.find_listener_pid(s.getsockname()[1]) == os.getpid()
     finally:
         s.close()
+
+
+
+def test_a_sample_counts_the_live_child_processes():
+    """The split topology's engine and front-ends are children of an idle parent: their
+    CPU is the server's."""
+    import subprocess
+    import sys
+
+    burn = ("import sys, time\nsys.stdin.readline()\nt = time.process_time()\n"
+            "while time.process_time() - t < 0.3: pass\nprint('done', flush=True)\n"
+            "time.sleep(30)")
+    child = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        before = procstat.sample(os.getpid())
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "done"  # 0.3 s of CPU burnt, still alive
+        after = procstat.sample(os.getpid())
+        assert child.pid in procstat._descendants(os.getpid())
+        assert child.pid in after.threads  # its main thread, among the server's threads
+        assert after.cpu_s - before.cpu_s >= 0.25  # 0.3 s, read in 10 ms ticks; this
+        # process itself only waits meanwhile
+    finally:
+        child.kill()
+        child.wait()
