@@ -35,6 +35,7 @@ from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
 from orpheus_svc.core.generation import SamplingParams
 from orpheus_svc.core.normalize import normalize_text
 from orpheus_svc.core.status import Status
+from orpheus_svc.core.tokens import SAMPLE_RATE
 from orpheus_svc.engine.handle import GenerationHandle
 from orpheus_svc.runtime import Runtime
 
@@ -137,10 +138,10 @@ class _Segment:
     started: bool = False
 
 
-# One AudioChunk carries at most this much of the model's audio (2 s at 24 kHz: 96 KB of
-# PCM16, 192 KB resampled to 48 kHz; gRPC's default receive limit is 4 MB) unless a single
+# One AudioChunk carries at most this much of the model's audio (2 s: 96 KB of PCM16 at
+# 24 kHz, 192 KB resampled to 48 kHz; gRPC's default receive limit is 4 MB) unless a single
 # flusher chunk is longer: queued chunks of a segment are merged up to it (_coalesce).
-MAX_CHUNK_SAMPLES = 48000
+MAX_CHUNK_SAMPLES = 2 * SAMPLE_RATE
 
 
 def _coalesce(pcm, final: bool, queued: deque) -> tuple:
