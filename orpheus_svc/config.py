@@ -75,6 +75,8 @@ class EngineConfig:
     aging_steps: int = _SCHEDULER.aging_steps
     max_prefill_tokens: int = _SCHEDULER.max_prefill_tokens
     max_ahead_seconds: float = _SCHEDULER.max_ahead_seconds  # playout horizon; 0 = off
+    row_budget: bool = _SCHEDULER.row_budget  # real-time row budget at admission
+    row_budget_headroom: float = _SCHEDULER.row_budget_headroom
     seed: int | None = None  # engine seed for requests without one (None: random per start)
     # trtllm
     trtllm_engine_dir: str | None = None

@@ -13,15 +13,21 @@ Batch order (docs/architecture.md, "Where each idea lives"):
                the one being played
 When everything fits in the batch, everything runs (and with the playout horizon off no
 order is computed for the decode rows then: Scheduler._everything_runs).
+
+With the real-time row budget on (engine.row_budget, core/budget.py), admission keeps the
+running generations within what the engine can run at real time: later segments wait in
+the queue, in the same order, until a row ends or they are needed within MIN_SLACK_S.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .budget import MIN_SLACK_S, RowBudget
 from .checks import is_finite, is_int, require
 from .generation import Generation
 from .playout import PlayoutSnapshot, SessionPlayout
@@ -61,6 +67,12 @@ class SchedulerSettings:
     # buffered ahead sits the step out (and does not age), so sessions far ahead of playback
     # do not lengthen everyone's steps. Measured in BENCHMARKS.md (longform, 256 sessions).
     max_ahead_seconds: float = 0.0
+    # Real-time row budget (core/budget.py): admit a later segment only while the running
+    # generations fit what the engine measurably runs at real time x (1 + headroom); one
+    # whose listener waits, or will within a second, is admitted regardless. Off by
+    # default; the GPU deployment turns it on (BENCHMARKS.md, issue 16, third round).
+    row_budget: bool = False
+    row_budget_headroom: float = 0.1
     # The batch order. Not a config setting: the server always runs deadline_priority; the
     # baselines of the scheduling comparison (BENCHMARKS.md) are injected by the benchmark
     # (bench/orpheus_bench/policies.py).
@@ -73,6 +85,9 @@ class SchedulerSettings:
             require(is_int(value) and value >= floor, self, name, f"must be >= {floor}")
         require(is_finite(self.max_ahead_seconds) and self.max_ahead_seconds >= 0, self,
                 "max_ahead_seconds", "must be >= 0")
+        require(isinstance(self.row_budget, bool), self, "row_budget", "must be true or false")
+        require(is_finite(self.row_budget_headroom) and 0 <= self.row_budget_headroom <= 4,
+                self, "row_budget_headroom", "must be between 0 and 4")
         require(callable(self.priority), self, "priority", "must be a function")
 
 
@@ -103,6 +118,8 @@ class SchedulerStats:
     # sessions generating now whose listener has less than UNDERRUN_RISK_SECONDS of audio
     # buffered (after their first audio): they run dry soon unless they get steps
     underrun_risk: int = 0
+    # generations the real-time row budget lets run now (0: budget off or not measured yet)
+    row_budget: int = 0
 
 
 UNDERRUN_RISK_SECONDS = 0.25
@@ -128,6 +145,13 @@ class Scheduler:
         # (when its audio has played, session id) for sessions left without generations
         self._idle_at: list[tuple[float, str]] = []
         self._step = 0
+        # Real-time row budget (None: off): fed with every step that followed another
+        # without an idle wait; _last_step_end is None after such a wait.
+        self._budget: RowBudget | None = None
+        self._budget_for: SchedulerSettings | None = None
+        self._last_step_end: float | None = None
+        self._deferred_until = math.inf  # when a waiting generation reaches MIN_SLACK_S
+        self._admission_stale = False  # queued or ended since the last admission pass
         self._counts = dict(submitted=0, finished=0, cancelled=0, rejected=0, tokens=0,
                             grammar_violations=0)
 
@@ -148,6 +172,7 @@ class Scheduler:
                 f"{len(self._waiting)} generations are queued (max_waiting="
                 f"{self.settings.max_waiting}); retry later or on another replica")
         self._counts["submitted"] += 1
+        self._admission_stale = True
         self._waiting.append(gen)
         self._session(gen).add(gen)
 
@@ -184,6 +209,11 @@ class Scheduler:
         if horizon <= 0:
             fast = self._everything_runs(now)
             if fast is not None:
+                if not (fast[0] or fast[1]):
+                    self._last_step_end = None  # the engine waits for work: not a step
+                    idle_s = max(self._deferred_until - now, 0.0) if self._waiting else 0.0
+                    return StepPlan(self._step, (), (), tuple(admitted), tuple(released),
+                                    idle_s if idle_s < math.inf else 0.0)
                 return StepPlan(self._step, fast[0], fast[1], tuple(admitted),
                                 tuple(released), 0.0)
         keyed = []
@@ -194,8 +224,11 @@ class Scheduler:
             else:
                 keyed.append((key, gen.gen_id, gen))
         idle_s = 0.0
-        if not keyed and self._parked:
-            idle_s = max(self._next_wakeup() - now, 0.0)
+        if not keyed:
+            self._last_step_end = None  # the engine waits for work: not a step
+            wake = min(self._next_wakeup() if self._parked else math.inf,
+                       self._deferred_until if self._waiting else math.inf)
+            idle_s = max(wake - now, 0.0) if wake < math.inf else 0.0
         keyed.sort()  # ties: submission order (gen ids are unique, so gens never compare)
         prefill_budget = self.settings.max_prefill_tokens
         prefill, decode = [], []
@@ -292,6 +325,11 @@ class Scheduler:
         self._counts["tokens"] += count
         self._counts["grammar_violations"] += violations
         self.freed(result.freed)  # after the finishes above: they free first
+        if self._budget is not None and self._last_step_end is not None:
+            self._budget.observe(count, now - self._last_step_end)
+        # With nothing left to run the engine waits for a command: the next step's time
+        # would include that wait.
+        self._last_step_end = now if (running or self._waiting) else None
         return out
 
     def freed(self, gen_ids) -> None:
@@ -325,7 +363,10 @@ class Scheduler:
             active=len(self._running), waiting=len(self._waiting),
             free_slots=self.pool.num_free, used_slots=self.pool.num_used,
             total_slots=self.pool.num_slots, steps=self._step, underrun_risk=risk,
-            **self._counts)
+            row_budget=self._budget_rows(), **self._counts)
+
+    def _budget_rows(self) -> int:
+        return 0 if self._budget is None else int(self._budget.cap)
 
     def playout_update(self, gen: Generation, now: float) -> PlayoutSnapshot | None:
         """When the listener reaches `gen`'s audio (core/playout.py), if that may have moved
@@ -367,18 +408,47 @@ class Scheduler:
                                       self.settings)
 
     def _admit(self, now: float) -> list[Generation]:
+        """Move waiting generations into free slots in batch order. With the row budget on,
+        only while the running ones fit it, except those needed within MIN_SLACK_S (the
+        listener waits for a first segment; a later one is due): the rest stay queued, and
+        `_deferred_until` says when the first of them becomes due."""
         admitted: list[Generation] = []
+        room = self._budget_room()
         if not self._waiting or self.pool.num_free == 0:
             return admitted
-        self._waiting.sort(key=lambda g: self._priority(g, now))
-        while self._waiting and self.pool.num_free:
-            gen = self._waiting.pop(0)
+        if room <= 0 and now < self._deferred_until and not self._admission_stale:
+            return admitted  # nothing new, nothing freed, nothing due
+        self._admission_stale = False
+        keyed = sorted([(self._priority(g, now), i, g) for i, g in enumerate(self._waiting)])
+        waiting: list[Generation] = []
+        self._deferred_until = math.inf
+        for key, _, gen in keyed:
+            if not self.pool.num_free:
+                waiting.append(gen)
+                continue
+            if room <= 0 and key[0] == 2 and key[1] > MIN_SLACK_S:
+                waiting.append(gen)  # the budget is full and its listener has audio ahead
+                self._deferred_until = min(self._deferred_until, now + key[1] - MIN_SLACK_S)
+                continue
+            room -= 1
             gen.slot = self.pool.allocate(gen.gen_id)
             self._fit_to_slot(gen)
             self._running[gen.gen_id] = gen
             self._candidates[gen.gen_id] = gen
             admitted.append(gen)
+        self._waiting = waiting
         return admitted
+
+    def _budget_room(self) -> float:
+        """How many more generations the row budget admits now (infinite when it is off;
+        at least one while nothing runs, so a queue is never stuck behind its own budget)."""
+        if not self.settings.row_budget:
+            self._budget = self._budget_for = None
+            return math.inf
+        if self._budget_for is not self.settings:  # new settings: measure afresh
+            self._budget = RowBudget(self.settings.row_budget_headroom)
+            self._budget_for = self.settings
+        return max(math.floor(self._budget.cap), 1) - len(self._running)
 
     def _fit_to_slot(self, gen: Generation) -> None:
         """Cut max_tokens to what the slot holds after the prompt, so the generation ends
@@ -401,6 +471,7 @@ class Scheduler:
             del self._running[gen.gen_id]
             self._candidates.pop(gen.gen_id, None)
             self._parked.pop(gen.gen_id, None)
+        self._admission_stale = True  # a waiting later segment of its session may be due
         session = self._sessions[gen.request.session_id]
         session.remove(gen, now)
         if session.gens:
