@@ -3,8 +3,9 @@
 Each iteration: drain the commands pushed since the last one, plan the due windows
 (audio/windows.py) of the generations whose plan can have changed (see _due_streams),
 decode windows of equal length together in as few SNAC calls as max_decode_frames (by
-default the codec's max_batch_frames) allows, cut each window's exact samples and hand all
-events of the iteration to the sink in one call. Windows are decoded most urgent first
+default the codec's max_batch_frames) allows, cut each window's exact samples and hand the
+events of the iteration to the sink: first audio (a generation's first window) in one call
+as soon as it is decoded, the rest in one call after. Windows are decoded most urgent first
 (first chunks, then the listeners with the least audio buffered), and an iteration starts
 no SNAC call after max_iteration_s: what is left waits for the next iteration, which
 follows at once. push_many() (once per engine step), push() and drop() only append to a
@@ -88,9 +89,13 @@ class _Stream:
         """Sort key, most urgent first: a listener waiting for its first audio now (time to
         first audio), then the least audio buffered (closest to running dry); a segment
         whose playback starts later ranks by how soon it does."""
-        if self.emitted == 0 and (self.playout is None or self.playout.starts_at <= now):
+        if self.awaited_first(now):
             return (0, 0.0)
         return (1, self.buffered(now))
+
+    def awaited_first(self, now: float) -> bool:
+        """Is a listener waiting for this stream's first audio now?"""
+        return self.emitted == 0 and (self.playout is None or self.playout.starts_at <= now)
 
     def codes(self) -> np.ndarray:
         if len(self.frames) > 1:
@@ -102,7 +107,7 @@ class Flusher:
     """Turns pushed frames into AudioEvents. See the module docstring for the guarantees.
 
     `sink` is called from the flusher thread with a non-empty list of AudioEvents, once per
-    iteration. `on_error(gen_ids, exc)` is called if a decode fails and returns the message
+    iteration (twice when it decodes first audio and more: the first audio goes first). `on_error(gen_ids, exc)` is called if a decode fails and returns the message
     for those generations' final events (Finish reason "error"); they are then forgotten
     (default: log the error).
     """
@@ -263,28 +268,47 @@ class Flusher:
         # Only generations with windows due are ranked (stable: arrival order among equals).
         due.sort(key=lambda d: d[1].urgency(now))
         jobs = [(gid, st, w) for gid, st, windows in due for w in windows]
-        pcm, self.backlog = self._decode(jobs, deadline=now + self.settings.max_iteration_s)
+        # First audio that a listener waits for now (the most urgent jobs: a prefix) goes
+        # out before the rest of the iteration is decoded, which can take tens of ms.
+        n_first = sum(1 for _, st, _ in jobs if st.awaited_first(now))
+        phases = [jobs[:n_first], jobs[n_first:]] if 0 < n_first < len(jobs) else [jobs]
+        deadline = now + self.settings.max_iteration_s
         cut: set[int] = set()  # generations with a window left undecoded this time
-        for (gid, st, w), audio in zip(jobs, pcm):
-            if gid not in self._streams:  # its decode failed
-                continue
-            if audio is None or gid in cut:  # out of time: it and what follows wait
-                cut.add(gid)
-                continue
-            is_last = st.final and w.end == st.num_frames * SAMPLES_PER_FRAME
-            events.append(AudioEvent(gid, audio, w.start, final=is_last,
-                                     finish=st.finish if is_last else None))
-            st.emitted = w.end
+        sent = 0
+        for k, phase in enumerate(phases):
+            if k and (self.backlog or self.clock() >= deadline):  # out of time: the rest waits
+                cut.update(gid for gid, _, _ in phase)
+                self.backlog = True
+                break
+            pcm, self.backlog = self._decode(phase, deadline)
+            for (gid, st, w), audio in zip(phase, pcm):
+                if gid not in self._streams:  # its decode failed
+                    continue
+                if audio is None or gid in cut:  # out of time: it and what follows wait
+                    cut.add(gid)
+                    continue
+                is_last = st.final and w.end == st.num_frames * SAMPLES_PER_FRAME
+                events.append(AudioEvent(gid, audio, w.start, final=is_last,
+                                         finish=st.finish if is_last else None))
+                st.emitted = w.end
+            if k + 1 < len(phases):
+                sent += self._emit(events)
+                events = []
         events += self._ends  # failed decodes (_fail)
         self._ends = []
-        for event in events:
-            if event.final:
-                self._close(event.gen_id)
         self._dirty.update(cut)
         for gid, st in planned:
             if gid not in cut and self._streams.get(gid) is st:
                 self._schedule_wake(gid, st)
         self._wake_at = self._next_wake()
+        return sent + self._emit(events)
+
+    def _emit(self, events: list[AudioEvent]) -> int:
+        """Close the generations that end in `events`, and hand the sink those not dropped
+        meanwhile; returns how many went."""
+        for event in events:
+            if event.final:
+                self._close(event.gen_id)
         with self._lock:
             events = self._unless_dropped(events)
         if events:
@@ -419,7 +443,7 @@ class Flusher:
             if n and self.clock() >= deadline:
                 return out, True
             try:
-                z = torch.cat([self._latent(jobs[i][1], jobs[i][2]) for i in part])
+                z = self._latents([jobs[i] for i in part])
                 pcm = self.codec.decode_latents(z, keep=(lo, hi))
                 self.num_decode_calls += 1
                 if self.on_decode is not None:
@@ -440,16 +464,29 @@ class Flusher:
     def _decode_one(self, job: tuple[int, _Stream, Window], lo: int, hi: int) -> np.ndarray | None:
         """A job's PCM decoded alone (after its batched call failed); None when it fails too."""
         try:
-            return self.codec.decode_latents(self._latent(job[1], job[2]), keep=(lo, hi))[0].copy()
+            return self.codec.decode_latents(self._latents([job]), keep=(lo, hi))[0].copy()
         except Exception as exc:
             self._fail([job[0]], exc)
             return None
 
-    def _latent(self, st: _Stream, w: Window) -> torch.Tensor:
-        codes = st.codes()[w.frame_lo:w.frame_hi]
-        z = self.codec.latents([codes])
-        first = w.step_lo - w.frame_lo * 4
-        return z[..., first:first + w.num_steps]
+    def _latents(self, jobs: list[tuple[int, _Stream, Window]]) -> torch.Tensor:
+        """The decoder input of windows of equal num_steps, in order: one codec.latents
+        call per (frames, first step) shape among them, not one per window (on a GPU each
+        call is a dozen kernel launches)."""
+        shapes: dict[tuple[int, int], list[int]] = {}
+        for i, (_, _, w) in enumerate(jobs):
+            shapes.setdefault((w.frame_hi - w.frame_lo, w.step_lo - w.frame_lo * 4),
+                              []).append(i)
+        pieces, order = [], []
+        for (_, first), members in shapes.items():
+            z = self.codec.latents([jobs[i][1].codes()[jobs[i][2].frame_lo:jobs[i][2].frame_hi]
+                                    for i in members])
+            pieces.append(z[..., first:first + jobs[members[0]][2].num_steps])
+            order.extend(members)
+        if len(pieces) == 1:
+            return pieces[0]
+        z = torch.cat(pieces)
+        return z[torch.from_numpy(np.argsort(np.asarray(order)))]
 
     def _fail(self, gen_ids: list[int], exc: BaseException) -> None:
         """Forget generations whose decode failed; each ends with an empty final event whose
