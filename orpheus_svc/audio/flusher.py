@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, HOP, FlusherSettings
-from orpheus_svc.audio.windows import Window, plan_windows, ready_end
+from orpheus_svc.audio.windows import Window, chunk_target, plan_windows, ready_end
 from orpheus_svc.core.events import AudioEvent, Finish, FramePush
 from orpheus_svc.core.playout import PlayoutSnapshot
 from orpheus_svc.core.tokens import CODES_PER_POSITION, FRAME_TOKENS, SAMPLE_RATE, SAMPLES_PER_FRAME
@@ -79,6 +79,12 @@ class _Stream:
         if self.playout is None:
             return float("inf")
         return self.playout.buffered_samples(self.emitted, now)
+
+    def ahead(self, now: float) -> int:
+        """Samples the listener has to play before it runs out of what was sent (0 when
+        no playout clock is known, or dry)."""
+        b = self.buffered(now)
+        return int(b) if 0 < b < float("inf") else 0
 
     def hungry(self, now: float, low_water_samples: int) -> bool:
         """Is the listener about to run dry? Only once its first audio went out (the first
@@ -258,7 +264,7 @@ class Flusher:
         planned = self._due_streams(now)
         for gid, st in planned:
             windows = plan_windows(st.num_frames, st.final, st.emitted, self.settings,
-                                   hungry=st.hungry(now, low))
+                                   hungry=st.hungry(now, low), ahead=st.ahead(now))
             if windows:
                 due.append((gid, st, windows))
             elif st.final and st.emitted == st.num_frames * SAMPLES_PER_FRAME:
@@ -348,9 +354,25 @@ class Flusher:
         (a busy engine) while audio it already produced waits for the chunk target.
         """
         t = None
-        if (st.emitted and st.playout is not None
-                and ready_end(st.num_frames, st.final, self.settings) > st.emitted):
-            t = st.playout.dry_at(st.emitted) - self.settings.low_water_samples / SAMPLE_RATE
+        s = self.settings
+        if st.playout is not None and st.emitted:
+            ready = ready_end(st.num_frames, st.final, s) - st.emitted
+            if ready > 0:
+                dry = st.playout.dry_at(st.emitted)
+                t = dry - s.low_water_samples / SAMPLE_RATE
+                if s.chunk_growth > 0 and ready >= chunk_target(st.emitted, s):
+                    # withheld only because the listener has much ahead (the target grows
+                    # with it): due once it has ready / growth left, if not hungry before
+                    t = min(t, dry - ready / s.chunk_growth / SAMPLE_RATE)
+        elif st.playout is not None and ready_end(st.num_frames, st.final, s) > 0:
+            # nothing sent, something ready: a first chunk withheld while the listener has
+            # plenty ahead. Due once it has less than a full chunk left (early_first), or
+            # once the chunk target (which follows what it has ahead) falls to what is ready.
+            dry = st.playout.dry_at(0)
+            t = dry - s.max_chunk_samples / SAMPLE_RATE
+            ready = ready_end(st.num_frames, st.final, s, early_first=False)
+            if s.chunk_growth > 0 and ready >= s.min_chunk_samples:
+                t = min(t, dry - ready / s.chunk_growth / SAMPLE_RATE)
         if t != st.wake_at:  # unchanged (frames came, nothing went): its entry stands
             st.wake_at = t
             if t is not None:

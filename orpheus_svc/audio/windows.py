@@ -20,6 +20,11 @@ are kept:
     decode of the whole utterance sees the same zero padding, so no context is missing.
   * The first chunk: with only f0 there is no lookahead to wait for, so the head of f0
     (`first_chunk_samples`) goes out at once; the next chunk starts where it stopped.
+    Unless the listener has plenty to play before it needs this generation (a later
+    segment, `ahead` >= max_chunk_samples): then its first chunk is an ordinary one,
+    decoded with lookahead (better audio) and as large as the target allows.
+  * Chunk sizes follow what the listener has to play: max(emitted, ahead), so a later
+    segment whose listener is seconds ahead goes out in large chunks from the start.
 """
 
 from __future__ import annotations
@@ -62,14 +67,23 @@ class Window(NamedTuple):
         return slice(self.start - base, self.end - base)
 
 
-def ready_end(num_frames: int, final: bool, s: FlusherSettings) -> int:
-    """Absolute sample up to which audio may be emitted now."""
+def ready_end(num_frames: int, final: bool, s: FlusherSettings, early_first: bool = True) -> int:
+    """Absolute sample up to which audio may be emitted now (`early_first`: the head of
+    frame 0 may go before its lookahead exists)."""
     total = num_frames * FRAME
     if final:
         return total
     if num_frames == 0:
         return 0
+    if not early_first:
+        return max(total - s.lookahead_samples, 0)
     return max(total - s.lookahead_samples, min(s.first_chunk_samples, total))
+
+
+def early_first(emitted: int, ahead: int, s: FlusherSettings) -> bool:
+    """Does this generation's first chunk go as soon as it exists? Yes unless it was sent
+    already or the listener has at least a full chunk to play before it needs it."""
+    return emitted == 0 and ahead < s.max_chunk_samples
 
 
 def chunk_target(emitted: int, s: FlusherSettings) -> int:
@@ -84,21 +98,25 @@ def window_for(start: int, end: int, num_frames: int, s: FlusherSettings) -> Win
 
 
 def plan_windows(num_frames: int, final: bool, emitted: int, s: FlusherSettings,
-                 hungry: bool = False) -> list[Window]:
+                 hungry: bool = False, ahead: int = 0) -> list[Window]:
     """The windows to decode now for one generation (empty: nothing is due yet).
 
     `hungry`: the listener is about to run dry (the flusher's playout estimate is below
     low_water_samples), so whatever is ready goes now, however small.
+    `ahead`: samples the listener has to play before it runs out of what this generation
+    sent (for a later segment: with the audio before it); 0 when unknown.
     Ready audio longer than max_chunk_samples is cut into pieces of that size, so a
     flusher that fell behind catches up in equal, batchable windows.
     """
-    end = ready_end(num_frames, final, s)
+    early = early_first(emitted, ahead, s)
+    end = ready_end(num_frames, final, s, early)
     if end <= emitted:
         return []
-    # The first chunk goes as soon as anything is ready (time to first audio); the last
-    # one whatever its size; the ones between wait until they are worth a decode, unless
-    # the listener needs them now.
-    if not (final or hungry) and emitted > 0 and end - emitted < chunk_target(emitted, s):
+    # The first chunk goes as soon as anything is ready (time to first audio) unless the
+    # listener has plenty ahead; the last one whatever its size; the ones between wait
+    # until they are worth a decode, unless the listener needs them now.
+    if (not (final or hungry or early)
+            and end - emitted < chunk_target(max(emitted, ahead), s)):
         return []
     windows = []
     start = emitted

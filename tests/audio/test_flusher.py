@@ -562,4 +562,8 @@ def test_first_audio_of_a_segment_heard_later_yields_to_a_listener_running_dry(t
     flusher.run_once()
     assert [e.gen_id for e in sink.calls[before]] == [1]
     run_until_idle(flusher)
-    assert sink.events(2)
+    # 2's listener has 5 s to play first: its first chunk waits (windows.early_first) ...
+    assert not sink.events(2)
+    codec.now += 5.0 - 1.0  # ... until less than a full chunk (1.37 s) is left before it
+    run_until_idle(flusher)
+    assert sum(e.num_samples for e in sink.events(2)) == FlusherSettings().first_chunk_samples

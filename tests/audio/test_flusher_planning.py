@@ -80,7 +80,8 @@ def run_script(seed: int, plan_all: bool, settings: FlusherSettings) -> list[tup
                 frames[int(rng.integers(n)), 0] = POISON
             playout = None
             if rng.random() < 0.3:
-                playout = PlayoutSnapshot(codec.now + float(rng.uniform(-0.5, 0.5)))
+                # up to 2 s ahead: later segments, whose first chunk waits (early_first)
+                playout = PlayoutSnapshot(codec.now + float(rng.uniform(-0.5, 2.0)))
             final = rng.random() < 0.05
             finish = Finish("stop", 1, 2, 3) if final and rng.random() < 0.5 else None
             flusher.push(gid, frames, final=final, playout=playout, finish=finish)

@@ -56,6 +56,25 @@ def test_hungry_listener_gets_whatever_is_ready():
     assert (w.start, w.end) == (emitted, 6 * FRAME - 6 * HOP)
 
 
+def test_a_listener_with_a_chunk_ahead_gets_no_early_first_chunk():
+    # a later segment: its listener has 8 frames (max_chunk) to play before it
+    assert plan_windows(1, False, 0, S, ahead=8 * FRAME) == []
+    # with less than a chunk ahead the head of frame 0 goes at once, as for a first segment
+    assert plan_windows(1, False, 0, S, ahead=8 * FRAME - 1) == [Window(0, 1024, 0, 4)]
+    # withheld, it goes as an ordinary chunk of the target's size, decoded with lookahead
+    assert plan_windows(9, False, 0, S, ahead=20 * FRAME) == []  # 7.5 frames ready < 8
+    w = plan_windows(10, False, 0, S, ahead=20 * FRAME)[0]
+    assert (w.start, w.end) == (0, 8 * FRAME) and w.step_hi > w.end // HOP
+
+
+def test_chunks_grow_with_what_the_listener_has_ahead():
+    emitted = 2 * FRAME  # target from emitted alone: 2 frames
+    assert plan_windows(6, False, emitted, S) != []  # 2.5 frames new: due
+    assert plan_windows(6, False, emitted, S, ahead=6 * FRAME) == []  # target 6 frames
+    assert plan_windows(6, False, emitted, S, ahead=6 * FRAME, hungry=True) != []
+    assert plan_windows(6, True, emitted, S, ahead=6 * FRAME) != []  # the last chunk goes
+
+
 def test_chunk_target_is_clamped():
     assert chunk_target(0, S) == FRAME
     assert chunk_target(100 * FRAME, S) == 8 * FRAME
