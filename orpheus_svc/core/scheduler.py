@@ -150,8 +150,11 @@ class Scheduler:
         self._budget: RowBudget | None = None
         self._budget_for: SchedulerSettings | None = None
         self._last_step_end: float | None = None
-        self._deferred_until = math.inf  # when a waiting generation reaches MIN_SLACK_S
-        self._admission_stale = False  # queued or ended since the last admission pass
+        # Waiting generations the budget holds back (later segments, not yet due): a heap
+        # by the time their slack falls to MIN_SLACK_S, which is also their slack order.
+        # Entries are stale unless _deferred_ids holds the same time (lazy deletion).
+        self._deferred: list[tuple[float, int, Generation]] = []
+        self._deferred_ids: dict[int, float] = {}
         self._counts = dict(submitted=0, finished=0, cancelled=0, rejected=0, tokens=0,
                             grammar_violations=0)
 
@@ -164,15 +167,14 @@ class Scheduler:
         the server already accepted (callers bound how many of those are in flight), and
         refusing it would break a conversation midway."""
         # Generations queued since the last step may still find a free slot at the next one.
-        full = len(self._waiting) >= self.settings.max_waiting + self.pool.num_free
+        full = self._num_waiting >= self.settings.max_waiting + self.pool.num_free
         if full and gen.request.segment_index == 0:
             self._counts["rejected"] += 1
             raise AdmissionError(
                 f"server is at capacity: all {self.pool.num_slots} KV slots are busy and "
-                f"{len(self._waiting)} generations are queued (max_waiting="
+                f"{self._num_waiting} generations are queued (max_waiting="
                 f"{self.settings.max_waiting}); retry later or on another replica")
         self._counts["submitted"] += 1
-        self._admission_stale = True
         self._waiting.append(gen)
         self._session(gen).add(gen)
 
@@ -184,6 +186,10 @@ class Scheduler:
                 self._waiting.remove(gen)
                 self._finish(gen, "cancelled", now)
                 return gen
+        if self._deferred_ids.pop(gen_id, None) is not None:
+            gen = next(g for _, _, g in self._deferred if g.gen_id == gen_id)
+            self._finish(gen, "cancelled", now)
+            return gen
         gen = self._running.get(gen_id)
         if gen is None or gen.cancelled:
             return None
@@ -211,7 +217,7 @@ class Scheduler:
             if fast is not None:
                 if not (fast[0] or fast[1]):
                     self._last_step_end = None  # the engine waits for work: not a step
-                    idle_s = max(self._deferred_until - now, 0.0) if self._waiting else 0.0
+                    idle_s = max(self._next_due() - now, 0.0)
                     return StepPlan(self._step, (), (), tuple(admitted), tuple(released),
                                     idle_s if idle_s < math.inf else 0.0)
                 return StepPlan(self._step, fast[0], fast[1], tuple(admitted),
@@ -227,7 +233,7 @@ class Scheduler:
         if not keyed:
             self._last_step_end = None  # the engine waits for work: not a step
             wake = min(self._next_wakeup() if self._parked else math.inf,
-                       self._deferred_until if self._waiting else math.inf)
+                       self._next_due())
             idle_s = max(wake - now, 0.0) if wake < math.inf else 0.0
         keyed.sort()  # ties: submission order (gen ids are unique, so gens never compare)
         prefill_budget = self.settings.max_prefill_tokens
@@ -329,7 +335,7 @@ class Scheduler:
             self._budget.observe(count, now - self._last_step_end)
         # With nothing left to run the engine waits for a command: the next step's time
         # would include that wait.
-        self._last_step_end = now if (running or self._waiting) else None
+        self._last_step_end = now if (running or self._num_waiting) else None
         return out
 
     def freed(self, gen_ids) -> None:
@@ -342,7 +348,9 @@ class Scheduler:
 
     def get(self, gen_id: int) -> Generation | None:
         return self._running.get(gen_id) or next(
-            (g for g in self._waiting if g.gen_id == gen_id), None)
+            (g for g in self._waiting if g.gen_id == gen_id), None) or next(
+            (g for _, _, g in self._deferred if self._deferred_ids.get(g.gen_id) is not None
+             and g.gen_id == gen_id), None)
 
     def running(self) -> list[Generation]:
         return list(self._running.values())
@@ -350,7 +358,11 @@ class Scheduler:
     @property
     def has_work(self) -> bool:
         # a draining slot (core/slots.py) needs steps until the backend confirms it
-        return bool(self._running or self._waiting or self.pool.num_draining)
+        return bool(self._running or self._num_waiting or self.pool.num_draining)
+
+    @property
+    def _num_waiting(self) -> int:
+        return len(self._waiting) + len(self._deferred_ids)
 
     def stats(self, now: float | None = None, risk: int = 0) -> SchedulerStats:
         """The counters; underrun_risk counted at `now` (a scan of every session), else
@@ -360,7 +372,7 @@ class Scheduler:
                        if s.gens and s.playout_end is not None
                        and s.playout_end - now < UNDERRUN_RISK_SECONDS)
         return SchedulerStats(
-            active=len(self._running), waiting=len(self._waiting),
+            active=len(self._running), waiting=self._num_waiting,
             free_slots=self.pool.num_free, used_slots=self.pool.num_used,
             total_slots=self.pool.num_slots, steps=self._step, underrun_risk=risk,
             row_budget=self._budget_rows(), **self._counts)
@@ -409,35 +421,56 @@ class Scheduler:
 
     def _admit(self, now: float) -> list[Generation]:
         """Move waiting generations into free slots in batch order. With the row budget on,
-        only while the running ones fit it, except those needed within MIN_SLACK_S (the
-        listener waits for a first segment; a later one is due): the rest stay queued, and
-        `_deferred_until` says when the first of them becomes due."""
+        a later segment not due within MIN_SLACK_S waits in `_deferred` (by slack) while
+        the running ones fill the budget; the others are admitted regardless. Per step the
+        work is O(new arrivals + generations coming due), not O(everything queued)."""
         admitted: list[Generation] = []
-        room = self._budget_room()
-        if not self._waiting or self.pool.num_free == 0:
+        if not self.pool.num_free:
             return admitted
-        if room <= 0 and now < self._deferred_until and not self._admission_stale:
-            return admitted  # nothing new, nothing freed, nothing due
-        self._admission_stale = False
-        keyed = sorted([(self._priority(g, now), i, g) for i, g in enumerate(self._waiting)])
-        waiting: list[Generation] = []
-        self._deferred_until = math.inf
-        for key, _, gen in keyed:
-            if not self.pool.num_free:
-                waiting.append(gen)
-                continue
-            if room <= 0 and key[0] == 2 and key[1] > MIN_SLACK_S:
-                waiting.append(gen)  # the budget is full and its listener has audio ahead
-                self._deferred_until = min(self._deferred_until, now + key[1] - MIN_SLACK_S)
-                continue
-            room -= 1
-            gen.slot = self.pool.allocate(gen.gen_id)
-            self._fit_to_slot(gen)
-            self._running[gen.gen_id] = gen
-            self._candidates[gen.gen_id] = gen
-            admitted.append(gen)
-        self._waiting = waiting
+        room = self._budget_room()
+        heap, ids = self._deferred, self._deferred_ids
+        due: list[Generation] = []
+        while heap and heap[0][0] <= now:  # their slack reached MIN_SLACK_S: judge afresh
+            t, _, gen = heapq.heappop(heap)
+            if ids.get(gen.gen_id) == t:
+                del ids[gen.gen_id]
+                due.append(gen)
+        if self._waiting or due:
+            keyed = sorted([(self._priority(g, now), g.gen_id, g)
+                            for g in (*self._waiting, *due)])
+            self._waiting = []
+            for key, _, gen in keyed:
+                if key[0] == 2 and key[1] > MIN_SLACK_S:  # the listener has audio ahead
+                    t = now + key[1] - MIN_SLACK_S
+                    ids[gen.gen_id] = t
+                    heapq.heappush(heap, (t, gen.gen_id, gen))
+                elif self.pool.num_free:
+                    self._start(gen)
+                    admitted.append(gen)
+                    room -= 1
+                else:
+                    self._waiting.append(gen)
+        while room > 0 and heap and self.pool.num_free:  # room left: least slack first
+            t, _, gen = heapq.heappop(heap)
+            if ids.get(gen.gen_id) == t:
+                del ids[gen.gen_id]
+                self._start(gen)
+                admitted.append(gen)
+                room -= 1
         return admitted
+
+    def _start(self, gen: Generation) -> None:
+        gen.slot = self.pool.allocate(gen.gen_id)
+        self._fit_to_slot(gen)
+        self._running[gen.gen_id] = gen
+        self._candidates[gen.gen_id] = gen
+
+    def _next_due(self) -> float:
+        """When the first deferred generation falls due (inf: none)."""
+        heap = self._deferred
+        while heap and self._deferred_ids.get(heap[0][2].gen_id) != heap[0][0]:
+            heapq.heappop(heap)  # stale
+        return heap[0][0] if heap else math.inf
 
     def _budget_room(self) -> float:
         """How many more generations the row budget admits now (infinite when it is off;
@@ -471,7 +504,6 @@ class Scheduler:
             del self._running[gen.gen_id]
             self._candidates.pop(gen.gen_id, None)
             self._parked.pop(gen.gen_id, None)
-        self._admission_stale = True  # a waiting later segment of its session may be due
         session = self._sessions[gen.request.session_id]
         session.remove(gen, now)
         if session.gens:
@@ -479,6 +511,8 @@ class Scheduler:
         for other in session.gens:  # their slack may have dropped: judge them afresh
             if self._parked.pop(other.gen_id, None) is not None:
                 self._candidates[other.gen_id] = other
+            if self._deferred_ids.pop(other.gen_id, None) is not None:
+                self._waiting.append(other)
         if not session.gens:
             heapq.heappush(self._idle_at, (session.playout_end or now, session.session_id))
 
