@@ -199,9 +199,16 @@ class ServerConfig:
     # (SO_REUSEPORT), connected over ZeroMQ (orpheus_svc/ipc/).
     topology: str = "single"
     frontends: int = 2
+    # The asyncio event loop every serving process runs (server/eventloop.py): auto = uvloop
+    # when it is installed (the server extra installs it on Linux and macOS), else asyncio's
+    # own | uvloop (refuse to start without it) | asyncio. BENCHMARKS.md, issue 16: uvloop
+    # halves the 512-session call-start tail and cuts the loop's CPU.
+    event_loop: str = "auto"
 
     def __post_init__(self) -> None:
         require(self.topology in ("single", "split"), self, "topology", "must be single or split")
+        require(self.event_loop in ("auto", "uvloop", "asyncio"), self, "event_loop",
+                "must be auto, uvloop or asyncio")
         require(1 <= self.frontends <= 64, self, "frontends", "must be 1..64")
         for name in ("port", "metrics_port", "http_port"):
             require(0 <= getattr(self, name) <= 65535, self, name, "must be 0..65535")

@@ -18,7 +18,6 @@ started with multiprocessing's spawn method (no fork of a process holding thread
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import gc
 import logging
@@ -112,13 +111,14 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop, prio
 
 def frontend_main(config: Config, index: int, commands_addr: str, events_addr: str) -> None:
     """Front-end `index`: the gRPC server (server/app.py) with the engine over ZeroMQ."""
+    from orpheus_svc.server import eventloop
     from orpheus_svc.server.app import FrontendSpec, serve
     from orpheus_svc.server.logs import configure_logging
 
     configure_logging(config.server.log_format, config.server.log_level)
     _watch_parent(lambda: os.kill(os.getpid(), signal.SIGTERM))  # drain, then exit
     spec = FrontendSpec(index, commands_addr, events_addr)
-    sys.exit(asyncio.run(serve(config, frontend=spec)))
+    sys.exit(eventloop.run(serve(config, frontend=spec), config.server.event_loop))
 
 
 def serve_split(config: Config, *, priority=None) -> int:

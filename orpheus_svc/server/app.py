@@ -37,6 +37,7 @@ from orpheus_svc.core.scheduler import PriorityFn
 from orpheus_svc.runtime import build_runtime
 from orpheus_svc.security import KeyFileError
 
+from . import eventloop
 from .auth import ApiKeyInterceptor, AuthCollector, AuthGuard
 from .logs import configure_logging
 from .metrics import Metrics
@@ -133,6 +134,7 @@ class Server:
                                    ssl=self.tls.uvicorn_ssl() if self.tls else None)
             await self.http.start()
         log.info("listening", host=s.host, port=self.port, reflection=s.reflection,
+                 event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
                  tls=self.tls is not None, mtls=bool(s.tls_client_ca_file),
                  api_keys=self.auth.store.names() if self.auth else None,
                  metrics=f"{s.metrics_host}:{s.metrics_port + index}" if s.metrics_port else None)
@@ -239,11 +241,16 @@ async def serve(config: Config, stop: asyncio.Event | None = None, *,
 
 def serve_main(config: Config, *, priority: PriorityFn | None = None) -> int:
     configure_logging(config.server.log_format, config.server.log_level)
+    try:  # every serving process runs this loop: refuse a missing one before any starts
+        eventloop.loop_name(config.server.event_loop)
+    except eventloop.EventLoopUnavailable as exc:
+        print(f"orpheus-svc: error: {exc}", file=sys.stderr)
+        return 2
     if config.server.topology == "split":  # an engine process and server.frontends gRPC ones
         from orpheus_svc.ipc.topology import serve_split
         return serve_split(config, priority=priority)
     try:
-        return asyncio.run(serve(config, priority=priority))
+        return eventloop.run(serve(config, priority=priority), config.server.event_loop)
     except (KeyFileError, TlsFilesError) as exc:  # unusable key or TLS files: say which
         print(f"orpheus-svc: error: {exc}", file=sys.stderr)
         return 2

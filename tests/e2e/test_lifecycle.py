@@ -105,3 +105,26 @@ def test_full_server_refuses_with_resource_exhausted_and_recovers(tmp_path):
         assert stub.GetStatus(pb.GetStatusRequest()).rejected_total == 1
     finally:
         srv.stop()
+
+
+def test_the_shared_server_runs_uvloop(server):
+    """server.event_loop=auto picks uvloop where it is installed (the server extra), so the
+    e2e suite runs on it; the listening line says which loop runs."""
+    assert '"event_loop": "uvloop"' in server.logs()
+
+
+def test_asyncio_loop_serves_a_stream_and_drains(tmp_path):
+    srv = ServerProcess(tmp_path, "server.event_loop=asyncio", "engine.backend=sim",
+                        "engine.sim_codec=true", "server.drain_delay_seconds=0.2",
+                        name="asyncio-loop")
+    try:
+        srv.wait_serving()
+        assert '"event_loop": "asyncio"' in srv.logs()
+        stub = tts_pb2_grpc.TTSServiceStub(srv.channel)
+        msgs = list(stub.StreamingSynthesize(requests(["Hello there. ", "How are you?"]),
+                                             timeout=60))
+        check_stream_invariants(msgs)
+        srv.signal(signal.SIGTERM)
+        assert srv.wait_exit() == 0
+    finally:
+        srv.stop()
