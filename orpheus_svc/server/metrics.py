@@ -51,6 +51,9 @@ class _StateCollector:
             "orpheus_underrun_risk_sessions": (
                 "Sessions generating with under 250 ms of audio buffered ahead of playback",
                 snap.underrun_risk),
+            "orpheus_row_budget_generations": (
+                "Generations the real-time row budget lets run at once (engine.row_budget; "
+                "0 = off or not measured yet)", snap.row_budget),
             "orpheus_serving": ("1 when the model is loaded and the server accepts sessions",
                                 int(st.serving)),
         }

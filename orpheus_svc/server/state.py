@@ -68,6 +68,7 @@ class MetricsSnapshot:
     status: StatusSnapshot
     errors: tuple[tuple[str, int], ...]  # (status code name, calls), sorted by name
     underrun_risk: int
+    row_budget: int = 0  # generations the real-time row budget lets run (0: off / unmeasured)
 
 
 class OpenCall:
@@ -196,13 +197,16 @@ class ServerState:
     def underrun_risk(self) -> int:
         return self.runtime.engine.stats().underrun_risk if self.runtime is not None else 0
 
+    def row_budget(self) -> int:
+        return self.runtime.engine.stats().row_budget if self.runtime is not None else 0
+
     # -- snapshots for other threads --------------------------------------------------------
 
     def publish(self) -> MetricsSnapshot:
         """Loop only: freeze the state now (and keep it as the latest published)."""
         self._published = MetricsSnapshot(
             status=self.status(), underrun_risk=self.underrun_risk(),
-            errors=tuple(sorted(self.errors.items())))
+            row_budget=self.row_budget(), errors=tuple(sorted(self.errors.items())))
         return self._published
 
     def snapshot(self, timeout: float = 2.0) -> MetricsSnapshot:

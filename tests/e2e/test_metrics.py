@@ -12,6 +12,7 @@ from .server_proc import ServerProcess, free_port
 SERIES = [
     "orpheus_sessions_active", "orpheus_generations_active", "orpheus_generations_waiting",
     "orpheus_slots_used", "orpheus_slots_free", "orpheus_underrun_risk_sessions",
+    "orpheus_row_budget_generations",
     "orpheus_sessions_total", "orpheus_engine_steps_total", "orpheus_tokens_total",
     "orpheus_audio_seconds_total", "orpheus_engine_batch_size_bucket",
     "orpheus_codec_batch_windows_bucket", "orpheus_time_to_first_audio_seconds_bucket",

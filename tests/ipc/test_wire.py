@@ -40,7 +40,7 @@ def test_float64_pcm_goes_as_float32():
 
 
 def test_stats_round_trip_with_and_without_info():
-    stats = SchedulerStats(1, 2, 3, 4, 7, 10, 8, 1, 1, 99, 1234, 0, underrun_risk=2)
+    stats = SchedulerStats(1, 2, 3, 4, 7, 10, 8, 1, 1, 99, 1234, 0, underrun_risk=2, row_budget=5)
     cold = wire.EngineSnapshot(warm=False, stats=stats, pid=11)
     assert wire.decode_message(wire.encode_stats(cold)) == (wire.STATS, cold)
     info = wire.EngineInfo("sim:h100-fp8", False, "cpu", "sim", "sim", english_registry(), 64)

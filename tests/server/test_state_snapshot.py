@@ -19,7 +19,7 @@ from orpheus_svc.server.state import MetricsSnapshot, OpenCall, ServerState
 def _runtime(max_batch_size):
     stats = SchedulerStats(active=1, waiting=0, free_slots=3, used_slots=1, total_slots=4,
                            submitted=5, finished=4, cancelled=0, rejected=0, steps=9, tokens=70,
-                           grammar_violations=0, underrun_risk=1)
+                           grammar_violations=0, underrun_risk=1, row_budget=37)
     engine = SimpleNamespace(stats=lambda: stats, failed_rows=0,
                              settings=SchedulerSettings(max_batch_size=max_batch_size))
     return SimpleNamespace(engine=engine, router=SimpleNamespace(failed_audio=0),
@@ -62,6 +62,7 @@ def test_a_scrape_reads_a_snapshot_the_loop_computed():
         assert computed_on == [lt.thread]
         assert isinstance(snap, MetricsSnapshot)
         assert snap.status.active_sessions == 1 and snap.underrun_risk == 1
+        assert snap.row_budget == 37
         assert snap.errors == (("INVALID_ARGUMENT", 2),)
         lt.run(lambda: state.count_error(Status.INTERNAL))
         assert snap.errors == (("INVALID_ARGUMENT", 2),)  # frozen: later changes not in it
