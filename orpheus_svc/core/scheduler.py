@@ -71,8 +71,11 @@ class SchedulerSettings:
     # generations fit what the engine measurably runs at real time x (1 + headroom); one
     # whose listener waits, or will within a second, is admitted regardless. Off by
     # default; the GPU deployment turns it on (BENCHMARKS.md, issue 16, third round).
+    # Headroom 1.0 (2 x real time) matches the flusher's chunk growth of 1.0, which keeps
+    # a listener fed only while its generation runs at >= (1 + growth) x real time early
+    # on (audio/settings.py); 0.1 and 0.5 left underruns at 512 sessions (BENCHMARKS.md).
     row_budget: bool = False
-    row_budget_headroom: float = 0.1
+    row_budget_headroom: float = 1.0
     # The batch order. Not a config setting: the server always runs deadline_priority; the
     # baselines of the scheduling comparison (BENCHMARKS.md) are injected by the benchmark
     # (bench/orpheus_bench/policies.py).

@@ -159,7 +159,7 @@ def test_under_a_modelled_gpu_the_running_rows_settle_at_the_real_time_batch():
     play, the running rows settle at 454, and no listener runs dry once it has started
     (the held segments all fall due together at about 4 s and then run over the budget)."""
     s = Scheduler(SlotPool(1024, 4096), SchedulerSettings(
-        max_batch_size=1024, max_waiting=1024, row_budget=True))
+        max_batch_size=1024, max_waiting=1024, row_budget=True, row_budget_headroom=0.1))
     for i in range(300):
         for seg in (0, 1):
             s.add(_gen(2 * i + seg + 1, f"s{i}", seg, 0.0, expected=59, max_tokens=59 * 7))
