@@ -1,6 +1,7 @@
 # Sourced by the benchmark scripts: start and stop a sim-paced server pinned to one core.
 # The caller sets OUT (created here) and PORT; the rest default below. WAITING (default
-# SLOTS) sizes the admission queue.
+# SLOTS) sizes the admission queue. ROW_BUDGET (1) turns on engine.row_budget as the GPU
+# overlay does (0: off, e.g. for code from before the setting existed).
 PROFILE=${PROFILE:-h100-fp8}
 SERVER_CORE=${SERVER_CORE:-0}
 LOAD_CORE=${LOAD_CORE:-1}
@@ -13,7 +14,9 @@ export PYTHONPATH=${PYTHONPATH:-bench}
 
 start_server() {  # $1 = profile (conversational | longform); further args go to the server
   local profile=$1; shift
-  taskset -c "$SERVER_CORE" $SERVER_CMD --port "$PORT" --profile "$profile" \
+  local budget=()
+  [ "${ROW_BUDGET:-1}" = 1 ] && budget=(--set engine.row_budget=true)
+  taskset -c "$SERVER_CORE" $SERVER_CMD --port "$PORT" --profile "$profile" "${budget[@]}" \
     --set engine.max_sessions="$SLOTS" --set engine.max_batch_size="$SLOTS" \
     --set engine.max_waiting="${WAITING:-$SLOTS}" "$@" \
     >"$OUT/server-$profile${LOG_SUFFIX:-}.log" 2>&1 &
