@@ -113,9 +113,10 @@ class Flusher:
     """Turns pushed frames into AudioEvents. See the module docstring for the guarantees.
 
     `sink` is called from the flusher thread with a non-empty list of AudioEvents, once per
-    iteration (twice when it decodes first audio and more: the first audio goes first). `on_error(gen_ids, exc)` is called if a decode fails and returns the message
-    for those generations' final events (Finish reason "error"); they are then forgotten
-    (default: log the error).
+    iteration (twice when it decodes first audio and more: the first audio goes first).
+    `on_error(gen_ids, exc)` is called if a decode fails and returns the message for those
+    generations' final events (Finish reason "error"); they are then forgotten (default:
+    log the error).
     """
 
     def __init__(self, codec, settings: FlusherSettings, sink: AudioSink,

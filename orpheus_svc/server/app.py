@@ -79,7 +79,8 @@ class Server:
         self.frontend = frontend
         self.priority = priority  # a benchmark's batch order (None: the scheduler's own)
         self.state = ServerState(config)
-        self.metrics = Metrics(self.state)
+        engine_metrics = "local" if frontend is None else "remote" if frontend.index == 0 else None
+        self.metrics = Metrics(self.state, engine=engine_metrics)
         self.state.metrics = self.metrics
         self.health = health.aio.HealthServicer()
         s = config.server

@@ -11,11 +11,20 @@ prometheus_client's histograms are thread-safe.
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from orpheus_svc.ipc.histograms import BATCH_BOUNDS, cumulative
 
 from .state import ServerState
 
-_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+_BATCH_BUCKETS = BATCH_BOUNDS
+# The engine's per-step histograms: (name, help). Observed here in single mode, in the
+# engine process in split mode (ipc/histograms.py).
+ENGINE_HISTOGRAMS = {
+    "batch_size": ("orpheus_engine_batch_size", "Generations per engine step"),
+    "codec_batch": ("orpheus_codec_batch_windows",
+                    "Decode windows (across sessions) per SNAC call"),
+}
 _TTFA_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -88,15 +97,41 @@ class _StateCollector:
         yield timeouts
 
 
-class Metrics:
+class _EngineHistograms:
+    """Split topology: the engine process's per-step histograms, from its latest stats
+    snapshot (nothing before the engine is warm)."""
+
     def __init__(self, state: ServerState) -> None:
+        self.state = state
+
+    def collect(self):
+        runtime = self.state.runtime
+        snap = getattr(getattr(runtime, "engine", None), "snapshot", None)
+        hists = snap.extra.get("histograms", {}) if snap is not None else {}
+        for key, (name, doc) in ENGINE_HISTOGRAMS.items():
+            if key in hists:
+                buckets, total = cumulative(_BATCH_BUCKETS, hists[key])
+                yield HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
+
+
+class Metrics:
+    """`engine`: "local" (single mode: the engine's callbacks observe batch_size and
+    codec_batch), "remote" (split front-end 0: served from the engine's snapshots) or None
+    (the other front-ends: not served, so a sum over front-ends counts them once)."""
+
+    def __init__(self, state: ServerState, engine: str | None = "local") -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_StateCollector(state))
-        self.batch_size = Histogram("orpheus_engine_batch_size", "Generations per engine step",
-                                    buckets=_BATCH_BUCKETS, registry=self.registry)
-        self.codec_batch = Histogram("orpheus_codec_batch_windows",
-                                     "Decode windows (across sessions) per SNAC call",
-                                     buckets=_BATCH_BUCKETS, registry=self.registry)
+        self.batch_size = self.codec_batch = None
+        if engine == "local":
+            name, doc = ENGINE_HISTOGRAMS["batch_size"]
+            self.batch_size = Histogram(name, doc, buckets=_BATCH_BUCKETS,
+                                        registry=self.registry)
+            name, doc = ENGINE_HISTOGRAMS["codec_batch"]
+            self.codec_batch = Histogram(name, doc, buckets=_BATCH_BUCKETS,
+                                         registry=self.registry)
+        elif engine == "remote":
+            self.registry.register(_EngineHistograms(state))
         self.ttfa = Histogram("orpheus_time_to_first_audio_seconds",
                               "First text received to first audio chunk sent (server side)",
                               buckets=_TTFA_BUCKETS, registry=self.registry)

@@ -110,6 +110,34 @@ def test_concurrent_streams_on_both_front_ends(split):
     assert sum(served) == 32 and all(n > 0 for n in served), served
 
 
+def _scrape(port):
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def test_front_end_0_serves_the_engine_processes_step_histograms(split):
+    """Observed in the engine process, sent with its snapshots: front-end 0 serves them
+    (they count the steps the engine made for both front-ends), front-end 1 does not."""
+    def steps_seen():
+        text = _scrape(split.metrics_port)
+        found = re.search(r"^orpheus_engine_batch_size_count (\S+)$", text, re.M)
+        return (float(found.group(1)) if found else 0.0), text
+
+    before, _ = steps_seen()
+    stub = tts_pb2_grpc.TTSServiceStub(split.channel)
+    list(stub.StreamingSynthesize(requests(["Count my steps, please."])))
+    deadline = time.monotonic() + 10
+    while True:  # a later snapshot (about 4 a second) carries this call's steps
+        count, text = steps_seen()
+        if count > before or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert count > before, text
+    inf = re.search(r'^orpheus_engine_batch_size_bucket\{le="\+Inf"\} (\S+)$', text, re.M)
+    assert inf is not None and float(inf.group(1)) == count
+    assert re.search(r"^orpheus_codec_batch_windows_count [1-9]", text, re.M), text
+    assert "orpheus_engine_batch_size" not in _scrape(split.metrics_port + 1)
+
+
 def test_cancel_mid_stream_frees_the_engine_slot(split):
     stub = tts_pb2_grpc.TTSServiceStub(split.channel)
     total = stub.GetStatus(pb.GetStatusRequest()).total_slots
