@@ -201,8 +201,8 @@ class ServerConfig:
     frontends: int = 2
     # The asyncio event loop every serving process runs (server/eventloop.py): auto = uvloop
     # when it is installed (the server extra installs it on Linux and macOS), else asyncio's
-    # own | uvloop (refuse to start without it) | asyncio. BENCHMARKS.md, issue 16: uvloop
-    # halves the 512-session call-start tail and cuts the loop's CPU.
+    # own | uvloop (refuse to start without it) | asyncio. Less interpreter work per gRPC
+    # message on a loaded server (BENCHMARKS.md, issue 16, third round).
     event_loop: str = "auto"
 
     def __post_init__(self) -> None:

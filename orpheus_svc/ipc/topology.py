@@ -74,7 +74,8 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop, prio
     server.start()
     try:
         # the engine's per-step histograms, served by front-end 0 (ipc/histograms.py)
-        hists = {"batch_size": BucketCounts(BATCH_BOUNDS), "codec_batch": BucketCounts(BATCH_BOUNDS)}
+        hists = {"batch_size": BucketCounts(BATCH_BOUNDS),
+                 "codec_batch": BucketCounts(BATCH_BOUNDS)}
         runtime = build_runtime(config, router=server.router,
                                 on_step=hists["batch_size"].observe,
                                 on_decode=hists["codec_batch"].observe)
