@@ -80,16 +80,14 @@ class _Stream:
             return float("inf")
         return self.playout.buffered_samples(self.emitted, now)
 
-    def ahead(self, now: float) -> int:
-        """Samples the listener has to play before it runs out of what was sent (0 when
-        no playout clock is known, or dry)."""
+    def listener(self, now: float, low_water_samples: int) -> tuple[bool, int]:
+        """(hungry, ahead) from one reading of the buffer. hungry: the listener is about to
+        run dry (only once its first audio went out: the first chunk goes as soon as it
+        exists anyway). ahead: samples it has to play before it runs out of what was sent
+        (0 when no playout clock is known, or dry)."""
         b = self.buffered(now)
-        return int(b) if 0 < b < float("inf") else 0
-
-    def hungry(self, now: float, low_water_samples: int) -> bool:
-        """Is the listener about to run dry? Only once its first audio went out (the first
-        chunk goes as soon as it exists anyway)."""
-        return self.emitted > 0 and self.buffered(now) < low_water_samples
+        return (self.emitted > 0 and b < low_water_samples,
+                int(b) if 0 < b < float("inf") else 0)
 
     def urgency(self, now: float) -> tuple[int, float]:
         """Sort key, most urgent first: a listener waiting for its first audio now (time to
@@ -264,8 +262,9 @@ class Flusher:
         due: list[tuple[int, _Stream, list[Window]]] = []
         planned = self._due_streams(now)
         for gid, st in planned:
+            hungry, ahead = st.listener(now, low)
             windows = plan_windows(st.num_frames, st.final, st.emitted, self.settings,
-                                   hungry=st.hungry(now, low), ahead=st.ahead(now))
+                                   hungry=hungry, ahead=ahead)
             if windows:
                 due.append((gid, st, windows))
             elif st.final and st.emitted == st.num_frames * SAMPLES_PER_FRAME:

@@ -194,19 +194,15 @@ class ServerState:
         if self.metrics is not None:
             self.metrics.ttfa.observe(seconds)
 
-    def underrun_risk(self) -> int:
-        return self.runtime.engine.stats().underrun_risk if self.runtime is not None else 0
-
-    def row_budget(self) -> int:
-        return self.runtime.engine.stats().row_budget if self.runtime is not None else 0
-
     # -- snapshots for other threads --------------------------------------------------------
 
     def publish(self) -> MetricsSnapshot:
         """Loop only: freeze the state now (and keep it as the latest published)."""
+        engine = self.runtime.engine.stats() if self.runtime is not None else None
         self._published = MetricsSnapshot(
-            status=self.status(), underrun_risk=self.underrun_risk(),
-            row_budget=self.row_budget(), errors=tuple(sorted(self.errors.items())))
+            status=self.status(), underrun_risk=engine.underrun_risk if engine else 0,
+            row_budget=engine.row_budget if engine else 0,
+            errors=tuple(sorted(self.errors.items())))
         return self._published
 
     def snapshot(self, timeout: float = 2.0) -> MetricsSnapshot:

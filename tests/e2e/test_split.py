@@ -10,6 +10,7 @@ import urllib.request
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2
+from prometheus_client.parser import text_string_to_metric_families
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
@@ -132,9 +133,16 @@ def test_front_end_0_serves_the_engine_processes_step_histograms(split):
             break
         time.sleep(0.1)
     assert count > before, text
-    inf = re.search(r'^orpheus_engine_batch_size_bucket\{le="\+Inf"\} (\S+)$', text, re.M)
-    assert inf is not None and float(inf.group(1)) == count
-    assert re.search(r"^orpheus_codec_batch_windows_count [1-9]", text, re.M), text
+    # read back with prometheus_client's own exposition parser: well-formed histograms
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("orpheus_engine_batch_size", "orpheus_codec_batch_windows"):
+        fam = families[name]
+        assert fam.type == "histogram"
+        buckets = [s for s in fam.samples if s.name == f"{name}_bucket"]
+        values = [s.value for s in buckets]
+        assert values == sorted(values) and buckets[-1].labels["le"] == "+Inf"
+        total = next(s.value for s in fam.samples if s.name == f"{name}_count")
+        assert buckets[-1].value == total > 0
     assert "orpheus_engine_batch_size" not in _scrape(split.metrics_port + 1)
 
 
