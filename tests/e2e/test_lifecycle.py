@@ -88,7 +88,10 @@ def test_full_server_refuses_with_resource_exhausted_and_recovers(tmp_path):
     try:
         srv.wait_serving()
         stub = tts_pb2_grpc.TTSServiceStub(srv.channel)
-        busy = stub.StreamingSynthesize(requests(["A long sentence to hold the only slot for a while. " * 4]))
+        # seeded: the demo model samples its stop id, so an unseeded segment can end early
+        # and free the slot; seed 3 runs every segment of this text to its length budget
+        busy = stub.StreamingSynthesize(requests(["A long sentence to hold the only slot for a while. " * 4],
+                                                 sampling=pb.SamplingOptions(seed=3)))
         next(iter(busy))  # holds the slot now
         try:
             list(stub.Synthesize(pb.SynthesizeRequest(text="Me too.")))
