@@ -181,6 +181,9 @@ def _run(path, concurrency):
     ("policy-quiet/fifo.summary.json", 96, 1742, 2418, 2640, 0, 0.28),
     ("policy-quiet/round_robin.summary.json", 96, 97, 188, 216, 3996, 0.47),
     ("demo-quiet-after/scaling-c8-r16.summary.json", 8, 521, 858, 867, 165, 1.78),
+    # issue 16, fourth round: one turn with the collector off; six turns, main
+    ("hostpath-gil4/nogc-1.summary.json", 512, 46, 66, 78, 0, 0.49),
+    ("hostpath-gil4/head-6r.summary.json", 512, 54, 81, 108, 8, 0.66),
 ])
 def test_committed_summaries_hold_the_figures_benchmarks_md_quotes(path, c, p50, p95, p99,
                                                                    underruns, cores):
