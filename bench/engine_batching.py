@@ -31,7 +31,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orpheus_svc.core.generation import Generation, GenerationRequest  # noqa: E402
-from orpheus_svc.core.grammar import FrameParser  # noqa: E402
 from orpheus_svc.core.step import StepPlan  # noqa: E402
 from orpheus_svc.core.tokens import AUDIO_BASE, FRAME_TOKENS  # noqa: E402
 from orpheus_svc.engine.torch.llama import SlotLlama  # noqa: E402
@@ -62,11 +61,9 @@ def _gens(n: int, prompt_len: int) -> list[Generation]:
 
 def _advance(gens, tokens):
     for g, t in zip(gens, tokens):
-        g.num_generated += 1
-        g.last_token = t
-        g.parser.feed([t])  # the grammar state the next row carries
+        g.feed([t])  # counts it; the grammar state the next row carries
         if g.parser.stopped:  # a random model may stop: keep decoding, as a benchmark
-            g.parser = FrameParser(frames=g.parser.frames)
+            g.set_counters(stopped=False)
 
 
 def _plan(gens, prefill=False):

@@ -9,20 +9,25 @@ Progress is kept as counters rather than phases:
     num_generated      sampled tokens, the stop id included
     num_frames         complete 7-token frames (= audio produced, 2048 samples each)
 
-Its grammar state (frame position, whether the stop id is legal) is its FrameParser's, so
-the tokens the scheduler validates and the next token a backend may sample follow one
-rule (core/grammar.py).
+Its grammar state (frame position, whether the stop id is legal) follows the one rule of
+core/grammar.py, whether it is read from its batch row while it runs (core/batch.py, where
+the scheduler advances every running generation at once) or from its own copy otherwise;
+so the tokens the scheduler validates and the next token a backend may sample agree.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .grammar import FrameParser
+from .batch import TokenState
+from .grammar import FrameParser, stop_allowed
 from .step import StepRow
 
-# StepRow(...) by field order without the NamedTuple's generated __new__ (a Python frame):
-# half the cost, for every live row of every step.
+if TYPE_CHECKING:
+    from .batch import BatchState
+
+# StepRow(...) by field order without the NamedTuple's generated __new__ (a Python frame)
 _row = tuple.__new__
 
 
@@ -65,9 +70,7 @@ class Generation:
     arrival: float
     seed: int
     slot: int | None = None
-    num_generated: int = 0
     num_frames: int = 0
-    last_token: int | None = None
     cancelled: bool = False
     finish_reason: str | None = None
     # Consecutive steps this generation was runnable but left out of the batch (aging).
@@ -75,7 +78,74 @@ class Generation:
     # Frames produced while an earlier segment of the session was still generating;
     # they join the playout clock when this generation becomes the session's head.
     frames_not_in_playout: int = 0
-    parser: FrameParser = field(default_factory=FrameParser)
+    # Token counters and grammar state while the generation holds no batch row (waiting,
+    # ended): num_generated, last_token and the parser's. While it runs, its row of the
+    # scheduler's BatchState (core/batch.py) holds them, and the properties read it.
+    _tokens: TokenState = field(default=TokenState(0, None, 0, 0, False, ()), repr=False)
+    _batch: "BatchState | None" = field(default=None, repr=False)
+
+    # -- token counters (the batch row while attached) ------------------------------------
+
+    def attach(self, batch: "BatchState", slot: int) -> None:
+        """The scheduler gave it `slot`: its counters live in `batch` from now on."""
+        self.slot = slot
+        batch.attach(slot, self, self._tokens)
+        self._batch = batch
+
+    def detach(self) -> None:
+        """It ended: its counters come back here (the row is cleared for the next one)."""
+        if self._batch is not None:
+            self._tokens = self._batch.detach(self.slot)
+            self._batch = None
+
+    def _state(self) -> TokenState:
+        return self._tokens if self._batch is None else self._batch.read(self.slot)
+
+    @property
+    def num_generated(self) -> int:
+        b = self._batch
+        return self._tokens.num_generated if b is None else int(b.num_generated[self.slot])
+
+    @num_generated.setter
+    def num_generated(self, value: int) -> None:
+        self.set_counters(num_generated=value)
+
+    @property
+    def last_token(self) -> int | None:
+        return self._state().last_token
+
+    @last_token.setter
+    def last_token(self, value: int | None) -> None:
+        self.set_counters(last_token=value)
+
+    def feed(self, tokens) -> list[tuple[int, ...]]:
+        """Advance by `tokens` outside a scheduler (tools and tests; the scheduler advances
+        the batch rows): counts them, follows the grammar (raises AudioGrammarError as
+        FrameParser does, the bad token counted), returns the frames they complete."""
+        parser, n, last, frames = self.parser, self.num_generated, self.last_token, []
+        try:
+            for tok in tokens:
+                n, last = n + 1, tok
+                frame = parser.feed_one(tok)
+                if frame is not None:
+                    frames.append(frame)
+        finally:
+            self.set_counters(num_generated=n, last_token=last, position=parser.position,
+                      frames=parser.frames, stopped=parser.stopped,
+                      pending=tuple(parser._pending))
+        return frames
+
+    def set_counters(self, **changes) -> None:
+        """Set counters by hand (tools and tests; the scheduler advances the batch rows):
+        any TokenState field (core/batch.py)."""
+        if self._batch is None:
+            self._tokens = self._tokens._replace(**changes)
+        else:
+            batch, slot = self._batch, self.slot
+            self._batch = None
+            self._tokens = batch.read(slot)._replace(**changes)
+            batch.attach(slot, self, self._tokens)
+            self._batch = batch
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -88,26 +158,33 @@ class Generation:
     @property
     def frame_position(self) -> int:
         """Position (0..6) inside the frame of the next token to sample."""
-        return self.parser.position
+        return self._state().position
 
     @property
     def stop_allowed(self) -> bool:
         """Whether the next token may be the stop id (core/grammar.py)."""
-        return self.parser.stop_allowed
+        t = self._state()
+        return not t.stopped and stop_allowed(t.position, t.frames)
+
+    @property
+    def parser(self) -> FrameParser:
+        """A copy of its grammar state as a FrameParser (what feeding it would accept next)."""
+        t = self._state()
+        return FrameParser(position=t.position, frames=t.frames, stopped=t.stopped,
+                           _pending=list(t.pending))
 
     def row(self) -> StepRow:
         """This generation's work in the coming step, as the backend sees it (it must hold
-        a slot). Decode feeds the last sampled token at its KV index. (Built for every live
-        row every step: no property calls.)"""
-        n = self.num_generated
+        a slot). Decode feeds the last sampled token at its KV index."""
+        t = self._state()
+        n = t.num_generated
         req = self.request
-        p = self.parser
+        allowed = not t.stopped and stop_allowed(t.position, t.frames)
         if n == 0:
             return _row(StepRow, (self.gen_id, self.slot, req, self.seed, True, 0, None, 0,
-                                  p.position, p.stop_allowed))
+                                  t.position, allowed))
         return _row(StepRow, (self.gen_id, self.slot, req, self.seed, False, n,
-                              self.last_token, len(req.prompt_ids) + n - 1, p.position,
-                              p.stop_allowed))
+                              t.last_token, len(req.prompt_ids) + n - 1, t.position, allowed))
 
     @property
     def finished(self) -> bool:

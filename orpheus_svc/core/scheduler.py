@@ -27,15 +27,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
+from .batch import ERROR, REASONS, BatchState
 from .budget import MIN_SLACK_S, RowBudget
 from .checks import is_finite, is_int, require
 from .generation import Generation
 from .playout import PlayoutSnapshot, SessionPlayout
-from .grammar import AudioGrammarError
 from .prompt import PromptTooLong, fit_to_slot
 from .slots import SlotPool
 from .step import StepPlan, StepResult
-from .tokens import END_OF_SPEECH_ID
 
 
 def deadline_priority(gen: Generation, session: SessionPlayout, now: float,
@@ -100,7 +101,10 @@ class AdmissionError(RuntimeError):
 
 @dataclass
 class StepOutcome:
-    frames: list[tuple[Generation, list[tuple[int, ...]]]] = field(default_factory=list)
+    """What a step did: per generation with new frames, their codes ([n, 7], read-only);
+    the generations that ended (finish_reason set, slot freed)."""
+
+    frames: list[tuple[Generation, np.ndarray]] = field(default_factory=list)
     finished: list[Generation] = field(default_factory=list)
 
 
@@ -132,6 +136,16 @@ class Scheduler:
     def __init__(self, pool: SlotPool, settings: SchedulerSettings = SchedulerSettings()) -> None:
         self.pool = pool
         self.settings = settings
+        # The running generations' token state, one row per slot (core/batch.py), and who
+        # holds each slot: update() advances every row at once.
+        self._batch = BatchState(pool.num_slots)
+        self._by_slot: list[Generation | None] = [None] * pool.num_slots
+        self._unstarted: dict[int, Generation] = {}  # running, no token yet (prefill rows)
+        self._waited: set[Generation] = set()  # may have steps_waited > 0 (left out)
+        # update()'s scratch for the step in progress
+        self._step_frames: list[tuple[Generation, np.ndarray]] = []
+        self._step_ended: dict[Generation, str] = {}
+        self._step_tokens = 0
         self._waiting: list[Generation] = []
         self._running: dict[int, Generation] = {}  # holding a slot
         # Per-step work is O(candidates), not O(running): a generation beyond the playout
@@ -244,17 +258,21 @@ class Scheduler:
         for _, _, gen in keyed:
             if len(prefill) + len(decode) >= self.settings.max_batch_size:
                 gen.steps_waited += 1
+                self._waited.add(gen)
                 continue
             if gen.needs_prefill:
                 if prefill and gen.num_prompt_tokens > prefill_budget:
                     gen.steps_waited += 1
+                    self._waited.add(gen)
                     continue
                 prefill_budget -= gen.num_prompt_tokens
                 prefill.append(gen.row())
             else:
-                decode.append(gen.row())
+                decode.append(gen.slot)
             gen.steps_waited = 0
-        return StepPlan(self._step, tuple(prefill), tuple(decode), tuple(admitted),
+        self._waited = {g for g in self._waited if g.steps_waited and not g.finished}
+        return StepPlan(self._step, tuple(prefill),
+                        self._batch.rows(np.array(decode, np.int64)), tuple(admitted),
                         tuple(released), idle_s)
 
     def _everything_runs(self, now: float):
@@ -266,79 +284,119 @@ class Scheduler:
         trtllm key by gen_id). Prefill rows keep the priority order: trtllm submits them in
         it. Same rows and the same steps_waited (0 for all) as the full path. Only with the
         playout horizon off: parking needs every row's key."""
-        candidates = self._candidates
-        if len(candidates) > self.settings.max_batch_size:
+        if len(self._candidates) > self.settings.max_batch_size:
             return None
-        new = [g for g in candidates.values() if not g.num_generated]  # need prefill
+        new = list(self._unstarted.values())  # need prefill (nothing is parked here)
         if len(new) > 1:
             if sum(g.num_prompt_tokens for g in new) > self.settings.max_prefill_tokens:
                 return None
             new.sort(key=lambda g: (self._priority(g, now), g.gen_id))
-        decode = []
-        for gen in candidates.values():
+        for gen in self._waited:
             gen.steps_waited = 0
-            if gen.num_generated:
-                decode.append(gen.row())
-        return tuple(g.row() for g in new), tuple(decode)
+        self._waited.clear()
+        batch = self._batch
+        return tuple(g.row() for g in new), batch.rows(batch.decode_slots())
 
     def update(self, plan: StepPlan, result: StepResult, now: float) -> StepOutcome:
-        """Advance every row of `plan` by its tokens in `result`. The hot loop of the engine
-        thread (every live row, every step): locals only, one call per token, and the work
-        of a frame (playout, the outcome) only for the rows that complete one (one step in
-        seven) or end."""
-        out = StepOutcome()
+        """Advance every row of `plan` by its tokens in `result`: the engine thread's hot
+        path. The decode rows' one token each (result.decode_tokens) go through the batch
+        arrays in one call (core/batch.py); tokens by gen_id (prefill rows, backends that
+        stream deltas) go the same way, one round per token index. Python work per row is
+        left only for the rows that complete a frame (one step in seven: playout, the
+        outcome) or end."""
+        self._step_frames, self._step_ended, self._step_tokens = [], {}, 0
         running = self._running
-        tokens_of = result.tokens
         errors = result.errors
-        sessions = self._sessions
-        count = violations = 0
-        for row in plan.rows:
-            gen = running.get(row.gen_id)
-            if gen is None:  # ended since the plan was made
-                continue
-            if errors and gen.gen_id in errors:
-                self._finish(gen, "error", now)
-                out.finished.append(gen)
-                continue
-            frames: list[tuple[int, ...]] | None = None
-            feed = gen.parser.feed_one
-            max_tokens = gen.request.max_tokens
-            for token in tokens_of.get(gen.gen_id, ()):
-                gen.num_generated += 1
-                gen.last_token = token
-                count += 1
-                try:
-                    frame = feed(token)
-                except AudioGrammarError:
-                    violations += 1
-                    gen.finish_reason = "error"  # finished below, after its good frames
-                    break
-                if frame is not None:
-                    if frames is None:
-                        frames = []
-                    frames.append(frame)
-                if token == END_OF_SPEECH_ID:
-                    gen.finish_reason = "stop"
-                    break
-                if gen.num_generated >= max_tokens:
-                    gen.finish_reason = "length"
-                    break
-            reason = gen.finish_reason
-            if frames and reason != "error":
-                gen.num_frames += len(frames)
-                sessions[gen.request.session_id].on_frames(gen, len(frames), now)
-                out.frames.append((gen, frames))
-            if reason is not None:
-                self._finish(gen, reason, now)
-                out.finished.append(gen)
-        self._counts["tokens"] += count
-        self._counts["grammar_violations"] += violations
+        decode = plan.decode
+        if errors:
+            in_plan = {r.gen_id for r in plan.prefill} | set(decode.gen_ids.tolist())
+            for gen_id in errors:
+                gen = running.get(gen_id)
+                if gen is not None and gen_id in in_plan:
+                    self._step_ended[gen] = "error"
+        if result.decode_tokens is not None and len(decode):
+            slots = decode.slots
+            live = self._batch.gen_id[slots] == decode.gen_ids  # not ended since the plan
+            if errors:
+                live &= ~np.isin(decode.gen_ids, np.fromiter(errors, np.int64, len(errors)))
+            tokens = np.asarray(result.decode_tokens, np.int64)
+            if not live.all():
+                slots, tokens = slots[live], tokens[live]
+            self._advance(slots, tokens)
+        if result.tokens:
+            self._advance_by_id(plan, result)
+        out = self._settle(now)
         self.freed(result.freed)  # after the finishes above: they free first
         if self._budget is not None and self._last_step_end is not None:
-            self._budget.observe(count, now - self._last_step_end)
+            self._budget.observe(self._step_tokens, now - self._last_step_end)
         # With nothing left to run the engine waits for a command: the next step's time
         # would include that wait.
         self._last_step_end = now if (running or self._num_waiting) else None
+        return out
+
+    def _advance_by_id(self, plan: StepPlan, result: StepResult) -> None:
+        """result.tokens (0..n per row, by gen_id) for the plan's rows: token i of every
+        row that has one, as one batch call per i, until each row ends or runs out."""
+        tokens_of, errors, running = result.tokens, result.errors, self._running
+        ids = [r.gen_id for r in plan.prefill]
+        if result.decode_tokens is None:
+            ids += plan.decode.gen_ids.tolist()
+        rows = []
+        for gen_id in ids:
+            toks = tokens_of.get(gen_id)
+            gen = running.get(gen_id)
+            if toks and gen is not None and gen_id not in errors:
+                self._unstarted.pop(gen_id, None)
+                rows.append((gen.slot, toks))
+        i = 0
+        while rows:
+            ended = self._advance(np.fromiter((s for s, _ in rows), np.int64, len(rows)),
+                                  np.fromiter((t[i] for _, t in rows), np.int64, len(rows)))
+            i += 1
+            rows = [(s, t) for s, t in rows if len(t) > i and s not in ended]
+
+    def _advance(self, slots: np.ndarray, tokens: np.ndarray) -> set[int]:
+        """One token for each row of `slots`; records frames and ends; returns the slots
+        that ended."""
+        adv = self._batch.advance(slots, tokens)
+        self._step_tokens += len(slots)
+        by_slot = self._by_slot
+        if len(adv.complete):
+            codes = adv.codes
+            codes.flags.writeable = False
+            self._step_frames.extend(
+                (by_slot[s], codes[j:j + 1])
+                for j, s in enumerate(slots[adv.complete].tolist()))
+        if not len(adv.ended):
+            return set()
+        ended = slots[adv.ended].tolist()
+        for slot, reason in zip(ended, adv.reasons.tolist()):
+            self._step_ended[by_slot[slot]] = REASONS[reason]
+            if reason == ERROR:
+                self._counts["grammar_violations"] += 1
+        return set(ended)
+
+    def _settle(self, now: float) -> StepOutcome:
+        """The step's frames to the playout clocks and the outcome, then its ends (a
+        generation that broke the grammar loses this step's frames)."""
+        out = StepOutcome()
+        ended, sessions = self._step_ended, self._sessions
+        frames = self._step_frames
+        if len(frames) > len({id(g) for g, _ in frames}):  # several tokens per row
+            merged: dict[Generation, list[np.ndarray]] = {}
+            for gen, codes in frames:
+                merged.setdefault(gen, []).append(codes)
+            frames = [(g, np.concatenate(c)) for g, c in merged.items()]
+        for gen, codes in frames:
+            if ended and ended.get(gen) == "error":
+                continue
+            gen.num_frames += len(codes)
+            sessions[gen.request.session_id].on_frames(gen, len(codes), now)
+            out.frames.append((gen, codes))
+        for gen, reason in ended.items():
+            self._finish(gen, reason, now)
+            out.finished.append(gen)
+        self._counts["tokens"] += self._step_tokens
         return out
 
     def freed(self, gen_ids) -> None:
@@ -463,10 +521,14 @@ class Scheduler:
         return admitted
 
     def _start(self, gen: Generation) -> None:
-        gen.slot = self.pool.allocate(gen.gen_id)
+        slot = self.pool.allocate(gen.gen_id)
         self._fit_to_slot(gen)
+        gen.attach(self._batch, slot)
+        self._by_slot[slot] = gen
         self._running[gen.gen_id] = gen
         self._candidates[gen.gen_id] = gen
+        if not gen.num_generated:
+            self._unstarted[gen.gen_id] = gen
 
     def _next_due(self) -> float:
         """When the first deferred generation falls due (inf: none)."""
@@ -503,6 +565,9 @@ class Scheduler:
         gen.finish_reason = reason
         self._counts["cancelled" if reason == "cancelled" else "finished"] += 1
         if gen.slot is not None:
+            gen.detach()
+            self._by_slot[gen.slot] = None
+            self._unstarted.pop(gen.gen_id, None)
             self.pool.free(gen.slot, gen.gen_id)
             del self._running[gen.gen_id]
             self._candidates.pop(gen.gen_id, None)

@@ -3,7 +3,10 @@
     scheduler --StepPlan (frozen rows)--> backend.step() --StepResult--> scheduler.update()
 
 A backend sees a generation only as a StepRow: an immutable snapshot the scheduler takes
-when it builds the plan (in the spirit of vLLM's SchedulerOutput). The scheduler's own
+when it builds the plan (in the spirit of vLLM's SchedulerOutput). The decode rows, which
+are most rows of most steps, come as one DecodeRows: the same snapshot as arrays, so that
+neither the scheduler nor a batch-minded backend spends Python per row (issue 16); iterated,
+it gives StepRows. The scheduler's own
 Generation objects stay private to the engine thread's bookkeeping; a backend can neither
 read their later changes nor write them. What a backend is and needs is said once, in its
 BackendCapabilities, and EngineLoop derives the scheduler settings from config plus
@@ -11,13 +14,16 @@ capabilities in one place (engine/loop.py, effective_settings) instead of each b
 rewriting them.
 
 Implemented by engine/torch (retry_safe), engine/sim (retry_safe) and engine/trtllm
-(streams_deltas, confirms_release). Pure Python: no torch, no grpc.
+(streams_deltas, confirms_release). Pure Python and numpy: no torch, no grpc.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Sequence
+from itertools import repeat
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Protocol, Sequence
+
+import numpy as np
 
 if TYPE_CHECKING:
     from .generation import GenerationRequest
@@ -45,6 +51,91 @@ class StepRow(NamedTuple):
     stop_allowed: bool
 
 
+_ROW = tuple.__new__  # StepRow(...) by field order, without the generated __new__
+
+
+class DecodeRows:
+    """A step's decode rows as arrays, one entry per row (a frozen snapshot: read-only
+    copies, made by core/batch.py BatchState.rows). A backend that works on the whole batch
+    reads the arrays (the sim backend); one that works row by row iterates, or indexes, and
+    gets StepRows (built once, on first use). `position` is the KV index of `last_token`."""
+
+    __slots__ = ("gen_ids", "slots", "num_generated", "last_token", "position",
+                 "frame_position", "stop_allowed", "requests", "seeds", "_rows")
+
+    def __init__(self, gen_ids: np.ndarray, slots: np.ndarray, num_generated: np.ndarray,
+                 last_token: np.ndarray, position: np.ndarray, frame_position: np.ndarray,
+                 stop_allowed: np.ndarray, requests: Sequence["GenerationRequest"],
+                 seeds: Sequence[int]) -> None:
+        arrays = (gen_ids, slots, num_generated, last_token, position, frame_position,
+                  stop_allowed)
+        for a in arrays:
+            a.flags.writeable = False
+        (self.gen_ids, self.slots, self.num_generated, self.last_token, self.position,
+         self.frame_position, self.stop_allowed) = arrays
+        self.requests = tuple(requests)
+        self.seeds = tuple(seeds)
+        self._rows: tuple[StepRow, ...] | None = None
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[StepRow]) -> "DecodeRows":
+        def col(name: str, dtype: type = np.int64) -> np.ndarray:
+            return np.array([getattr(r, name) for r in rows], dtype)
+        if any(r.prefill for r in rows):
+            raise ValueError("a prefill row among the decode rows")
+        last = np.array([-1 if r.last_token is None else r.last_token for r in rows], np.int64)
+        out = cls(col("gen_id"), col("slot"), col("num_generated"), last,
+                  col("position"), col("frame_position"), col("stop_allowed", bool),
+                  [r.request for r in rows], [r.seed for r in rows])
+        out._rows = tuple(rows)
+        return out
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name != "_rows" and hasattr(self, "_rows"):
+            raise AttributeError(f"DecodeRows is frozen: cannot set {name}")
+        object.__setattr__(self, name, value)
+
+    @property
+    def rows(self) -> tuple[StepRow, ...]:
+        if self._rows is None:
+            self._rows = tuple(_ROW(StepRow, r) for r in zip(
+                self.gen_ids.tolist(), self.slots.tolist(), self.requests, self.seeds,
+                repeat(False), self.num_generated.tolist(), self.last_token.tolist(),
+                self.position.tolist(), self.frame_position.tolist(),
+                self.stop_allowed.tolist()))
+        return self._rows
+
+    def take(self, index: Sequence[int] | np.ndarray) -> "DecodeRows":
+        """The rows at `index` (in that order), as their own snapshot."""
+        idx = np.asarray(index, np.int64)
+        return DecodeRows(*(a[idx] for a in (self.gen_ids, self.slots, self.num_generated,
+                                             self.last_token, self.position,
+                                             self.frame_position, self.stop_allowed)),
+                          [self.requests[i] for i in idx.tolist()],
+                          [self.seeds[i] for i in idx.tolist()])
+
+    def __len__(self) -> int:
+        return len(self.gen_ids)
+
+    def __iter__(self) -> Iterator[StepRow]:
+        return iter(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DecodeRows):
+            return self.rows == other.rows
+        if isinstance(other, tuple):
+            return self.rows == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"DecodeRows({len(self)} rows, gen_ids={self.gen_ids.tolist()[:8]}...)"
+
+
 @dataclass(frozen=True)
 class StepPlan:
     """One step: rows to prefill (in the scheduler's priority order) and rows to decode (in
@@ -58,31 +149,50 @@ class StepPlan:
 
     step: int
     prefill: tuple[StepRow, ...] = ()
-    decode: tuple[StepRow, ...] = ()
+    decode: DecodeRows = ()  # type: ignore[assignment]  # StepRows are converted
     admitted: tuple[Any, ...] = ()
     released: tuple[Any, ...] = ()
     idle_s: float = 0.0
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.decode, DecodeRows):
+            object.__setattr__(self, "decode", DecodeRows.from_rows(tuple(self.decode)))
+        if not isinstance(self.prefill, tuple):
+            object.__setattr__(self, "prefill", tuple(self.prefill))
+
     @property
     def rows(self) -> tuple[StepRow, ...]:
-        return self.prefill + self.decode
+        """Every row, prefill first (StepRows: for backends and tools that go row by row)."""
+        return self.prefill + self.decode.rows
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.prefill) + len(self.decode)
 
     @property
     def empty(self) -> bool:
-        return not self.prefill and not self.decode
+        return not self.prefill and not len(self.decode)
+
+    def part(self, prefill: Sequence[int], decode: Sequence[int]) -> "StepPlan":
+        """The same step with only the rows at these indices of prefill and decode."""
+        return StepPlan(self.step, tuple(self.prefill[i] for i in prefill),
+                        self.decode.take(decode))
 
 
 @dataclass
 class StepResult:
     """What a step produced, by gen_id. tokens: sampled this step, in order; one per row for
     backends that sample once per step (torch, sim), zero or several for those that stream
-    deltas (trtllm). errors: why that row failed (the scheduler ends it with "error").
+    deltas (trtllm). decode_tokens: instead of `tokens` for the plan's decode rows, one
+    token per row in the order of plan.decode (an int array; the batch path: no Python
+    per row). errors: why that row failed (the scheduler ends it with "error").
     freed: ended generations whose backend resources are now really gone (only from a
     backend with capabilities.confirms_release; their slots are free from now on)."""
 
     tokens: dict[int, Sequence[int]] = field(default_factory=dict)  # read only by the scheduler
     errors: dict[int, str] = field(default_factory=dict)
     freed: list[int] = field(default_factory=list)
+    decode_tokens: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

@@ -83,14 +83,16 @@ def _row_problem(req: GenerationRequest) -> str | None:
     return None
 
 
-def _split(plan: StepPlan) -> list[tuple[StepRow, ...]]:
+def _split(plan: StepPlan) -> list[StepPlan]:
     """Parts to retry a failed step in: without the suspects first (rows new this step),
-    else two halves."""
-    if plan.prefill and plan.decode:
-        return [plan.decode, plan.prefill]
-    rows = plan.rows
-    half = len(rows) // 2
-    return [rows[:half], rows[half:]]
+    else two halves (rows in plan order: prefill, then decode)."""
+    p, d = len(plan.prefill), len(plan.decode)
+    if p and d:
+        return [plan.part((), range(d)), plan.part(range(p), ())]
+    half = (p + d) // 2
+    first, second = range(half), range(half, p + d)
+    return [plan.part([i for i in idx if i < p], [i - p for i in idx if i >= p])
+            for idx in (first, second)]
 
 
 def effective_settings(settings: SchedulerSettings,
@@ -294,28 +296,23 @@ class EngineLoop:
         # (an empty plan still steps while slots drain: the backend confirms their ends)
         result = self._isolated_step(plan)
         if self._on_step is not None and not plan.empty:
-            self._on_step(len(plan.rows))
+            self._on_step(plan.num_rows)
         now = self._clock()
         outcome = self._scheduler.update(plan, result, now)
         if outcome.finished or result.freed:
             self._stats_stale = True
         if outcome.finished:  # the backend frees (aborts) what it still holds for them
             self._scheduler.freed(self.backend.release([g.gen_id for g in outcome.finished]))
-        # One hand-off per step (FramePush): the step's frames in one array, sliced per
-        # generation, and one wake-up of the flusher thread.
+        # One hand-off per step (FramePush): the step's frames, as the scheduler cut them
+        # from its batch arrays, and one wake-up of the flusher thread.
         pushes: list[FramePush] = []
-        if outcome.frames:
-            codes = np.asarray([f for _, frames in outcome.frames for f in frames],
-                               dtype=np.int64)
-            at = 0
-            for gen, frames in outcome.frames:
-                ended = gen.finish_reason in ("stop", "length")
-                # The scheduler's playout clock rides with the frames (with the first ones,
-                # and whenever it moved): the flusher's chunk sizes and decode order follow it.
-                pushes.append(FramePush(gen.gen_id, codes[at:at + len(frames)], ended,
-                                        self._scheduler.playout_update(gen, now),
-                                        self._finish(gen) if ended else None))
-                at += len(frames)
+        playout_update = self._scheduler.playout_update
+        for gen, codes in outcome.frames:
+            ended = gen.finish_reason in ("stop", "length")
+            # The scheduler's playout clock rides with the frames (with the first ones, and
+            # whenever it moved): the flusher's chunk sizes and decode order follow it.
+            pushes.append(FramePush(gen.gen_id, codes, ended, playout_update(gen, now),
+                                    self._finish(gen) if ended else None))
         for gen, playout in self._scheduler.playout_moved(now):  # an earlier segment ended
             pushes.append(FramePush(gen.gen_id, _NO_FRAMES, False, playout))
         with_frames = {g.gen_id for g, _ in outcome.frames}
@@ -346,16 +343,14 @@ class EngineLoop:
             self.isolation_retries += 1
         merged = StepResult()
         for part in _split(plan):
-            sub = self._isolated_part(plan, part)
+            sub = self._isolated_step(part)
             merged.tokens.update(sub.tokens)
+            if sub.decode_tokens is not None:  # by gen_id, as the whole plan's rows differ
+                merged.tokens.update(zip(part.decode.gen_ids.tolist(),
+                                         ((t,) for t in sub.decode_tokens.tolist())))
             merged.errors.update(sub.errors)
             merged.freed.extend(sub.freed)
         return merged
-
-    def _isolated_part(self, plan: StepPlan, rows: tuple[StepRow, ...]) -> StepResult:
-        sub = StepPlan(step=plan.step, prefill=tuple(r for r in rows if r.prefill),
-                       decode=tuple(r for r in rows if not r.prefill))
-        return self._isolated_step(sub)
 
     def _failed(self, gens: tuple[StepRow, ...], exc: BaseException) -> StepResult:
         """Fail `gens` for `exc`: the client gets a short message with an error id, the log

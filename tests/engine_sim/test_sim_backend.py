@@ -67,6 +67,9 @@ def run_to_end(be, gens, max_steps=10_000):
         result = be.step(plan)
         for gid, toks in result.tokens.items():
             out[gid].extend(toks)
+        if result.decode_tokens is not None:  # the decode rows' tokens, in plan order
+            for gid, tok in zip(plan.decode.gen_ids.tolist(), result.decode_tokens.tolist()):
+                out[gid].append(tok)
         sched.update(plan, result, 0.0)
     assert not sched.has_work
     assert sched.stats().grammar_violations == 0

@@ -40,10 +40,7 @@ def test_a_generations_row_carries_the_grammar_state_of_its_parser():
     row = gen.row()
     assert row.prefill and row.last_token is None and row.position == 0
     assert (row.frame_position, row.stop_allowed) == (0, False)
-    for tok in _speech(1) + [audio_token_id(0, 9)]:
-        gen.parser.feed([tok])
-        gen.num_generated += 1
-        gen.last_token = tok
+    gen.feed(_speech(1) + [audio_token_id(0, 9)])
     row = gen.row()
     assert not row.prefill and row.num_generated == 8 and row.last_token == audio_token_id(0, 9)
     assert row.position == len(PROMPT) + 7  # KV index of the token fed now

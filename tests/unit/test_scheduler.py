@@ -244,7 +244,8 @@ def test_several_tokens_per_step_are_applied_in_order_and_stop_at_the_end():
     from orpheus_svc.core.tokens import END_OF_SPEECH_ID, audio_token_id
     toks = [audio_token_id(i % 7, i) for i in range(14)] + [END_OF_SPEECH_ID, audio_token_id(0, 1)]
     out = s.update(plan, StepResult({g.gen_id: toks}), 0.0)
-    assert out.frames == [(g, [tuple(range(7)), tuple(range(7, 14))])]
+    assert [(gen, codes.tolist()) for gen, codes in out.frames] == [
+        (g, [list(range(7)), list(range(7, 14))])]
     assert g.finish_reason == "stop" and g.num_generated == 15  # nothing after the stop
     assert out.finished == [g] and s.pool.num_free == 4
 

@@ -155,12 +155,6 @@ STATS_FILE_ENV = "ORPHEUS_SIM_STATS_FILE"
 _STOP_STEP = (END_OF_SPEECH_ID,)
 
 
-def _one_token_steps(ids: list[int]) -> list[tuple[int]]:
-    """A token stream as the one-token sequences a step returns per row (immutable, so a
-    consumer cannot change the stream through a step's result)."""
-    return [(t,) for t in ids]
-
-
 class SimBackend:
     """Backend protocol (engine/loop.py) with modelled step times and grammar-legal tokens."""
 
@@ -179,11 +173,14 @@ class SimBackend:
                                                 max_seq_len=max_seq_len, retry_safe=True)
         self._clock = clock
         self._sleep = sleep
-        # Live generations: their whole token stream, each token as a ready one-token
-        # sequence (what StepResult.tokens holds per row), so a step allocates nothing per
-        # row: the sim's host side is the simulated GPU's, not the server's, and must not
-        # cost the server's core more than a real backend's would.
-        self._streams: dict[int, list[tuple[int]]] = {}
+        # Live generations' whole token streams, one row per KV slot (`_owner`: whose
+        # stream a row holds, -1: none), so a step reads every decode row's next token in
+        # one array operation: the sim's host side is the simulated GPU's, not the server's,
+        # and must not cost the server's core more than a real backend's would.
+        self._table = np.zeros((num_slots, 256), np.int32)  # widened for longer streams
+        self._length = np.zeros(num_slots, np.int64)
+        self._owner = np.full(num_slots, -1, np.int64)
+        self._slot_of: dict[int, int] = {}  # live gen_id -> its slot
         self._last_end = 0.0
         # Engine thread only; read them as a (racy, monotone) snapshot.
         self.counters = dict(steps=0, rows=0, prefill_rows=0, prefill_tokens=0,
@@ -215,8 +212,30 @@ class SimBackend:
 
     def release(self, gen_ids: Sequence[int]) -> list[int]:
         for gen_id in gen_ids:
-            self._streams.pop(gen_id, None)
+            self._forget(gen_id)
         return list(gen_ids)
+
+    def _forget(self, gen_id: int) -> None:
+        slot = self._slot_of.pop(gen_id, None)
+        if slot is not None and self._owner[slot] == gen_id:
+            self._owner[slot] = -1
+
+    def _store(self, row: StepRow) -> list[int]:
+        """Draw `row`'s whole stream into its slot's table row; returns it."""
+        stream = self.token_stream(row)
+        n, width = len(stream), self._table.shape[1]
+        if n > width:
+            wider = np.zeros((self.num_slots, max(n, 2 * width)), np.int32)
+            wider[:, :width] = self._table
+            self._table = wider
+        old = int(self._owner[row.slot])
+        if old >= 0 and old != row.gen_id:
+            self._slot_of.pop(old, None)
+        self._table[row.slot, :n] = stream
+        self._length[row.slot] = n
+        self._owner[row.slot] = row.gen_id
+        self._slot_of[row.gen_id] = row.slot
+        return stream
 
     def close(self) -> None:
         """Nothing to stop."""
@@ -225,36 +244,41 @@ class SimBackend:
         if self.faults:
             self.faults.before_step(plan, self._sleep)
         now = self._clock()
-        busy = bool(self._streams)
+        busy = bool(self._slot_of)
         tokens: dict[int, tuple[int]] = {}
-        streams = self._streams
         ended: list[int] = []  # the scheduler finishes these with this step's token
         prefill_tokens = prefill_sq = 0
         for g in plan.prefill:
-            stream = streams[g.gen_id] = _one_token_steps(self.token_stream(g))
+            stream = self._store(g)
             n = len(g.request.prompt_ids)
             prefill_tokens += n
             prefill_sq += n * n
-            tokens[g.gen_id] = stream[0] if stream else _STOP_STEP
+            tokens[g.gen_id] = (stream[0],) if stream else _STOP_STEP
             if len(stream) <= 1:
                 ended.append(g.gen_id)
-        # Hot loop (every live row, every step): plain locals, no calls per row. A stream
-        # ends with the stop id or is cut at max_tokens, so its last token is the last step.
+        # The decode rows (every live row, every step) in array operations, no Python per
+        # row. A stream ends with the stop id or is cut at max_tokens, so its last token is
+        # the last step.
+        decode = plan.decode
+        decode_tokens = None
         context = 0
-        for g in plan.decode:
-            gid, i = g.gen_id, g.num_generated
-            stream = streams.get(gid)
-            if stream is None:  # not seen before (e.g. a backend swap); same stream anyway
-                stream = streams[gid] = _one_token_steps(self.token_stream(g))
-            context += g.position + 1  # the prompt and the tokens so far
-            if i + 1 < len(stream):
-                tokens[gid] = stream[i]
-            else:
-                tokens[gid] = stream[i] if i < len(stream) else _STOP_STEP
-                ended.append(gid)
+        if len(decode):
+            slots, i = decode.slots, decode.num_generated
+            stale = self._owner[slots] != decode.gen_ids
+            if stale.any():  # not seen before (e.g. a backend swap); same stream anyway
+                for k in np.flatnonzero(stale).tolist():
+                    self._store(decode[k])
+            length = self._length[slots]
+            last = self._table.shape[1] - 1
+            decode_tokens = np.where(i < length, self._table[slots, np.minimum(i, last)],
+                                     END_OF_SPEECH_ID)
+            context = int(decode.position.sum()) + len(decode)  # prompt + tokens so far
+            done = i + 1 >= length
+            if done.any():
+                ended.extend(decode.gen_ids[done].tolist())
         for gid in ended:
-            del streams[gid]
-        d = self.profile.step_seconds(len(plan.decode), context, len(plan.prefill),
+            self._forget(gid)
+        d = self.profile.step_seconds(len(decode), context, len(plan.prefill),
                                       prefill_tokens, prefill_sq)
         c = self.counters
         if busy:
@@ -266,13 +290,13 @@ class SimBackend:
                 c["max_host_excess_s"] = max(c["max_host_excess_s"], over)
                 if over > 0.02:
                     self.slow_steps = self.slow_steps[-99:] + [
-                        (now, over, len(plan.prefill) + len(plan.decode))]
+                        (now, over, len(plan.prefill) + len(decode))]
                 end = now
         else:
             c["idle_starts"] += 1
             end = now + d
         c["steps"] += 1
-        c["rows"] += len(plan.prefill) + len(plan.decode)
+        c["rows"] += len(plan.prefill) + len(decode)
         c["prefill_rows"] += len(plan.prefill)
         c["prefill_tokens"] += prefill_tokens
         c["modelled_s"] += d
@@ -281,10 +305,10 @@ class SimBackend:
         wait = end - self._clock()
         if wait > 0:
             self._sleep(wait)
-        return StepResult(tokens=tokens)
+        return StepResult(tokens=tokens, decode_tokens=decode_tokens)
 
     def _timed_step(self, *args, **kwargs) -> StepResult:
-        busy = bool(self._streams)
+        busy = bool(self._slot_of)
         result = self._untimed_step(*args, **kwargs)
         now = self._clock()
         if busy and self._last_return is not None:
@@ -336,7 +360,7 @@ class SimBackend:
     def stats(self) -> dict:
         """Counters plus derived figures: mean batch, fraction of steps where the host was slower."""
         c = dict(self.counters)
-        c["live_generations"] = len(self._streams)
+        c["live_generations"] = len(self._slot_of)
         c["mean_batch"] = c["rows"] / c["steps"] if c["steps"] else 0.0
         c["host_bound_fraction"] = c["host_bound_steps"] / c["steps"] if c["steps"] else 0.0
         c["peak_kv_gb"] = self.profile.kv_bytes(c["peak_kv_tokens"]) / 1e9
