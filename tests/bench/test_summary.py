@@ -184,6 +184,10 @@ def _run(path, concurrency):
     # issue 16, fourth round: one turn with the collector off; six turns, main
     ("hostpath-gil4/nogc-1.summary.json", 512, 46, 66, 78, 0, 0.49),
     ("hostpath-gil4/head-6r.summary.json", 512, 54, 81, 108, 8, 0.66),
+    # issue 16, fifth round: batch state as arrays, before and after (six turns)
+    ("hostpath-arrays5/before-6r-2.summary.json", 512, 59, 81, 103, 29, 0.72),
+    ("hostpath-arrays5/after-6r-2.summary.json", 512, 50, 61, 71, 0, 0.57),
+    ("hostpath-arrays5/after-split1-6r.summary.json", 512, 53, 64, 77, 1, 0.68),
 ])
 def test_committed_summaries_hold_the_figures_benchmarks_md_quotes(path, c, p50, p95, p99,
                                                                    underruns, cores):
