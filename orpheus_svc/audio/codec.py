@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, GPU_BATCH_FRAMES, GPU_GATHER_S
+from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, GPU_BATCH_FRAMES
 from orpheus_svc.core.tokens import FRAME_TOKENS, SAMPLES_PER_FRAME, frames_to_codebooks
 from orpheus_svc.files import read_mapping
 from orpheus_svc.hub import CheckpointNotFoundError, resolve_checkpoint
@@ -160,7 +160,6 @@ class SnacCodec:
         # Frames per decode call the flusher aims for (max_decode_frames = 0): on a CPU the
         # cost per frame rises past ~24; a GPU is cheapest with one large call.
         self.max_batch_frames = CPU_BATCH_FRAMES if self.device.type == "cpu" else GPU_BATCH_FRAMES
-        self.gather_s = 0.0 if self.device.type == "cpu" else GPU_GATHER_S  # FlusherSettings
         self.dtype = dtype
         self.sample_rate = int(config.get("sampling_rate", 24000))
         self.hop_length = int(np.prod(config["decoder_rates"]))

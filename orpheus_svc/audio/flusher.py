@@ -127,11 +127,6 @@ class Flusher:
         # Frames per SNAC call: the setting, else what suits the codec (a GPU wants few calls).
         self.max_decode_frames = (settings.max_decode_frames
                                   or getattr(codec, "max_batch_frames", CPU_BATCH_FRAMES))
-        # Non-urgent chunks are decoded together at most this often (FlusherSettings).
-        self.gather_s = (settings.gather_s if settings.gather_s is not None
-                         else getattr(codec, "gather_s", 0.0))
-        self._next_gather = float("-inf")  # clock time of the next gathering iteration
-        self._gathered: set[int] = set()  # streams with non-urgent windows held for it
         self.sink = sink
         self.on_error = on_error
         self.on_decode = on_decode  # called with the windows of each SNAC call (metrics)
@@ -265,25 +260,12 @@ class Flusher:
         low = self.settings.low_water_samples
         events, self._ends = self._ends, []  # ends of dropped generations (from _drain)
         due: list[tuple[int, _Stream, list[Window]]] = []
-        # A gathering iteration decodes every due window; between two, only urgent ones: a
-        # first chunk a listener waits for, or a listener with less than low water left
-        # by the next gathering iteration. The others are held (_gathered) until then.
-        gathering = now >= self._next_gather
-        if gathering:
-            self._next_gather = now + self.gather_s
-            self._dirty.update(self._gathered)
-            self._gathered.clear()
-        urgent_below = low + self.gather_s * SAMPLE_RATE
-        held = self._gathered
         planned = self._due_streams(now)
         for gid, st in planned:
             hungry, ahead = st.listener(now, low)
             windows = plan_windows(st.num_frames, st.final, st.emitted, self.settings,
                                    hungry=hungry, ahead=ahead)
             if windows:
-                if not (gathering or st.awaited_first(now) or st.buffered(now) < urgent_below):
-                    held.add(gid)
-                    continue
                 due.append((gid, st, windows))
             elif st.final and st.emitted == st.num_frames * SAMPLES_PER_FRAME:
                 # Nothing left to decode (no frames at all, or all sent before `final` came).
@@ -322,11 +304,9 @@ class Flusher:
         self._ends = []
         self._dirty.update(cut)
         for gid, st in planned:
-            if gid not in cut and gid not in held and self._streams.get(gid) is st:
+            if gid not in cut and self._streams.get(gid) is st:
                 self._schedule_wake(gid, st)
         self._wake_at = self._next_wake()
-        if held and (self._wake_at is None or self._next_gather < self._wake_at):
-            self._wake_at = self._next_gather
         return sent + self._emit(events)
 
     def _emit(self, events: list[AudioEvent]) -> int:

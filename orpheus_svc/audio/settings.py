@@ -15,9 +15,6 @@ CPU_BATCH_FRAMES = 24
 #: Frames per SNAC call on a GPU: large, so that one call decodes a whole iteration's
 #: windows (a call's launch cost dominates small ones).
 GPU_BATCH_FRAMES = 1024
-#: How long a GPU codec's flusher gathers chunks that no listener needs yet (gather_s):
-#: about three engine steps at 512 sessions, so windows of the same size meet in one call.
-GPU_GATHER_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -70,13 +67,6 @@ class FlusherSettings:
         buffered. So when the codec cannot keep up (the CPU demo under load), a new
         generation's first audio waits for at most about one SNAC call, not for the whole
         backlog. A GPU decodes each iteration's windows well within it, so it never binds.
-    gather_s: chunks that no listener needs within low_water + gather_s (not a first chunk
-        a listener waits for, nobody about to run dry) are decoded at most every gather_s,
-        together, instead of in the iteration their frames arrive in (one per engine step).
-        Windows of the same size from several steps then share one SNAC call: fewer calls
-        (on a GPU each is a fixed launch cost) and fewer flusher iterations that do work.
-        Urgent chunks still go at once. None (the default): the codec's own, GPU_GATHER_S
-        for a GPU codec and the simulator's, 0 (off) on a CPU, whose cost is per frame.
     """
 
     first_chunk_samples: int = 512
@@ -88,7 +78,6 @@ class FlusherSettings:
     low_water_samples: int = 1024
     max_decode_frames: int = 0
     max_iteration_s: float = 0.1
-    gather_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("first_chunk_samples", "left_context_samples", "lookahead_samples",
@@ -111,7 +100,5 @@ class FlusherSettings:
         require(is_finite(self.max_iteration_s) and self.max_iteration_s > 0, self,
                 "max_iteration_s", "must be a finite number > 0")
         require(self.low_water_samples >= 0, self, "low_water_samples", "must be >= 0")
-        require(self.gather_s is None or (is_finite(self.gather_s) and 0 <= self.gather_s <= 0.5),
-                self, "gather_s", "must be between 0 and 0.5 seconds, or null (the codec's own)")
         require(self.max_decode_frames >= 0, self, "max_decode_frames",
                 "must be >= 0 (0: the codec's max_batch_frames)")

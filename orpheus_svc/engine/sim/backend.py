@@ -53,7 +53,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from orpheus_svc.audio.settings import GPU_BATCH_FRAMES, GPU_GATHER_S
+from orpheus_svc.audio.settings import GPU_BATCH_FRAMES
 from orpheus_svc.core.grammar import position_id_range
 from orpheus_svc.core.prompt import TYPICAL_CHARS_PER_SECOND
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult, StepRow
@@ -388,7 +388,6 @@ class SimCodec:
 
     device = torch.device("cpu")
     max_batch_frames = GPU_BATCH_FRAMES  # it models a GPU codec, whatever `device` says
-    gather_s = GPU_GATHER_S
     sample_rate = SAMPLE_RATE
     samples_per_frame = SAMPLES_PER_FRAME
     has_noise = False
