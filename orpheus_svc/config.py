@@ -78,6 +78,9 @@ class EngineConfig:
     row_budget: bool = _SCHEDULER.row_budget  # real-time row budget at admission
     row_budget_headroom: float = _SCHEDULER.row_budget_headroom
     seed: int | None = None  # engine seed for requests without one (None: random per start)
+    # The cyclic garbage collector runs in the engine thread, between steps, instead of
+    # wherever its threshold falls (engine/collector.py); false: CPython's automatic one.
+    gc_pacing: bool = True
     # trtllm
     trtllm_engine_dir: str | None = None
     trtllm_kv_free_gpu_fraction: float = 0.9
@@ -98,6 +101,7 @@ class EngineConfig:
                 "must be torch, trtllm or sim")
         require(self.max_sessions >= 1, self, "max_sessions", "must be >= 1")
         require(self.max_seq_len >= 64, self, "max_seq_len", "must be >= 64")
+        require(isinstance(self.gc_pacing, bool), self, "gc_pacing", "must be true or false")
         require(0 < self.trtllm_kv_free_gpu_fraction <= 1, self, "trtllm_kv_free_gpu_fraction",
                 "must be in (0, 1]")
         # YAML reads a bare on/off as a boolean, which arrives here as "True"/"False"

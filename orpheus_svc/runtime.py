@@ -27,6 +27,7 @@ from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.prompt import build_prompt, expected_audio_seconds, max_tokens_for_text
 from orpheus_svc.core.tokens import FRAME_SECONDS
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
+from orpheus_svc.engine.collector import CollectorPacer
 from orpheus_svc.engine.handle import EventRouter, GenerationHandle
 from orpheus_svc.engine.loop import EngineLoop
 
@@ -177,7 +178,8 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
         codec = load_snac(snac_ref, device=device, dtype=torch.float32)
     flusher = Flusher(codec, config.flusher, router, on_error=router.on_audio_error,
                       on_decode=on_decode)
-    engine = EngineLoop(backend, flusher, router, settings=settings, seed=e.seed, on_step=on_step)
+    engine = EngineLoop(backend, flusher, router, settings=settings, seed=e.seed, on_step=on_step,
+                        collector=CollectorPacer() if e.gc_pacing else None)
     return Runtime(config=config, engine=engine, flusher=flusher, router=router, encode=encode,
                    model_name=model_name, is_demo=is_demo, device=device,
                    voices=_voices(config, model_dir),

@@ -42,6 +42,7 @@ from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.step import Backend, BackendCapabilities, StepPlan, StepResult, StepRow
 from orpheus_svc.core.tokens import FRAME_TOKENS
+from orpheus_svc.engine.collector import CollectorPacer
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +134,12 @@ class EngineLoop:
     def __init__(self, backend: Backend, flusher: FrameSink, sink: EventSink, *,
                  settings: SchedulerSettings = SchedulerSettings(), seed: int | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 on_step: Callable[[int], None] | None = None) -> None:
+                 on_step: Callable[[int], None] | None = None,
+                 collector: CollectorPacer | None = None) -> None:
         self.backend = backend
+        # The cyclic GC at the engine's pace (engine/collector.py; engine.gc_pacing), or
+        # None: the collector stays automatic (tests, tools).
+        self.collector = collector
         self.flusher = flusher
         self._sink = sink
         self._clock = clock
@@ -161,6 +166,8 @@ class EngineLoop:
     # -- any thread -----------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.collector is not None:
+            self.collector.start()
         self._thread = threading.Thread(target=self._run, name="engine-core", daemon=True)
         self._thread.start()
 
@@ -200,11 +207,21 @@ class EngineLoop:
     # -- engine thread --------------------------------------------------------------------
 
     def _run(self) -> None:
-        events = EventBatch(self._sink)
+        collector = self.collector  # started by start(), before this thread
+        try:
+            self._loop(EventBatch(self._sink), collector)
+        finally:
+            if collector is not None:
+                collector.stop()
+
+    def _loop(self, events: EventBatch, collector: CollectorPacer | None) -> None:
         idle = 0.0  # > 0: every live generation is far ahead of playback; wait that long
         while True:
-            if not self._drain(events, block=not self._scheduler.has_work or idle > 0,
-                               timeout=idle or None):
+            block = not self._scheduler.has_work or idle > 0
+            timeout = idle or None
+            if block and collector is not None:
+                timeout = min(timeout or float("inf"), collector.idle_timeout())
+            if not self._drain(events, block=block, timeout=timeout):
                 break
             idle = 0.0
             if self._scheduler.has_work:
@@ -214,6 +231,10 @@ class EngineLoop:
                     log.exception("engine step failed; cancelling every running generation")
                     self._cancel_all()
                     self._stats_stale = True
+                if collector is not None:  # while the device runs the next step
+                    collector.after_step()
+            elif collector is not None:
+                collector.on_idle()
             self._publish_stats(going_idle=not self._scheduler.has_work or idle > 0)
             events.flush()
         events.flush()
