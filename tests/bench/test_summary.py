@@ -188,6 +188,11 @@ def _run(path, concurrency):
     ("hostpath-arrays5/before-6r-2.summary.json", 512, 59, 81, 103, 29, 0.72),
     ("hostpath-arrays5/after-6r-2.summary.json", 512, 50, 61, 71, 0, 0.57),
     ("hostpath-arrays5/after-split1-6r.summary.json", 512, 53, 64, 77, 1, 0.68),
+    # sixth round: the collector at the engine's pace
+    ("hostpath-gc6/before-1.summary.json", 512, 49, 57, 63, 0, 0.49),
+    ("hostpath-gc6/gcp-2.summary.json", 512, 48, 53, 55, 0, 0.40),
+    ("hostpath-gc6/gcp-768p.summary.json", 768, 48, 53, 57, 0, 0.40),
+    ("hostpath-gc6/gcp-split2.summary.json", 512, 51, 61, 68, 0, 0.61),
 ])
 def test_committed_summaries_hold_the_figures_benchmarks_md_quotes(path, c, p50, p95, p99,
                                                                    underruns, cores):
@@ -196,6 +201,12 @@ def test_committed_summaries_hold_the_figures_benchmarks_md_quotes(path, c, p50,
     assert (round(t["p50"]), round(t["p95"]), round(t["p99"])) == (p50, p95, p99)
     assert r["underruns"]["events_total"] == underruns
     assert round(r["server"]["cpu_util"], 2) == cores
+
+
+def test_the_paced_runs_hold_the_host_bound_steps_benchmarks_md_quotes():
+    got = [_run(f"hostpath-gc6/{name}.summary.json", 512)[0]["sim"]["host_bound_steps"]
+           for name in ("before-1", "gcp-1", "arr-1", "gcp-2", "before-2", "gcp-3")]
+    assert got == [49, 1, 24, 0, 47, 4]
 
 
 def test_committed_tuning_results_match_benchmarks_md():
