@@ -77,6 +77,12 @@ class _LiveRequest:
     released: bool = False          # our scheduler ended the generation
 
 
+def _plan_ids(plan: StepPlan) -> list[int]:
+    """The plan's generations, prefill first: the decode rows' ids straight from their
+    array (every running generation is in every plan here; no StepRow per row)."""
+    return [r.gen_id for r in plan.prefill] + plan.decode.gen_ids.tolist()
+
+
 class TrtllmBackend:
     """EngineLoop Backend over TensorRT-LLM streams (see the module docstring)."""
 
@@ -114,7 +120,7 @@ class TrtllmBackend:
         self._drain(0)  # ends confirmed since the last step free their place before submit
         self._retire(plan, result)
         self._submit(plan.prefill, result)
-        self._collect(plan.rows, result)
+        self._collect(_plan_ids(plan), result)
         result.freed, self._freed = self._freed, []
         return result
 
@@ -148,7 +154,7 @@ class TrtllmBackend:
 
     def _retire(self, plan: StepPlan, result: StepResult) -> None:
         now = self._clock()
-        in_plan = {r.gen_id for r in plan.rows}
+        in_plan = set(_plan_ids(plan))
         for gen_id, s in list(self._requests.items()):
             if s.released:
                 if s.done:
@@ -224,9 +230,9 @@ class TrtllmBackend:
 
     # -- 3. collect --------------------------------------------------------------------------
 
-    def _collect(self, rows: Sequence[StepRow], result: StepResult) -> None:
-        wanted = [self._requests[r.gen_id] for r in rows
-                  if r.gen_id in self._requests and r.gen_id not in result.errors]
+    def _collect(self, gen_ids: Sequence[int], result: StepResult) -> None:
+        requests = self._requests
+        wanted = [requests[g] for g in gen_ids if g in requests and g not in result.errors]
         ready = any(s.pending or s.error for s in wanted)
         self._drain(0 if ready or not self._requests else self._wait_s)
         for s in wanted:
