@@ -146,6 +146,7 @@ class Scheduler:
         self._step_frames: list[tuple[Generation, np.ndarray]] = []
         self._step_ended: dict[Generation, str] = {}
         self._step_tokens = 0
+        self._step_rounds = 0  # by-id rounds: more than one, and a row may have two frames
         self._waiting: list[Generation] = []
         self._running: dict[int, Generation] = {}  # holding a slot
         # Per-step work is O(candidates), not O(running): a generation beyond the playout
@@ -305,6 +306,7 @@ class Scheduler:
         left only for the rows that complete a frame (one step in seven: playout, the
         outcome) or end."""
         self._step_frames, self._step_ended, self._step_tokens = [], {}, 0
+        self._step_rounds = 0
         running = self._running
         errors = result.errors
         decode = plan.decode
@@ -354,6 +356,7 @@ class Scheduler:
                                   np.fromiter((t[i] for _, t in rows), np.int64, len(rows)))
             i += 1
             rows = [(s, t) for s, t in rows if len(t) > i and s not in ended]
+        self._step_rounds = i
 
     def _advance(self, slots: np.ndarray, tokens: np.ndarray) -> set[int]:
         """One token for each row of `slots`; records frames and ends; returns the slots
@@ -382,7 +385,7 @@ class Scheduler:
         out = StepOutcome()
         ended, sessions = self._step_ended, self._sessions
         frames = self._step_frames
-        if len(frames) > len({id(g) for g, _ in frames}):  # several tokens per row
+        if self._step_rounds > 1:  # several tokens per row: a row may have several frames
             merged: dict[Generation, list[np.ndarray]] = {}
             for gen, codes in frames:
                 merged.setdefault(gen, []).append(codes)
