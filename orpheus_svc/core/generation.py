@@ -131,8 +131,8 @@ class Generation:
                     frames.append(frame)
         finally:
             self.set_counters(num_generated=n, last_token=last, position=parser.position,
-                      frames=parser.frames, stopped=parser.stopped,
-                      pending=tuple(parser._pending))
+                              frames=parser.frames, stopped=parser.stopped,
+                              pending=tuple(parser._pending))
         return frames
 
     def set_counters(self, **changes) -> None:
