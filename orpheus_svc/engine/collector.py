@@ -19,8 +19,9 @@ right after a step, while the device works on the next one:
 
 Almost no cyclic garbage outlives the young passes (a six-turn run at 512 sessions left
 197 objects for the full pass at its end), so full passes can be rare. An idle engine
-still wakes every full_min_interval_s to collect what the front-end made meanwhile
-(health checks, refused calls) if anything was allocated.
+still wakes every idle_check_s: what the front-end allocated meanwhile (health checks,
+refused calls) gets a young and middle pass once it passes CPython's own threshold (700),
+and a full pass once full_min_interval_s have passed.
 
 Process-wide: the first pacer to start turns automatic collection off, the last to stop
 turns it back on if it was on before (tests run several engines in one process).
@@ -46,6 +47,8 @@ class CollectorSettings:
     full_after_idle_s: float = 0.1
     full_min_interval_s: float = 60.0
     full_max_interval_s: float = 600.0
+    idle_check_s: float = 1.0
+    idle_young_threshold: int = 700
 
 
 class CollectorPacer:
@@ -100,22 +103,27 @@ class CollectorPacer:
             self._collect(0, now)
 
     def idle_timeout(self) -> float:
-        """How long an idle engine may block before on_idle() has work to do."""
+        """How long an idle engine may block before on_idle() may have work to do."""
         s = self.settings
+        if not self._stepped_since_full:
+            return s.idle_check_s
         now = self._clock()
         due = max(self._last_step + s.full_after_idle_s, self._last_full + s.full_min_interval_s)
-        return max(due - now, 0.0) if self._stepped_since_full else s.full_min_interval_s
+        return min(max(due - now, 0.0), s.idle_check_s)
 
     def on_idle(self) -> None:
-        """The engine found no work when its wait ended: a full pass if one is due."""
+        """The engine found no work when its wait ended: a full pass if one is due, else a
+        young and middle one if enough was allocated meanwhile."""
         s = self.settings
         now = self._clock()
         if now - self._last_step < s.full_after_idle_s:
             return
-        if now - self._last_full < s.full_min_interval_s:
-            return
-        if self._stepped_since_full or self._gc.get_count()[0] > 0:
+        allocated = self._gc.get_count()[0]
+        if now - self._last_full >= s.full_min_interval_s and (
+                self._stepped_since_full or allocated > 0):
             self._collect(2, now)
+        elif allocated >= s.idle_young_threshold:
+            self._collect(1, now)
 
     def _collect(self, generation: int, now: float) -> None:
         t0 = time.perf_counter()

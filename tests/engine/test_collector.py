@@ -82,13 +82,20 @@ def test_an_idle_engine_gets_a_full_pass_once_it_has_been_idle_a_while():
     pacer.on_idle()
     assert fake.calls[-1] == 2
     # nothing stepped or allocated since: the next idle wake-up collects nothing
-    assert pacer.idle_timeout() == 60.0
+    assert pacer.idle_timeout() == 1.0
     clock.t += 120.0
     pacer.on_idle()
     assert fake.calls.count(2) == 1
     fake.count = 5  # the front-end allocated meanwhile (health checks, refused calls)
     pacer.on_idle()
     assert fake.calls.count(2) == 2
+    fake.count = 800  # within the minute after a full pass: young and middle only
+    clock.t += 1.0
+    pacer.on_idle()
+    assert fake.calls[-1] == 1 and fake.calls.count(2) == 2
+    clock.t += 1.0
+    pacer.on_idle()  # nothing new since
+    assert fake.calls == [2, 2, 1]
     pacer.stop()
 
 
@@ -100,7 +107,7 @@ def test_full_passes_are_at_least_min_interval_apart():
         clock.t += 1.0  # idle for a second after each burst
         pacer.on_idle()
     assert fake.calls.count(2) == 0  # started 3 s ago: a full pass waits for the interval
-    assert pacer.idle_timeout() == pytest.approx(57.0)
+    assert pacer.idle_timeout() == 1.0  # woken every second meanwhile
     pacer.stop()
 
 
