@@ -280,11 +280,12 @@ class Scheduler:
         """The plan's rows when every candidate runs anyway (room for all of them in the
         batch, and their prompts fit the prefill budget or only one needs prefill), else
         None. Then the batch order cannot change who runs, so no key is computed for the
-        decode rows (the hot case: the profile in BENCHMARKS.md, issue 16): they come in
-        candidate (admission) order, which no backend reads (torch re-sorts by slot, sim and
-        trtllm key by gen_id). Prefill rows keep the priority order: trtllm submits them in
-        it. Same rows and the same steps_waited (0 for all) as the full path. Only with the
-        playout horizon off: parking needs every row's key."""
+        decode rows (the hot case: the profile in BENCHMARKS.md, issue 16): they are every
+        batch row with a token, in slot order (core/batch.py decode_slots), which no backend
+        relies on (torch re-sorts by slot, sim and trtllm key by slot or gen_id). Prefill rows
+        keep the priority order: trtllm submits them in it. Same rows and the same
+        steps_waited (0 for all: only generations left out of a batch are reset) as the
+        full path. Only with the playout horizon off: parking needs every row's key."""
         if len(self._candidates) > self.settings.max_batch_size:
             return None
         new = list(self._unstarted.values())  # need prefill (nothing is parked here)

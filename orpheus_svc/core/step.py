@@ -139,8 +139,8 @@ class DecodeRows:
 @dataclass(frozen=True)
 class StepPlan:
     """One step: rows to prefill (in the scheduler's priority order) and rows to decode (in
-    priority order too, unless every candidate runs this step: then in admission order, as
-    no backend reads it; core/scheduler.py Scheduler._everything_runs).
+    priority order too, unless every candidate runs this step: then in slot order, as no
+    backend relies on it; core/scheduler.py Scheduler._everything_runs).
 
     `admitted` and `released` are for EngineLoop's events (generations that got a slot or
     were cancelled this step); no backend reads them: a backend hears of ended generations
