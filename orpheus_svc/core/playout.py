@@ -11,7 +11,8 @@ listener would run dry without it. A session plays its segments strictly in orde
 
 Audio only joins the clock when it is playable (its segment is the session's head, the
 earliest unfinished one); frames that a later segment makes while an earlier one is still
-generating wait in `frames_not_in_playout` and join when it becomes the head. When a
+generating wait in `frames_not_in_playout` and join when it becomes the head (if it ends
+first, they play once the segment before it has). When a
 session's buffer has run out (playout_end < now) new audio starts playing at `now` again,
 so an idle gap in the conversation is not counted as lateness.
 
@@ -70,6 +71,9 @@ class SessionPlayout:
     # without a gap moves none. `_handed`: gen_id -> version of the snapshot last handed out.
     version: int = 0
     _handed: dict[int, int] = field(default_factory=dict)
+    # gen_id -> frames of later segments that ended before it: they play right after it
+    # (a short segment can finish while the one before it still generates)
+    _after: dict[int, int] = field(default_factory=dict)
 
     @property
     def head(self) -> Generation | None:
@@ -80,15 +84,27 @@ class SessionPlayout:
         self.gens.sort(key=lambda g: g.request.segment_index)
         self.version += 1
 
-    def remove(self, gen: Generation, now: float) -> None:
-        was_head = self.head is gen
-        self.gens.remove(gen)
+    def remove(self, gen: Generation, now: float, heard: bool = True) -> None:
+        """`gen` ended. Its frames not yet playable (`heard`: False for a cancelled one,
+        whose audio is dropped) play once the segments before it have, in segment order,
+        whichever of them ends first."""
+        i = self.gens.index(gen)
+        del self.gens[i]
         self._handed.pop(gen.gen_id, None)
         self.version += 1  # estimates made with it become actual times
+        after = self._after.pop(gen.gen_id, 0)
+        own = gen.frames_not_in_playout if heard else 0
+        if i > 0:  # behind the head: its audio waits for the segment before it
+            prev = self.gens[i - 1].gen_id
+            if own + after:
+                self._after[prev] = self._after.get(prev, 0) + own + after
+            return
         new_head = self.head
-        if was_head and new_head is not None and new_head.frames_not_in_playout:
-            self._play(new_head.frames_not_in_playout, now)
+        if new_head is not None:
+            after += new_head.frames_not_in_playout
             new_head.frames_not_in_playout = 0
+        if after:
+            self._play(after, now)
 
     def on_frames(self, gen: Generation, n: int, now: float) -> None:
         """`gen` made `n` frames (its num_frames already counts them)."""
@@ -142,7 +158,7 @@ class SessionPlayout:
             if g is gen:
                 ahead_frames += g.frames_not_in_playout
                 break
-            ahead_frames += g.frames_not_in_playout
+            ahead_frames += g.frames_not_in_playout + self._after.get(g.gen_id, 0)
             # an unfinished earlier segment has at least one more frame to play first
             ahead_frames += max(g.request.expected_frames - g.num_frames, 1)
         return base - now + ahead_frames * FRAME_SECONDS

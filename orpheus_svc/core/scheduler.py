@@ -577,7 +577,7 @@ class Scheduler:
             self._candidates.pop(gen.gen_id, None)
             self._parked.pop(gen.gen_id, None)
         session = self._sessions[gen.request.session_id]
-        session.remove(gen, now)
+        session.remove(gen, now, heard=reason != "cancelled")
         if session.gens:
             self._playout_moved[session.session_id] = session
         for other in session.gens:  # their slack may have dropped: judge them afresh

@@ -2,7 +2,7 @@
 
 import pytest
 
-from orpheus_svc.core.playout import PlayoutSnapshot
+from orpheus_svc.core.playout import PlayoutSnapshot, SessionPlayout
 from orpheus_svc.core.tokens import FRAME_SECONDS, SAMPLE_RATE, SAMPLES_PER_FRAME
 
 from .sched_helpers import make_gen, make_scheduler, run_step
@@ -85,3 +85,49 @@ def test_a_segment_running_past_its_estimate_moves_the_ones_behind_it():
     assert s.playout_update(seg1, 0.0).starts_at == pytest.approx(3 * FRAME_SECONDS)
     frame_steps(s, 0.0)
     assert s.playout_update(seg1, 0.0).starts_at == pytest.approx(4 * FRAME_SECONDS)
+
+
+def test_a_later_segment_that_ends_first_is_heard_after_the_one_before_it():
+    s = make_scheduler(slots=4, batch=4, aging=10_000)
+    seg0 = make_gen(session="a", segment=0, expected_frames=4, max_tokens=7 * 4)
+    seg1 = make_gen(session="a", segment=1, expected_frames=2, max_tokens=7 * 2)
+    seg2 = make_gen(session="a", segment=2, expected_frames=20)
+    for g in (seg0, seg1, seg2):
+        s.add(g)
+    for _ in range(3):
+        frame_steps(s, 0.0)
+    assert seg1.finish_reason == "length" and seg0.finish_reason is None
+    assert s.buffered_seconds("a", 0.0) == pytest.approx(3 * FRAME_SECONDS)  # seg0's only
+    # seg2 is heard after seg0's 4 frames (one still to come) and seg1's 2, which ended first
+    assert s.playout_update(seg2, 0.0).starts_at == pytest.approx(6 * FRAME_SECONDS)
+    frame_steps(s, 0.0)
+    assert seg0.finish_reason == "length"
+    # seg0's 4 frames, then seg1's 2, then the 4 that seg2 made meanwhile
+    assert s.buffered_seconds("a", 0.0) == pytest.approx(10 * FRAME_SECONDS)
+    assert s.playout_update(seg2, 0.0).starts_at == pytest.approx(6 * FRAME_SECONDS)
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_segments_ending_in_one_step_play_the_same_whichever_is_removed_first(first):
+    """The scheduler settles a step's ends in slot order, not segment order."""
+    session = SessionPlayout("a")
+    seg0, seg1 = make_gen(session="a", segment=0), make_gen(session="a", segment=1)
+    session.add(seg0)
+    session.add(seg1)
+    session.on_frames(seg0, 3, 0.0)
+    session.on_frames(seg1, 2, 0.0)
+    for g in ([seg0, seg1] if first == 0 else [seg1, seg0]):
+        session.remove(g, 0.0)
+    assert session.playout_end == pytest.approx(5 * FRAME_SECONDS)
+
+
+def test_a_cancelled_later_segment_adds_nothing_to_the_clock():
+    session = SessionPlayout("a")
+    seg0, seg1 = make_gen(session="a", segment=0), make_gen(session="a", segment=1)
+    session.add(seg0)
+    session.add(seg1)
+    session.on_frames(seg0, 3, 0.0)
+    session.on_frames(seg1, 2, 0.0)
+    session.remove(seg1, 0.0, heard=False)
+    session.remove(seg0, 0.0)
+    assert session.playout_end == pytest.approx(3 * FRAME_SECONDS)
