@@ -65,6 +65,7 @@ class CollectorPacer:
         self._last_step = float("-inf")
         self._last_full = float("-inf")
         self._stepped_since_full = False
+        self._on = False  # this pacer holds automatic collection off (under _lock)
         # counts and seconds per generation (read as a racy, monotone snapshot)
         self.passes = [0, 0, 0]
         self.seconds = [0.0, 0.0, 0.0]
@@ -72,6 +73,9 @@ class CollectorPacer:
     def start(self) -> None:
         """Automatic collection off (process-wide) until the last running pacer stops."""
         with _lock:
+            if self._on:
+                return
+            self._on = True
             switch = _switches.setdefault(id(self._gc), [0, True])
             if switch[0] == 0:
                 switch[1] = self._gc.isenabled()
@@ -80,7 +84,13 @@ class CollectorPacer:
         self._last_full = self._clock()
 
     def stop(self) -> None:
+        """Idempotent: the engine thread calls it when it ends, and EngineLoop.stop() too
+        when that thread does not end in time (stuck in a device call), so that automatic
+        collection does not stay off for the rest of the process."""
         with _lock:
+            if not self._on:
+                return
+            self._on = False
             switch = _switches[id(self._gc)]
             switch[0] -= 1
             if switch[0] == 0:

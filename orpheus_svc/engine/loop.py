@@ -169,12 +169,19 @@ class EngineLoop:
         if self.collector is not None:
             self.collector.start()
         self._thread = threading.Thread(target=self._run, name="engine-core", daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:
+            if self.collector is not None:
+                self.collector.stop()
+            raise
 
     def stop(self, timeout: float | None = 10.0) -> None:
         self._commands.put(_STOP)
         if self._thread is not None:
             self._thread.join(timeout)
+            if self._thread.is_alive() and self.collector is not None:
+                self.collector.stop()  # stuck in a step: collection back to automatic
 
     def new_id(self) -> int:
         """A fresh generation id, so a consumer can route events before submitting."""
@@ -231,7 +238,11 @@ class EngineLoop:
                     log.exception("engine step failed; cancelling every running generation")
                     self._cancel_all()
                     self._stats_stale = True
-                if collector is not None:  # while the device runs the next step
+                if collector is None:
+                    pass
+                elif idle > 0:  # nothing could run (all parked or held back): idle time
+                    collector.on_idle()
+                else:  # while the device runs the next step
                     collector.after_step()
             elif collector is not None:
                 collector.on_idle()

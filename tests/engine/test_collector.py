@@ -126,32 +126,104 @@ def test_automatic_collection_is_off_while_any_pacer_runs_and_restored_after():
     assert not fake.enabled
 
 
-def test_an_engine_with_a_pacer_turns_the_real_collector_off_only_while_it_runs():
-    from orpheus_svc.core.events import Finish
-    from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+def test_stop_is_idempotent_and_leaves_other_pacers_alone():
+    fake = FakeGC()
+    a, b = (CollectorPacer(collector=fake, clock=Clock()) for _ in range(2))
+    a.start()
+    a.start()  # once only
+    b.start()
+    a.stop()
+    a.stop()  # the engine thread's own stop after EngineLoop.stop gave up waiting for it
+    assert not fake.enabled  # b still runs
+    b.stop()
+    assert fake.enabled
+
+
+class Frames:
+    def __init__(self):
+        self.done = []
+
+    def push_many(self, pushes):
+        self.done += [p.gen_id for p in pushes if p.finish is not None]
+
+    def drop(self, gen_id, finish=None):
+        self.done.append(gen_id)
+
+
+def _sim_engine(pacer, sleep=lambda s: None, **settings):
+    from orpheus_svc.core.scheduler import SchedulerSettings
     from orpheus_svc.engine.loop import EngineLoop
     from orpheus_svc.engine.sim.backend import SimBackend
     from orpheus_svc.engine.sim.profiles import get_profile
 
-    class Frames:
-        def __init__(self):
-            self.done = []
-
-        def push_many(self, pushes):
-            self.done += [p.gen_id for p in pushes if p.finish is not None]
-
-        def drop(self, gen_id, finish: Finish | None = None):
-            self.done.append(gen_id)
-
-    assert gc.isenabled()
     sink = Frames()
-    pacer = CollectorPacer()
-    backend = SimBackend(get_profile("h100-fp8"), 4, 1024, sleep=lambda s: None)
-    engine = EngineLoop(backend, sink, lambda events: None, seed=1, collector=pacer)
+    backend = SimBackend(get_profile("h100-fp8"), 4, 1024, sleep=sleep)
+    engine = EngineLoop(backend, sink, lambda events: None, seed=1, collector=pacer,
+                        settings=SchedulerSettings(**settings))
+    return engine, backend, sink
+
+
+def _request(frames=9, tokens=70):
+    from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+    return GenerationRequest("s", 0, tuple(range(20)), tokens, SamplingParams(seed=1),
+                             expected_frames=frames)
+
+
+def test_an_engine_stuck_in_a_step_at_stop_gives_collection_back():
+    import threading
+    fake, entered, release = FakeGC(), threading.Event(), threading.Event()
+
+    def stuck(_seconds):  # the device never answers until released
+        entered.set()
+        release.wait(10)
+
+    engine, _, _ = _sim_engine(CollectorPacer(collector=fake), sleep=stuck)
+    engine.start()
+    engine.submit(_request())
+    assert entered.wait(10) and not fake.enabled
+    engine.stop(timeout=0.2)
+    assert fake.enabled  # not left off until the stuck thread ends
+    release.set()
+    engine._thread.join(10)
+    assert not engine._thread.is_alive() and fake.enabled
+
+
+def test_waiting_on_generations_that_cannot_run_is_idle_time_for_the_collector():
+    class Spy(CollectorPacer):
+        def __init__(self):
+            super().__init__(collector=FakeGC())
+            self.after, self.idle = 0, 0
+
+        def after_step(self):
+            self.after += 1
+
+        def on_idle(self):
+            self.idle += 1
+
+    spy = Spy()
+    # the sim runs far faster than real time: the generation soon has more than the
+    # horizon buffered and is parked until its listener catches up
+    engine, backend, sink = _sim_engine(spy, max_ahead_seconds=0.2)
     engine.start()
     try:
-        gid = engine.submit(GenerationRequest("s", 0, tuple(range(20)), 70,
-                                              SamplingParams(seed=1), expected_frames=9))
+        gid = engine.submit(_request(frames=30, tokens=7 * 30))
+        deadline = time.monotonic() + 20
+        while gid not in sink.done and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert gid in sink.done
+    finally:
+        engine.stop()
+    assert spy.idle > 0  # it waited for the listener
+    assert spy.after == backend.counters["steps"]  # one pass chance per real step, no more
+
+
+def test_an_engine_with_a_pacer_turns_the_real_collector_off_only_while_it_runs():
+    assert gc.isenabled()
+    pacer = CollectorPacer()
+    engine, backend, sink = _sim_engine(pacer)
+    engine.start()
+    try:
+        gid = engine.submit(_request())
         deadline = time.monotonic() + 10
         while gid not in sink.done and time.monotonic() < deadline:
             assert not gc.isenabled()
