@@ -39,6 +39,11 @@ from .slots import SlotPool
 from .step import StepPlan, StepResult
 
 
+def _frozen(codes: np.ndarray) -> np.ndarray:
+    codes.flags.writeable = False
+    return codes
+
+
 def deadline_priority(gen: Generation, session: SessionPlayout, now: float,
                       settings: "SchedulerSettings") -> tuple:
     """The batch order of the module docstring, as a sort key (smaller runs first). The
@@ -390,7 +395,7 @@ class Scheduler:
             merged: dict[Generation, list[np.ndarray]] = {}
             for gen, codes in frames:
                 merged.setdefault(gen, []).append(codes)
-            frames = [(g, np.concatenate(c)) for g, c in merged.items()]
+            frames = [(g, _frozen(np.concatenate(c))) for g, c in merged.items()]
         for gen, codes in frames:
             if ended and ended.get(gen) == "error":
                 continue

@@ -246,6 +246,7 @@ def test_several_tokens_per_step_are_applied_in_order_and_stop_at_the_end():
     out = s.update(plan, StepResult({g.gen_id: toks}), 0.0)
     assert [(gen, codes.tolist()) for gen, codes in out.frames] == [
         (g, [list(range(7)), list(range(7, 14))])]
+    assert not out.frames[0][1].flags.writeable  # merged codes are read-only like one frame's
     assert g.finish_reason == "stop" and g.num_generated == 15  # nothing after the stop
     assert out.finished == [g] and s.pool.num_free == 4
 
