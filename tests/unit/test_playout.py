@@ -107,27 +107,28 @@ def test_a_later_segment_that_ends_first_is_heard_after_the_one_before_it():
     assert s.playout_update(seg2, 0.0).starts_at == pytest.approx(6 * FRAME_SECONDS)
 
 
-@pytest.mark.parametrize("first", [0, 1])
-def test_segments_ending_in_one_step_play_the_same_whichever_is_removed_first(first):
-    """The scheduler settles a step's ends in slot order, not segment order."""
+def two_segments_with_frames(n0, n1):
+    """A session's segments 0 (the head) and 1, with n0 and n1 frames made at t=0."""
     session = SessionPlayout("a")
     seg0, seg1 = make_gen(session="a", segment=0), make_gen(session="a", segment=1)
     session.add(seg0)
     session.add(seg1)
-    session.on_frames(seg0, 3, 0.0)
-    session.on_frames(seg1, 2, 0.0)
+    session.on_frames(seg0, n0, 0.0)
+    session.on_frames(seg1, n1, 0.0)
+    return session, seg0, seg1
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_segments_ending_in_one_step_play_the_same_whichever_is_removed_first(first):
+    """The scheduler settles a step's ends in slot order, not segment order."""
+    session, seg0, seg1 = two_segments_with_frames(3, 2)
     for g in ([seg0, seg1] if first == 0 else [seg1, seg0]):
         session.remove(g, 0.0)
     assert session.playout_end == pytest.approx(5 * FRAME_SECONDS)
 
 
 def test_a_cancelled_later_segment_adds_nothing_to_the_clock():
-    session = SessionPlayout("a")
-    seg0, seg1 = make_gen(session="a", segment=0), make_gen(session="a", segment=1)
-    session.add(seg0)
-    session.add(seg1)
-    session.on_frames(seg0, 3, 0.0)
-    session.on_frames(seg1, 2, 0.0)
+    session, seg0, seg1 = two_segments_with_frames(3, 2)
     session.remove(seg1, 0.0, heard=False)
     session.remove(seg0, 0.0)
     assert session.playout_end == pytest.approx(3 * FRAME_SECONDS)
