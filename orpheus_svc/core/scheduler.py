@@ -317,7 +317,7 @@ class Scheduler:
         errors = result.errors
         decode = plan.decode
         if errors:
-            in_plan = {r.gen_id for r in plan.prefill} | set(decode.gen_ids.tolist())
+            in_plan = set(plan.gen_ids())
             for gen_id in errors:
                 gen = running.get(gen_id)
                 if gen is not None and gen_id in in_plan:

@@ -165,6 +165,11 @@ class StepPlan:
         """Every row, prefill first (StepRows: for backends and tools that go row by row)."""
         return self.prefill + self.decode.rows
 
+    def gen_ids(self) -> list[int]:
+        """Every row's generation id, prefill first, the decode ones straight from their
+        array (no StepRow built per row)."""
+        return [r.gen_id for r in self.prefill] + self.decode.gen_ids.tolist()
+
     @property
     def num_rows(self) -> int:
         return len(self.prefill) + len(self.decode)

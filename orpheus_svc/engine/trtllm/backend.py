@@ -77,12 +77,6 @@ class _LiveRequest:
     released: bool = False          # our scheduler ended the generation
 
 
-def _plan_ids(plan: StepPlan) -> list[int]:
-    """The plan's generations, prefill first: the decode rows' ids straight from their
-    array (every running generation is in every plan here; no StepRow per row)."""
-    return [r.gen_id for r in plan.prefill] + plan.decode.gen_ids.tolist()
-
-
 class TrtllmBackend:
     """EngineLoop Backend over TensorRT-LLM streams (see the module docstring)."""
 
@@ -118,9 +112,10 @@ class TrtllmBackend:
     def step(self, plan: StepPlan) -> StepResult:
         result = StepResult()
         self._drain(0)  # ends confirmed since the last step free their place before submit
-        self._retire(plan, result)
+        gen_ids = plan.gen_ids()  # every running generation is in every plan here
+        self._retire(gen_ids, result)
         self._submit(plan.prefill, result)
-        self._collect(_plan_ids(plan), result)
+        self._collect(gen_ids, result)
         result.freed, self._freed = self._freed, []
         return result
 
@@ -152,9 +147,9 @@ class TrtllmBackend:
 
     # -- 1. retire ---------------------------------------------------------------------------
 
-    def _retire(self, plan: StepPlan, result: StepResult) -> None:
+    def _retire(self, gen_ids: Sequence[int], result: StepResult) -> None:
         now = self._clock()
-        in_plan = set(_plan_ids(plan))
+        in_plan = set(gen_ids)
         for gen_id, s in list(self._requests.items()):
             if s.released:
                 if s.done:
