@@ -198,6 +198,8 @@ def _run(path, concurrency):
     ("hostpath-review7/head-256-3.summary.json", 256, 74, 135, 163, 1, 0.84),
     ("hostpath-review7/head-256-4.summary.json", 256, 106, 1644, 1999, 14, 0.86),
     ("hostpath-review7/head-512-1.summary.json", 512, 110, 452, 718, 33, 0.93),
+    ("hostpath-review7/prev-512-2.summary.json", 512, 111, 337, 462, 22, 0.92),
+    ("hostpath-review7/final-512-2.summary.json", 512, 103, 367, 731, 31, 0.92),
 ])
 def test_committed_summaries_hold_the_figures_benchmarks_md_quotes(path, c, p50, p95, p99,
                                                                    underruns, cores):
