@@ -1,6 +1,7 @@
 import pytest
 
 from .fake_server import FakeServer
+from .replicas import Replica
 
 
 @pytest.fixture
@@ -16,3 +17,18 @@ def fake_pair():
     yield servers
     for s in servers:
         s.stop()
+
+
+@pytest.fixture
+def replicas():
+    """make(name, serving=True, servicer_cls=FakeTTSServicer, **servicer_kwargs) -> Replica;
+    all stopped at the end."""
+    made: list[Replica] = []
+
+    def make(*args, **kwargs) -> Replica:
+        made.append(Replica(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.stop()

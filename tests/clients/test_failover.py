@@ -10,85 +10,25 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from concurrent import futures
 
 import grpc
 import pytest
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from orpheus_tts_client import AsyncClient, Client, TTSError
 from orpheus_tts_client._target import TTS_SERVICE, channel_options, service_config
 
-from .fake_server import FakeTTSServicer
-
-SERVING = health_pb2.HealthCheckResponse.SERVING
-NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-class RefusingServicer(FakeTTSServicer):
-    """Refuses every session with UNAVAILABLE before sending anything (as orpheus-svc does
-    while draining), after reading the config; counts the refusals."""
-
-    refused = 0
-
-    def _refuse(self, context):
-        with self.lock:
-            self.refused += 1
-        context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
-
-    def Synthesize(self, request, context):
-        self._refuse(context)
-
-    def StreamingSynthesize(self, request_iterator, context):
-        next(request_iterator)  # the config
-        self._refuse(context)
-
-
-class Replica:
-    def __init__(self, name: str, *, serving: bool = True, servicer_cls=FakeTTSServicer) -> None:
-        self.servicer = servicer_cls(name)
-        self.health = health.HealthServicer()
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-        tts_pb2_grpc.add_TTSServiceServicer_to_server(self.servicer, self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-        self.target = f"127.0.0.1:{self.port}"
-        self.set_serving(serving)
-        self.server.start()
-
-    def set_serving(self, serving: bool) -> None:
-        for name in ("", TTS_SERVICE):
-            self.health.set(name, SERVING if serving else NOT_SERVING)
-
-    def sessions(self) -> int:
-        with self.servicer.lock:
-            return sum(c.method in ("Synthesize", "StreamingSynthesize")
-                       for c in self.servicer.calls)
-
-    def stop(self) -> None:
-        self.health.enter_graceful_shutdown()
-        self.server.stop(grace=None)
-
-
-@pytest.fixture
-def replicas():
-    made: list[Replica] = []
-
-    def make(*args, **kwargs) -> Replica:
-        made.append(Replica(*args, **kwargs))
-        return made[-1]
-
-    yield make
-    for r in made:
-        r.stop()
+from .replicas import RefusingServicer
 
 
 def test_service_config_watches_tts_health_and_retries_refused_calls():
     config = service_config("round_robin", health_check=True, retries=2)
     assert config["loadBalancingConfig"] == [{"round_robin": {}}]
     assert config["healthCheckConfig"] == {"serviceName": "orpheus.tts.v1.TTSService"}
-    (method,) = config["methodConfig"]
+    streaming, method = config["methodConfig"]
+    # gRPC retries every method but StreamingSynthesize (the clients retry it: see _retry);
+    # a method's own entry wins over the service's
+    assert streaming == {"name": [{"service": "orpheus.tts.v1.TTSService",
+                                   "method": "StreamingSynthesize"}]}
     assert method["name"] == [{"service": "orpheus.tts.v1.TTSService"}]
     assert method["retryPolicy"]["maxAttempts"] == 3
     assert method["retryPolicy"]["retryableStatusCodes"] == ["UNAVAILABLE"]

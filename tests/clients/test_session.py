@@ -168,9 +168,29 @@ def test_async_session_cancel_ends_iteration_quietly(fake):
     assert done and code == grpc.StatusCode.CANCELLED
 
 
+def test_async_session_writes_racing_a_refusal_still_report_the_servers_status(fake):
+    # grpc.aio sets INTERNAL "Internal error from Core" on a call whose write fails because
+    # the server just ended it, over the server's own status; the session reports the
+    # server's (_StatusWatch). Each session writes text at once, racing the refusal.
+    async def one() -> grpc.StatusCode:
+        async with AsyncClient(fake.target, retries=0) as tts:
+            s = tts.session(voice="nobody")
+            try:
+                for _ in range(20):
+                    await s.send("Hello there. ")
+                async for _ in s:
+                    pass
+            except TTSError as e:
+                return e.code
+        return grpc.StatusCode.OK
+
+    async def main():
+        return [await one() for _ in range(40)]
+
+    assert set(run(main())) == {grpc.StatusCode.INVALID_ARGUMENT}
+
+
 def test_async_session_server_error_raises_tts_error(fake):
-    # Only the config is written before reading: a text write racing with the server's refusal
-    # would make grpc.aio report INTERNAL instead of the server's status (docs/clients.md).
     async def main():
         async with AsyncClient(fake.target) as tts:
             async with tts.session(voice="nobody") as s:

@@ -22,24 +22,25 @@ import grpc
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 
 from . import _convert
+from ._retry import END, Attempts, ReplayInput, accepted
 from .types import FLUSH, Encoding, Event, TTSError
 
 _END = object()  # queue item: half-close the input
 
 
 class _Requests:
-    """The request iterator gRPC consumes on its own thread: the config, then the text items
-    of ``source`` (a caller's iterable, or the session's queue).
+    """One attempt's request iterator, consumed by gRPC on its own thread: the config, then
+    the session's input items from the first (a retry replays them) until the input ends or
+    a later attempt takes over.
 
-    When the caller's iterable raises, the call is cancelled and the exception is kept so
-    that the response side re-raises it (instead of a bare CANCELLED status), and the input
-    is never half-closed as if it had ended normally.
+    When the caller's iterable raises (or yields something that is not text), the call is
+    cancelled and the exception is kept so that the response side re-raises it (instead of a
+    bare CANCELLED status), and the input is never half-closed as if it had ended normally.
     """
 
-    def __init__(self, config: pb.StreamingSynthesizeRequest, source: Iterable) -> None:
-        self._config = config
-        self._source = source
-        self.error: BaseException | None = None
+    def __init__(self, session: "Session", attempt: int) -> None:
+        self._session = session
+        self._attempt = attempt
         self._call = None
         self._call_set = threading.Event()
 
@@ -47,17 +48,24 @@ class _Requests:
         self._call = call
         self._call_set.set()
 
+    def _current(self) -> bool:
+        return self._session._attempts.number == self._attempt
+
     def __iter__(self) -> Iterator[pb.StreamingSynthesizeRequest]:
-        yield self._config
-        try:
-            for item in self._source:
-                req = _convert.fragment_request(item)
-                if req is not None:
-                    yield req
-        except Exception as e:  # noqa: BLE001 - handed to the caller's thread
-            self.error = e
-            self._call_set.wait()
-            self._call.cancel()
+        s = self._session
+        yield s._config
+        i = 0
+        while self._current():
+            try:
+                req = s._input.get(i, keep=s._keep_input())
+            except Exception:  # noqa: BLE001 - kept in s._input.error for the caller
+                self._call_set.wait()
+                self._call.cancel()
+                return
+            if req is END or not self._current():
+                return
+            i += 1
+            yield req
 
 
 def _drain(q: "queue.SimpleQueue[Any]") -> Iterator[Any]:
@@ -74,23 +82,44 @@ class Session:
 
     Made by ``Client.session(...)`` (or, fed from an iterable, by ``Client.stream``). The call
     starts at once. Leaving ``with`` cancels it if it has not finished.
+
+    A call refused with UNAVAILABLE before the server accepted it is tried again (up to
+    ``retries`` more times) with everything sent so far, in order (see ``_retry``); the
+    retry happens while the events are read.
     """
 
     def __init__(self, stub, config: pb.StreamingSynthesizeRequest, call_kwargs: dict,
-                 encoding: Encoding, sample_rate: int, source: Iterable | None = None) -> None:
+                 encoding: Encoding, sample_rate: int, source: Iterable | None = None,
+                 retries: int = 0) -> None:
         self._queue: queue.SimpleQueue[Any] | None = None
         if source is None:
             self._queue = queue.SimpleQueue()
             source = _drain(self._queue)
-        self._requests = _Requests(config, source)
+        self._stub = stub
+        self._config = config
+        self._kwargs = call_kwargs
+        self._input = ReplayInput(source, _convert.fragment_request)
+        self._attempts = Attempts(retries, call_kwargs.get("timeout"))
         self._lock = threading.Lock()
         self._ended = False
         self._cancelled = False
-        self._call = stub.StreamingSynthesize(iter(self._requests), **call_kwargs)
-        self._requests.set_call(self._call)
+        self._finished = False
+        self._accepted = False     # a response arrived: no retry, nothing kept to replay
+        self._stop_wait = threading.Event()  # cancel() ends a backoff wait
+        self._call = self._start()
         #: Audio encoding and output sample rate of this session's chunks.
         self.encoding = encoding
         self.sample_rate = sample_rate
+
+    def _start(self):
+        requests = _Requests(self, self._attempts.number)
+        call = self._stub.StreamingSynthesize(
+            iter(requests), **dict(self._kwargs, timeout=self._attempts.timeout()))
+        requests.set_call(call)
+        return call
+
+    def _keep_input(self) -> bool:
+        return not self._accepted and self._attempts.retries > 0
 
     # -- input -------------------------------------------------------------------------------
 
@@ -119,14 +148,18 @@ class Session:
     def cancel(self) -> None:
         """Stop the call now; the server frees the session's slots. Iteration then ends
         without an error. Safe to call at any time, also after the call finished."""
-        self._cancelled = True
-        self._call.cancel()
+        with self._lock:
+            self._cancelled = True
+            call = self._call
+        self._stop_wait.set()
+        call.cancel()
         self._release_writer()
 
     @property
     def done(self) -> bool:
         """True once the call has finished (summary received, error, or cancel)."""
-        return self._call.done()
+        with self._lock:
+            return self._finished or (self._call.done() and not self._may_retry(self._call))
 
     def _put(self, item: Any) -> None:
         if self._queue is None:
@@ -134,12 +167,12 @@ class Session:
         with self._lock:
             if self._ended:
                 raise RuntimeError("the session's input has ended (end() was called)")
-            if self._call.done():
-                if self._cancelled:
-                    raise TTSError(grpc.StatusCode.CANCELLED, "the session was cancelled")
+            if self._cancelled:
+                raise TTSError(grpc.StatusCode.CANCELLED, "the session was cancelled")
+            if self._call.done() and not self._may_retry(self._call):
                 raise TTSError(self._call.code() or grpc.StatusCode.UNKNOWN,
                                self._call.details() or "")
-            self._queue.put(item)
+            self._queue.put(item)  # a refused call's retry replays it with the rest
 
     def _release_writer(self) -> None:
         # gRPC's writer thread blocks in the queue; an _END lets it finish once the call is over
@@ -155,19 +188,45 @@ class Session:
         """The session's events in order; ends after the Summary, or quietly after cancel().
         A non-OK status raises TTSError (or the exception the text source raised)."""
         try:
-            for msg in self._call:
-                ev = _convert.event(msg)
-                if ev is not None:
-                    yield ev
-        except grpc.RpcError as e:
-            if self._requests.error is not None:
-                raise self._requests.error from None
-            if self._cancelled:
-                return
-            raise TTSError.from_rpc_error(e) from None
+            while True:
+                call = self._call
+                try:
+                    for msg in call:
+                        self._accepted = True
+                        ev = _convert.event(msg)
+                        if ev is not None:
+                            yield ev
+                    return
+                except grpc.RpcError as e:
+                    if self._input.error is not None:
+                        raise self._input.error from None
+                    if not self._cancelled and self._retry(call, e):
+                        continue
+                    if self._cancelled:
+                        return
+                    raise TTSError.from_rpc_error(e) from None
         finally:
+            self._finished = True
             self._call.cancel()  # no-op once finished; frees the slot if the caller stopped early
             self._release_writer()
+
+    def _may_retry(self, call) -> bool:
+        """Whether a finished attempt may be followed by another (see _retry)."""
+        return self._attempts.may_retry(call.code() == grpc.StatusCode.UNAVAILABLE,
+                                        accepted(self._accepted, call.initial_metadata()))
+
+    def _retry(self, call, error: grpc.RpcError) -> bool:
+        """Start the next attempt after the backoff, if the way ``call`` ended allows one."""
+        wait = self._attempts.next_wait(error.code() == grpc.StatusCode.UNAVAILABLE,
+                                        accepted(self._accepted, call.initial_metadata()))
+        if wait is None or self._stop_wait.wait(wait):
+            return False
+        with self._lock:
+            if self._cancelled:
+                return False
+            self._attempts.advance()
+            self._call = self._start()
+        return True
 
     # -- context manager ---------------------------------------------------------------------
 
@@ -175,6 +234,6 @@ class Session:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if not self._call.done():
+        if not self.done:
             self.cancel()
         self._release_writer()

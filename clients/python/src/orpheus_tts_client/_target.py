@@ -26,6 +26,8 @@ Failover (both in the channel's service config, so gRPC does it for every call):
   server sends no response headers then, so nothing was generated) is sent again, and
   ``round_robin`` picks the next replica. It covers the moment between a replica turning
   NOT_SERVING and the client hearing of it. A call the server accepted is never retried.
+  StreamingSynthesize is left out of the policy: the clients retry it themselves with the
+  same rule (``_retry`` says why).
 """
 
 from __future__ import annotations
@@ -119,7 +121,8 @@ def service_config(lb_policy: str | None, *, health_check: bool = False,
 
     ``health_check`` takes effect with a load-balancing policy that supports it
     (``round_robin``); ``retries`` is the number of extra attempts for a call refused with
-    UNAVAILABLE before the server accepted it.
+    UNAVAILABLE before the server accepted it. gRPC retries every method but
+    StreamingSynthesize, which the clients retry themselves (``_retry``).
     """
     if not 0 <= retries <= MAX_RETRIES:
         raise ValueError(f"retries must be 0..{MAX_RETRIES} (gRPC allows 5 attempts), "
@@ -131,6 +134,9 @@ def service_config(lb_policy: str | None, *, health_check: bool = False,
             config["healthCheckConfig"] = {"serviceName": TTS_SERVICE}
     if retries:
         config["methodConfig"] = [{
+            # the clients retry this one themselves (see _retry); the most specific name wins
+            "name": [{"service": TTS_SERVICE, "method": "StreamingSynthesize"}],
+        }, {
             "name": [{"service": TTS_SERVICE}],
             "retryPolicy": {
                 "maxAttempts": retries + 1,

@@ -87,9 +87,14 @@ class AsyncClient(_ClientBase):
         ``async with client.session(voice="tara") as s: ...`` cancels it on exit if unfinished.
         """
         config = _convert.config_request(voice, encoding, sample_rate, sampling)
-        call = self._stub.StreamingSynthesize(**self._call_kwargs(timeout, metadata))
+        kwargs = self._call_kwargs(timeout, metadata)
+
+        def open_call(attempt_timeout: float | None) -> grpc.aio.StreamStreamCall:
+            return self._stub.StreamingSynthesize(**dict(kwargs, timeout=attempt_timeout))
+
         enc = _convert.as_encoding(encoding)
-        return AsyncSession(call, config, enc, int(sample_rate or _convert.default_rate(enc)))
+        return AsyncSession(open_call, config, enc, int(sample_rate or _convert.default_rate(enc)),
+                            retries=self.retries, timeout=kwargs["timeout"])
 
     def stream(self, text: TextSource, voice: str = DEFAULT_VOICE, *,
                encoding: Encoding | str = Encoding.PCM16, sample_rate: int | None = None,

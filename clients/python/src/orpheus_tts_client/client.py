@@ -131,7 +131,8 @@ class Client(_ClientBase):
         config = _convert.config_request(voice, encoding, sample_rate, sampling)
         enc = _convert.as_encoding(encoding)
         return Session(self._stub, config, self._call_kwargs(timeout, metadata), enc,
-                       int(sample_rate or _convert.default_rate(enc)), source)
+                       int(sample_rate or _convert.default_rate(enc)), source,
+                       retries=self.retries)
 
     def synthesize_events(self, text: str, voice: str = DEFAULT_VOICE, *,
                           encoding: Encoding | str = Encoding.PCM16,

@@ -1,0 +1,255 @@
+"""StreamingSynthesize retries done by the clients (orpheus_tts_client._retry).
+
+gRPC's own retryPolicy replay lost a text fragment in about 1 of 300 retried streaming calls
+(grpcio 1.85.3; BENCHMARKS.md has no figure for it, docs/deploy.md tells the story), so the
+clients retry StreamingSynthesize themselves. These tests drive a replica that refuses a
+session after it has read the config and the first text, while the caller is still sending:
+the retry must carry every fragment, in order, exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import grpc
+import pytest
+
+from orpheus_tts_client import FLUSH, AsyncClient, Client, TTSError
+from orpheus_tts_client._retry import END, Attempts, ReplayInput, accepted, backoff_s
+
+from .replicas import DRAINING, FlakyServicer
+
+# -- the rule and the backoff (pure) -----------------------------------------------------------
+
+
+def test_a_call_counts_as_accepted_once_a_response_or_the_session_header_arrived():
+    assert not accepted(False, None)
+    assert not accepted(False, (("content-type", "application/grpc"),))
+    assert accepted(False, (("orpheus-session-id", "abc"),))
+    assert accepted(True, ())
+
+
+def test_backoff_is_grpcs_doubling_random_wait_capped_at_one_second():
+    assert [backoff_s(a, rand=lambda: 1.0) for a in (2, 3, 4, 5, 6, 7, 9)] \
+        == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert backoff_s(3, rand=lambda: 0.5) == 0.05
+
+
+def test_only_unavailable_before_acceptance_is_retried_within_attempts_and_deadline():
+    now = [0.0]
+    a = Attempts(retries=2, timeout=10.0, clock=lambda: now[0])
+    assert a.next_wait(unavailable=False, was_accepted=False) is None
+    assert a.next_wait(unavailable=True, was_accepted=True) is None
+    assert a.next_wait(unavailable=True, was_accepted=False) is not None
+    a.advance()
+    now[0] = 4.0
+    assert a.timeout() == 6.0  # a deadline covers every attempt
+    assert a.may_retry(True, False)
+    a.advance()
+    assert not a.may_retry(True, False)  # 3 attempts made: retries used up
+    draw = [1.0]
+    b = Attempts(retries=4, timeout=1.0, clock=lambda: now[0], rand=lambda: draw[0])
+    now[0] += 0.99  # 10 ms left
+    assert b.next_wait(True, False) is None  # a 50 ms wait would pass the deadline
+    draw[0] = 0.1
+    assert b.next_wait(True, False) == pytest.approx(0.005)  # a 5 ms one would not
+    now[0] += 1.0
+    assert b.next_wait(True, False) is None and b.timeout() == 0.0
+    assert Attempts(retries=0, timeout=None).next_wait(True, False) is None
+
+
+def test_replay_input_gives_every_reader_the_same_items_in_order():
+    log = ReplayInput(iter(["a", "", "b", "c"]), convert=lambda x: x.upper() or None)
+    assert [log.get(i) for i in range(3)] == ["A", "B", "C"]  # "" converts to None: skipped
+    assert log.get(3) is END
+    assert [log.get(i) for i in range(4)] == ["A", "B", "C", END]  # a retry replays them
+
+
+def test_replay_input_keeps_an_item_a_stale_reader_took_for_the_next_attempt():
+    source: list[str] = []
+    ready = threading.Semaphore(0)
+
+    def gen():
+        while True:
+            ready.acquire()
+            item = source.pop(0)
+            if item is None:
+                return
+            yield item
+
+    log = ReplayInput(gen())
+    source.append("Hello ")
+    ready.release()
+    assert log.get(0) == "Hello "
+    got: list[object] = []
+    stale = threading.Thread(target=lambda: got.append(log.get(1)))  # attempt 1, blocked
+    stale.start()
+    second: list[object] = []
+    retry = threading.Thread(target=lambda: second.extend([log.get(0), log.get(1)]))
+    retry.start()  # attempt 2: replays item 0, then waits behind the stale reader for item 1
+    source.extend(["there.", None])
+    ready.release()
+    stale.join(5)
+    retry.join(5)
+    assert got == ["there."] and second == ["Hello ", "there."]
+    ready.release()
+    assert log.get(2) is END
+
+
+def test_replay_input_drops_what_was_sent_once_accepted_and_reraises_source_errors():
+    def gen():
+        yield "a"
+        yield "b"
+        yield "c"
+        raise OSError("pipe closed")
+
+    log = ReplayInput(gen())
+    assert log.get(0) == "a" and log.get(1) == "b"
+    assert log.buffered() == 2
+    assert log.get(2, keep=False) == "c" and log.buffered() == 1
+    assert log.get(0) is END  # a reader behind the dropped items: an old attempt
+    with pytest.raises(OSError, match="pipe closed"):
+        log.get(3)
+    with pytest.raises(OSError, match="pipe closed"):
+        log.get(3)
+    assert isinstance(log.error, OSError)
+
+
+# -- the clients against refusing replicas -----------------------------------------------------
+
+
+def _texts(servicer: FlakyServicer) -> list[list[str]]:
+    return [c.texts for c in servicer.streaming_calls()]
+
+
+def _sync_session_with_sends_during_the_retry(target: str, flaky: FlakyServicer,
+                                              retries: int = 2):
+    """Send the first fragment, read on another thread, send the rest once the replica has
+    refused the first attempt (its gRPC thread is then blocked waiting for more input)."""
+    with Client(target, timeout=10, retries=retries) as tts:
+        s = tts.session()
+        s.send("Hello ")
+        events: list = []
+        errors: list = []
+
+        def read():
+            try:
+                events.extend(s)
+            except TTSError as e:
+                errors.append(e)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        assert flaky.refused.wait(5)
+        for item in ("there. ", FLUSH, "How are", " you?"):
+            try:
+                s.flush() if item is FLUSH else s.send(item)
+            except TTSError as e:
+                errors.append(e)
+                break
+        else:
+            s.end()
+        reader.join(10)
+        assert not reader.is_alive()
+        return [e.text for e in events if type(e).__name__ == "SegmentEnd"], errors
+
+
+async def _async_session_with_sends_during_the_retry(target: str, flaky: FlakyServicer,
+                                                     retries: int = 2):
+    async with AsyncClient(target, timeout=10, retries=retries) as tts:
+        s = tts.session()
+        await s.send("Hello ")
+        events: list = []
+
+        async def read():
+            async for ev in s:
+                events.append(ev)
+
+        reader = asyncio.ensure_future(read())
+        while not flaky.refused.is_set():
+            await asyncio.sleep(0.005)
+        errors: list = []
+        try:
+            await s.send("there. ")
+            await s.flush()
+            await s.send("How are")
+            await s.send(" you?")
+            await s.end()
+        except TTSError as e:
+            errors.append(e)
+        try:
+            await asyncio.wait_for(reader, 10)
+        except TTSError as e:
+            errors.append(e)
+        return [e.text for e in events if type(e).__name__ == "SegmentEnd"], errors
+
+
+def _run(client: str, target: str, flaky: FlakyServicer, retries: int = 2):
+    if client == "sync":
+        return _sync_session_with_sends_during_the_retry(target, flaky, retries)
+    return asyncio.run(_async_session_with_sends_during_the_retry(target, flaky, retries))
+
+
+@pytest.mark.parametrize("client", ["sync", "async"])
+def test_a_refused_session_is_sent_again_with_every_fragment_in_order(replicas, client):
+    replica = replicas("flaky", servicer_cls=FlakyServicer, refusals=2)
+    flaky = replica.servicer
+    segments, errors = _run(client, replica.target, flaky)
+    assert errors == []
+    assert segments == ["Hello there.", "How are you?"]
+    # two refused attempts (each read the config and the first text), then the whole input
+    assert _texts(flaky) == [["Hello "], ["Hello "], ["Hello ", "there. ", "How are", " you?"]]
+    served = flaky.streaming_calls()[-1]
+    assert served.kinds == ["config", "text", "text", "flush", "text", "text"]
+
+
+@pytest.mark.parametrize("client", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["accepted", "responded"])
+def test_a_session_the_server_accepted_is_never_sent_again(replicas, client, mode):
+    replica = replicas("flaky", servicer_cls=FlakyServicer, refusals=1, mode=mode)
+    segments, errors = _run(client, replica.target, replica.servicer)
+    assert [(e.code, e.details) for e in errors][:1] == [(grpc.StatusCode.UNAVAILABLE, DRAINING)]
+    assert _texts(replica.servicer) == [["Hello "]]  # one attempt only
+
+
+@pytest.mark.parametrize("client", ["sync", "async"])
+@pytest.mark.parametrize("retries", [0, 2])
+def test_retries_end_after_the_set_number_with_the_servers_status(replicas, client, retries):
+    replica = replicas("flaky", servicer_cls=FlakyServicer, refusals=10)
+    segments, errors = _run(client, replica.target, replica.servicer, retries=retries)
+    assert segments == []
+    assert [(e.code, e.details) for e in errors][-1:] == [(grpc.StatusCode.UNAVAILABLE,
+                                                           DRAINING)]
+    assert len(replica.servicer.streaming_calls()) == retries + 1
+
+
+@pytest.mark.parametrize("client", ["sync", "async"])
+def test_other_refusals_are_not_retried(replicas, client):
+    replica = replicas("fake")
+    with pytest.raises(TTSError) as err:
+        if client == "sync":
+            with Client(replica.target, timeout=10) as tts:
+                tts.synthesize_stream(["Hi ", "there."], voice="nobody")
+        else:
+            async def main():
+                async with AsyncClient(replica.target, timeout=10) as tts:
+                    async for _ in tts.stream(["Hi ", "there."], voice="nobody"):
+                        pass
+            asyncio.run(main())
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert replica.sessions() == 1
+
+
+def test_cancel_during_a_retry_ends_the_session_quietly(replicas):
+    replica = replicas("flaky", servicer_cls=FlakyServicer, refusals=10)
+    with Client(replica.target, timeout=10, retries=4) as tts:
+        s = tts.session()
+        s.send("Hello ")
+        assert replica.servicer.refused.wait(5)
+        threading.Timer(0.05, s.cancel).start()
+        assert list(s) == []
+        assert s.done
+        with pytest.raises(TTSError) as err:
+            s.send("more")
+        assert err.value.code == grpc.StatusCode.CANCELLED
