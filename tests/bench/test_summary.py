@@ -5,6 +5,7 @@ summaries still hold the figures BENCHMARKS.md quotes."""
 import gzip
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -225,3 +226,21 @@ def test_committed_tuning_results_match_benchmarks_md():
     r, _ = _run("capacity-quiet-32slots/conversational-whole.summary.json", 176)
     assert (r["succeeded"], r["requests"]) == (124, 352)
     assert r["per_session"]["open_calls_mean"] == pytest.approx(41.3, abs=0.05)
+
+
+def test_the_stream_retry_result_holds_the_losses_benchmarks_md_quotes():
+    r = json.loads((RESULTS / "stream-retry/loss-3000.json").read_text())
+    assert r["calls_per_way"] == 3000 and r["grpcio"] == "1.85.3"
+    assert (r["grpc"]["lost_fragment"], r["grpc"]["refusals"]) == (13, 3000)
+    assert (r["client"]["lost_fragment"], r["client"]["refusals"]) == (0, 2999)
+    assert r["grpc"]["errors"] == r["client"]["errors"] == 0
+
+
+def test_the_stream_retry_benchmark_runs(tmp_path):
+    out = tmp_path / "r.json"
+    subprocess.run([sys.executable, str(RESULTS.parent / "stream_retry_loss.py"), "--calls", "3",
+                    "--output", str(out)], check=True, capture_output=True, timeout=120)
+    r = json.loads(out.read_text())
+    for way in ("grpc", "client"):
+        assert r[way]["served"] == 3 and r[way]["errors"] == 0
+        assert r[way]["refusals"] >= 1  # round_robin sent at least one to the draining one
