@@ -52,7 +52,7 @@ def start_both(tmp_path, *settings_a: str) -> tuple[ServerProcess, ServerProcess
 @pytest.mark.timeout(180)
 def test_sessions_spread_over_two_replicas_and_fail_over_when_one_drains(tmp_path):
     # A long drain on A, so sessions can run while it is NOT_SERVING but still listening.
-    a, b = start_both(tmp_path, "server.drain_delay_seconds=10", "server.grace_seconds=5")
+    a, b = start_both(tmp_path, "server.drain_delay_seconds=20", "server.grace_seconds=5")
     try:
         with Client(f"{a.addr},{b.addr}", timeout=60) as tts:
             assert tts.lb_policy == "round_robin" and tts.health_check
@@ -78,16 +78,26 @@ def test_sessions_spread_over_two_replicas_and_fail_over_when_one_drains(tmp_pat
                 assert [s.text for s in res.segments] == ["Hello."]
             # The client that was already connected goes on without an error.
             assert tts.synthesize("Hi.").num_samples > 0
+            # Without health checks a client still sends sessions to A, which refuses them
+            # (UNAVAILABLE, before accepting); the client's own retry carries every fragment
+            # to B, in order (_retry; gRPC's replay could drop one).
+            with Client(f"{a.addr},{b.addr}", health_check=False, timeout=60) as blind:
+                for _ in range(2):
+                    res = blind.synthesize_stream(["Hel", "lo ", "the", "re."])
+                    assert [s.text for s in res.segments] == ["Hello there."]
+            refused = [line for line in a.logs().splitlines()
+                       if "call refused" in line and "UNAVAILABLE" in line]
+            assert refused, "no session reached the draining replica"
             assert a.health() == NOT_SERVING, "A's port closed before the drain sessions ended"
-            assert sessions_total(a) == spread[0]
-            assert sessions_total(b) == spread[1] + 2
+            assert sessions_total(a) == spread[0] + len(refused)  # refused calls count too
+            assert sessions_total(b) == spread[1] + 4
 
             # 3. A is gone: sessions keep succeeding on B.
             assert a.wait_exit(60) == 0
             assert '"stopped"' in a.logs()
             for _ in range(2):
                 assert tts.synthesize_stream(["Hi."]).num_samples > 0
-            assert sessions_total(b) == spread[1] + 4
+            assert sessions_total(b) == spread[1] + 6
             assert b.health() == SERVING
     finally:
         a.stop()
