@@ -5,11 +5,12 @@
 Two in-process replicas on localhost behind one round_robin channel: "draining" reads the
 config and refuses with UNAVAILABLE (as orpheus-svc does while draining); "ready" records the
 text fragments it receives and answers with one summary. Each call streams the config,
-"Hello " and "there.". Two ways, alternated call by call in the same run:
+"Hello " and "there.". Three ways in the same run, the first two alternated call by call:
 
 - grpc: the generated stub on a channel whose service config retries StreamingSynthesize on
   UNAVAILABLE (gRPC core replays the streaming call; what the client did before);
-- client: orpheus_tts_client.Client with retries=2 (the client replays the input itself).
+- client: orpheus_tts_client.Client with retries=2 (the client replays the input itself);
+- async_client: orpheus_tts_client.AsyncClient with retries=2, the same calls after those.
 
 A call counts as lost when the replica that served it got other fragments than
 ["Hello ", "there."]. Prints one JSON object (calls, refusals and losses per way).
@@ -18,6 +19,7 @@ A call counts as lost when the replica that served it got other fragments than
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import platform
 import sys
@@ -28,7 +30,7 @@ import grpc
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
-from orpheus_tts_client import Client
+from orpheus_tts_client import AsyncClient, Client
 from orpheus_tts_client._target import TTS_SERVICE
 
 FRAGMENTS = ["Hello ", "there."]
@@ -65,19 +67,31 @@ def grpc_retry_channel(target: str) -> grpc.Channel:
     return grpc.insecure_channel(target, options=[("grpc.service_config", json.dumps(config))])
 
 
+async def async_calls(target: str, calls: int) -> int:
+    errors = 0
+    async with AsyncClient(target, retries=2, health_check=False, timeout=10) as client:
+        for _ in range(calls):
+            try:
+                await client.synthesize_stream(list(FRAGMENTS))
+            except Exception:  # noqa: BLE001 - counted
+                errors += 1
+    return errors
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", type=int, default=1000, help="calls per way")
     ap.add_argument("--output", help="also write the JSON here")
     args = ap.parse_args()
 
-    ways = {name: (Replica(refuse=True), Replica(refuse=False)) for name in ("grpc", "client")}
+    ways = {name: (Replica(refuse=True), Replica(refuse=False))
+            for name in ("grpc", "client", "async_client")}
     targets = {name: f"ipv4:{d.target},{r.target}" for name, (d, r) in ways.items()}
     channel = grpc_retry_channel(targets["grpc"])
     stub = tts_pb2_grpc.TTSServiceStub(channel)
     client = Client(targets["client"], retries=2, health_check=False, timeout=10)
     config = pb.StreamingSynthesizeRequest(config=pb.SynthesisConfig())
-    errors = {"grpc": 0, "client": 0}
+    errors = {"grpc": 0, "client": 0, "async_client": 0}
     for _ in range(args.calls):
         try:
             requests = [config] + [pb.StreamingSynthesizeRequest(text=t) for t in FRAGMENTS]
@@ -90,6 +104,7 @@ def main() -> None:
             errors["client"] += 1
     channel.close()
     client.close()
+    errors["async_client"] = asyncio.run(async_calls(targets["async_client"], args.calls))
     result = {"python": platform.python_version(), "grpcio": grpc.__version__,
               "calls_per_way": args.calls}
     for name, (draining, ready) in ways.items():

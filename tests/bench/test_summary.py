@@ -135,8 +135,8 @@ def test_cli_writes_the_summary_to_output_and_the_raw_elsewhere(monkeypatch, tmp
 
 
 def test_no_raw_results_are_committed():
-    """What bench/results holds: summaries, tables, the plots the docs show, two small
-    hand-made JSONs; no per-session records, no server logs (the committed files: a local
+    """What bench/results holds: summaries, tables, the plots the docs show, three small
+    benchmark JSONs; no per-session records, no server logs (the committed files: a local
     run may leave ignored raw files here)."""
     try:
         listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "bench/results"],
@@ -148,7 +148,7 @@ def test_no_raw_results_are_committed():
     for p in files:
         assert p.suffix in (".json", ".txt", ".png"), p
         if p.suffix == ".json" and not p.name.endswith(".summary.json"):
-            assert p.name in ("engine_batching.json", "soak-10000.json"), p
+            assert p.name in ("engine_batching.json", "soak-10000.json", "loss-3000.json"), p
         if p.name.endswith(".summary.json"):
             text = p.read_text()
             assert '"sessions_detail"' not in text and '"traces"' not in text, p
@@ -231,9 +231,10 @@ def test_committed_tuning_results_match_benchmarks_md():
 def test_the_stream_retry_result_holds_the_losses_benchmarks_md_quotes():
     r = json.loads((RESULTS / "stream-retry/loss-3000.json").read_text())
     assert r["calls_per_way"] == 3000 and r["grpcio"] == "1.85.3"
-    assert (r["grpc"]["lost_fragment"], r["grpc"]["refusals"]) == (13, 3000)
-    assert (r["client"]["lost_fragment"], r["client"]["refusals"]) == (0, 2999)
-    assert r["grpc"]["errors"] == r["client"]["errors"] == 0
+    assert (r["grpc"]["lost_fragment"], r["grpc"]["refusals"]) == (9, 2999)
+    assert (r["client"]["lost_fragment"], r["client"]["refusals"]) == (0, 2998)
+    assert (r["async_client"]["lost_fragment"], r["async_client"]["refusals"]) == (0, 2998)
+    assert r["grpc"]["errors"] == r["client"]["errors"] == r["async_client"]["errors"] == 0
 
 
 def test_the_stream_retry_benchmark_runs(tmp_path):
@@ -241,6 +242,6 @@ def test_the_stream_retry_benchmark_runs(tmp_path):
     subprocess.run([sys.executable, str(RESULTS.parent / "stream_retry_loss.py"), "--calls", "3",
                     "--output", str(out)], check=True, capture_output=True, timeout=120)
     r = json.loads(out.read_text())
-    for way in ("grpc", "client"):
+    for way in ("grpc", "client", "async_client"):
         assert r[way]["served"] == 3 and r[way]["errors"] == 0
         assert r[way]["refusals"] >= 1  # round_robin sent at least one to the draining one

@@ -5,6 +5,7 @@ way orpheus-svc does while it loads or drains, and servicers that refuse session
 from __future__ import annotations
 
 import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -106,3 +107,22 @@ class Replica:
     def stop(self) -> None:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace=None)
+
+
+class EndlessServicer(FakeTTSServicer):
+    """Streams audio chunks until the client goes away; ``ended`` is set when the call ends
+    (a cancel reaching the server)."""
+
+    def __init__(self, name: str = "endless") -> None:
+        super().__init__(name)
+        self.ended = threading.Event()
+
+    def StreamingSynthesize(self, request_iterator, context):
+        context.add_callback(self.ended.set)
+        next(request_iterator)  # the config
+        seq = 0
+        while context.is_active():
+            yield pb.StreamingSynthesizeResponse(audio=pb.AudioChunk(
+                audio=b"\0\0" * 480, sequence_number=seq, num_samples=480))
+            seq += 1
+            time.sleep(0.01)

@@ -1,6 +1,6 @@
 """StreamingSynthesize retries done by the clients (orpheus_tts_client._retry).
 
-gRPC's own retryPolicy replay lost a text fragment in 13 of 3,000 retried streaming calls
+gRPC's own retryPolicy replay lost a text fragment in 9-18 of 3,000 retried streaming calls
 (grpcio 1.85.3; BENCHMARKS.md, "Retried streaming calls"), so the clients retry
 StreamingSynthesize themselves. These tests drive a replica that refuses a
 session after it has read the config and the first text, while the caller is still sending:
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import grpc
 import pytest
@@ -18,7 +19,7 @@ import pytest
 from orpheus_tts_client import FLUSH, AsyncClient, Client, TTSError
 from orpheus_tts_client._retry import END, Attempts, ReplayInput, accepted, backoff_s
 
-from .replicas import DRAINING, FlakyServicer
+from .replicas import DRAINING, EndlessServicer, FlakyServicer
 
 # -- the rule and the backoff (pure) -----------------------------------------------------------
 
@@ -59,60 +60,76 @@ def test_only_unavailable_before_acceptance_is_retried_within_attempts_and_deadl
     assert Attempts(retries=0, timeout=None).next_wait(True, False) is None
 
 
-def test_replay_input_gives_every_reader_the_same_items_in_order():
+def test_replay_input_gives_a_new_attempt_every_item_again_in_order():
     log = ReplayInput(iter(["a", "", "b", "c"]), convert=lambda x: x.upper() or None)
-    assert [log.get(i) for i in range(3)] == ["A", "B", "C"]  # "" converts to None: skipped
-    assert log.get(3) is END
-    assert [log.get(i) for i in range(4)] == ["A", "B", "C", END]  # a retry replays them
+    assert [log.get(1, i) for i in range(3)] == ["A", "B", "C"]  # "" -> None: skipped
+    assert log.get(1, 3) is END
+    log.begin(2)
+    assert log.get(1, 0) is END  # the earlier attempt's reader is done
+    assert [log.get(2, i) for i in range(4)] == ["A", "B", "C", END]
 
 
 def test_replay_input_keeps_an_item_a_stale_reader_took_for_the_next_attempt():
-    source: list[str] = []
-    ready = threading.Semaphore(0)
+    items: list = []
+    more = threading.Semaphore(0)
+    blocked = threading.Event()
 
-    def gen():
+    def source():
         while True:
-            ready.acquire()
-            item = source.pop(0)
+            blocked.set()
+            more.acquire()
+            item = items.pop(0)
             if item is None:
                 return
             yield item
 
-    log = ReplayInput(gen())
-    source.append("Hello ")
-    ready.release()
-    assert log.get(0) == "Hello "
-    got: list[object] = []
-    stale = threading.Thread(target=lambda: got.append(log.get(1)))  # attempt 1, blocked
-    stale.start()
-    second: list[object] = []
-    retry = threading.Thread(target=lambda: second.extend([log.get(0), log.get(1)]))
-    retry.start()  # attempt 2: replays item 0, then waits behind the stale reader for item 1
-    source.extend(["there.", None])
-    ready.release()
-    stale.join(5)
-    retry.join(5)
-    assert got == ["there."] and second == ["Hello ", "there."]
-    ready.release()
-    assert log.get(2) is END
+    log = ReplayInput(source())
+    items.append("Hello ")
+    more.release()
+    assert log.get(1, 0) == "Hello "
+    blocked.clear()
+    stale: list = []
+    t1 = threading.Thread(target=lambda: stale.append(log.get(1, 1)))
+    t1.start()  # attempt 1's thread waits in the source for the next item
+    assert blocked.wait(5)
+    log.begin(2)
+    assert log.get(2, 0) == "Hello "  # the replay does not wait for the stale reader
+    second: list = []
+    t2 = threading.Thread(target=lambda: second.append(log.get(2, 1)))
+    t2.start()  # waits behind the stale reader for item 1
+    items.extend(["there.", None])
+    more.release()
+    t1.join(5)
+    t2.join(5)
+    assert not t1.is_alive() and not t2.is_alive()
+    assert stale == [END] and second == ["there."]  # taken by attempt 1, sent by attempt 2
+    more.release()
+    assert log.get(2, 2) is END
 
 
-def test_replay_input_drops_what_was_sent_once_accepted_and_reraises_source_errors():
+def test_replay_input_drops_sent_items_once_accepted_and_only_for_the_current_attempt():
+    log = ReplayInput(iter("abcd"))
+    assert [log.get(1, i) for i in range(3)] == ["a", "b", "c"]
+    log.begin(2)
+    assert log.get(2, 0) == "a"
+    log.accept()
+    assert log.get(1, 3) is END and log.buffered() == 3  # a stale reader drops nothing
+    assert log.get(2, 1) == "b" and log.buffered() == 2
+    assert log.get(2, 2) == "c" and log.buffered() == 1
+    assert log.get(2, 3) == "d" and log.get(2, 4) is END
+
+
+def test_replay_input_without_retries_keeps_nothing_and_reraises_source_errors():
     def gen():
         yield "a"
         yield "b"
-        yield "c"
         raise OSError("pipe closed")
 
-    log = ReplayInput(gen())
-    assert log.get(0) == "a" and log.get(1) == "b"
-    assert log.buffered() == 2
-    assert log.get(2, keep=False) == "c" and log.buffered() == 1
-    assert log.get(0) is END  # a reader behind the dropped items: an old attempt
-    with pytest.raises(OSError, match="pipe closed"):
-        log.get(3)
-    with pytest.raises(OSError, match="pipe closed"):
-        log.get(3)
+    log = ReplayInput(gen(), keep=False)
+    assert log.get(1, 0) == "a" and log.get(1, 1) == "b" and log.buffered() == 1
+    for _ in range(2):
+        with pytest.raises(OSError, match="pipe closed"):
+            log.get(1, 2)
     assert isinstance(log.error, OSError)
 
 
@@ -253,3 +270,74 @@ def test_cancel_during_a_retry_ends_the_session_quietly(replicas):
         with pytest.raises(TTSError) as err:
             s.send("more")
         assert err.value.code == grpc.StatusCode.CANCELLED
+
+
+def test_async_cancel_during_a_retry_ends_the_session_quietly(replicas):
+    replica = replicas("flaky", servicer_cls=FlakyServicer, refusals=10)
+
+    async def main():
+        async with AsyncClient(replica.target, timeout=10, retries=4) as tts:
+            s = tts.session()
+            await s.send("Hello ")
+            reader = asyncio.ensure_future(_collect(s))
+            while not replica.servicer.refused.is_set():
+                await asyncio.sleep(0.005)
+            asyncio.get_running_loop().call_later(0.05, s.cancel)
+            events = await asyncio.wait_for(reader, 5)
+            with pytest.raises(TTSError) as err:
+                await s.send("more")
+            return events, s.done, err.value.code
+
+    assert asyncio.run(main()) == ([], True, grpc.StatusCode.CANCELLED)
+
+
+async def _collect(session) -> list:
+    return [ev async for ev in session]
+
+
+@pytest.mark.parametrize("client", ["sync", "async"])
+def test_leaving_a_session_after_the_reader_stopped_early_cancels_the_call(replicas, client):
+    replica = replicas("endless", servicer_cls=EndlessServicer)
+    if client == "sync":
+        with Client(replica.target, timeout=30) as tts:
+            with tts.session() as s:
+                s.send("Hello there.")
+                for _ in s:
+                    break
+                time.sleep(0.05)
+            assert replica.servicer.ended.wait(5)  # while the channel is still open
+        return
+
+    async def main():
+        async with AsyncClient(replica.target, timeout=30) as tts:
+            async with tts.session() as s:
+                await s.send("Hello there.")
+                async for _ in s:
+                    break
+                await asyncio.sleep(0.05)  # the abandoned generator is closed meanwhile
+            return await asyncio.get_running_loop().run_in_executor(
+                None, replica.servicer.ended.wait, 5)
+
+    assert asyncio.run(main())
+
+
+@pytest.mark.parametrize("retries", [0, 2])
+def test_a_finished_session_keeps_no_input_for_a_replay(fake, retries):
+    with Client(fake.target, timeout=10, retries=retries) as tts:
+        with tts.session() as s:
+            for i in range(50):
+                s.send(f"Sentence {i}. ")
+            s.end()
+            assert any(type(ev).__name__ == "Summary" for ev in s)
+            assert s._input.buffered() == 0
+
+    async def main():
+        async with AsyncClient(fake.target, timeout=10, retries=retries) as tts:
+            async with tts.session() as s:
+                for i in range(50):
+                    await s.send(f"Sentence {i}. ")
+                await s.end()
+                await _collect(s)
+                return s._sent
+
+    assert asyncio.run(main()) is None

@@ -16,7 +16,7 @@ event iteration then simply ends.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
 import grpc.aio
@@ -36,7 +36,9 @@ class AsyncSession:
     Leaving ``async with`` cancels the call if it has not finished (a no-op after the summary).
 
     A call refused with UNAVAILABLE before the server accepted it is tried again (up to
-    ``retries`` more times) with everything written so far, in order (see ``_retry``).
+    ``retries`` more times) with everything written so far, in order (see ``_retry``). The
+    reader does it, as it meets the end of the call; a write to the refused call meanwhile
+    is kept for the retry instead of failing.
     """
 
     def __init__(self, open_call: Callable[[float | None], grpc.aio.StreamStreamCall],
@@ -50,6 +52,8 @@ class AsyncSession:
         self._sent: list[pb.StreamingSynthesizeRequest] | None = [] if retries else None
         self._accepted = False
         self._lock = asyncio.Lock()  # grpc.aio allows one write at a time
+        self._wake = asyncio.Event()  # set by cancel(): ends a retry's backoff, a write
+        self._gave_up = False  # the reader will not retry the call (writes raise its status)
         self._ended = False
         self._cancelled = False
         self._finished = False
@@ -89,28 +93,35 @@ class AsyncSession:
                 return
             await self._start_locked()
             self._ended = True
-            call = self._call
             try:
-                await call.done_writing()
+                await self._unless_cancelled(self._call.done_writing())
             except (grpc.RpcError, asyncio.InvalidStateError):
-                if not await self._retry_locked(call):  # the retry half-closes its call
+                if not self._retry_pending():  # the reader's retry half-closes its call
                     await self._raise_status()
 
     def cancel(self) -> None:
         """Stop the call now; the server frees the session's slots. Iteration then ends
         without an error. Safe to call at any time, also after the call finished."""
         self._cancelled = True
+        self._wake.set()  # ends a retry's backoff and any write waiting
         self._call.cancel()
 
     @property
     def done(self) -> bool:
-        """True once the call has finished (summary received, error, or cancel). A call that
-        ended before the server accepted it, with retries left, is done once its events have
-        been read (reading is where a refused call is retried)."""
+        """True once the call has finished (summary received, error, or cancel). A call
+        refused in a way that allows another attempt is not done: reading the events
+        retries it."""
         if self._finished or self._cancelled:
             return True
-        return self._call.done() and (self._accepted
-                                      or self._attempts.number > self._attempts.retries)
+        if not self._call.done():
+            return False
+        code, _ = self._status.known()
+        return not self._attempts.may_retry(code == grpc.StatusCode.UNAVAILABLE,
+                                            self._was_accepted(self._call))
+
+    def _was_accepted(self, call: grpc.aio.StreamStreamCall) -> bool:
+        """Whether the server accepted ``call`` (a finished one): see _retry.accepted."""
+        return accepted(self._accepted, _at_once(call.initial_metadata()))
 
     async def _write(self, req: pb.StreamingSynthesizeRequest) -> None:
         async with self._lock:
@@ -128,27 +139,55 @@ class AsyncSession:
     async def _send_locked(self, req: pb.StreamingSynthesizeRequest) -> None:
         if self._sent is not None:
             self._sent.append(req)
-        call = self._call
         try:
-            await call.write(req)
+            await self._unless_cancelled(self._call.write(req))
         except (grpc.RpcError, asyncio.InvalidStateError):
-            if not await self._retry_locked(call):  # a retry sends req with the rest
+            if not self._retry_pending():  # the reader's retry sends req with the rest
                 await self._raise_status()
 
+    def _retry_pending(self) -> bool:
+        """After a write failed: whether the reader may still retry the call. Only the reader
+        decides, because only it has seen every response the call got before it ended (a
+        response not read yet means the server accepted the call)."""
+        return (not self._cancelled and not self._gave_up and self._sent is not None
+                and self._attempts.number <= self._attempts.retries)
+
+    async def _unless_cancelled(self, op: Awaitable[None]) -> None:
+        """Await a write or half-close, but stop waiting at cancel(): grpc.aio can leave a
+        write waiting forever on a call cancelled before its headers went out, and fails one
+        in flight with CancelledError, which is not this task being cancelled."""
+        task = asyncio.ensure_future(op)
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait((task, woken), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            if not task.done():  # cancel() was called, or this task is being cancelled
+                task.cancel()
+        try:
+            task.result()
+        except asyncio.CancelledError:
+            if self._cancelled:
+                raise asyncio.InvalidStateError("the session was cancelled") from None
+            raise
+
     async def _retry_locked(self, failed: grpc.aio.StreamStreamCall) -> bool:
-        """After ``failed`` ended: whether the session goes on in a new attempt (made here,
-        with everything written so far, if the way it ended allows one; see _retry), or in
-        one another task made already. Holds the write lock, so no write overtakes the replay."""
+        """The reader, after ``failed`` ended with every response read: whether the session
+        goes on in a new attempt, made here with everything written so far if the way it
+        ended allows one (see _retry). Holds the write lock, so no write overtakes the
+        replay."""
         while not self._cancelled:
-            if failed is not self._call:
-                return True
-            code, _ = await self._status.settled()
-            headers = await failed.initial_metadata()
-            wait = self._attempts.next_wait(code == grpc.StatusCode.UNAVAILABLE,
-                                            accepted(self._accepted, headers))
-            if wait is None or self._sent is None:
+            await failed.code()  # finished: its headers, if any, are in
+            if self._was_accepted(failed) or self._sent is None:
                 return False
-            await asyncio.sleep(wait)
+            code, _ = await self._status.settled()
+            wait = self._attempts.next_wait(code == grpc.StatusCode.UNAVAILABLE, False)
+            if wait is None:
+                return False
+            try:
+                await asyncio.wait_for(self._wake.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
             if self._cancelled:
                 return False
             self._attempts.advance()
@@ -156,9 +195,9 @@ class AsyncSession:
             failed = self._call
             try:
                 for req in self._sent:
-                    await failed.write(req)
+                    await self._unless_cancelled(failed.write(req))
                 if self._ended:
-                    await failed.done_writing()
+                    await self._unless_cancelled(failed.done_writing())
                 return True
             except (grpc.RpcError, asyncio.InvalidStateError):
                 continue  # this attempt ended too: decide again
@@ -168,7 +207,8 @@ class AsyncSession:
         """The call has ended (a write or read failed): raise its status as TTSError."""
         if self._cancelled:
             raise TTSError(grpc.StatusCode.CANCELLED, "the session was cancelled")
-        code, details = await self._status.settled()
+        await self._call.code()
+        code, details = await self._status.settled(wait=not self._was_accepted(self._call))
         raise TTSError(code or grpc.StatusCode.UNKNOWN, details or "")
 
     # -- output ------------------------------------------------------------------------------
@@ -193,10 +233,11 @@ class AsyncSession:
                         retried = await self._retry_locked(call)
                     if retried:
                         continue
+                    self._gave_up = True
                     if self._cancelled:
                         return
-                    if e.code() == grpc.StatusCode.INTERNAL:
-                        await self._raise_status()  # the server's, if a write hid it
+                    if call is not self._call or e.code() == grpc.StatusCode.INTERNAL:
+                        await self._raise_status()  # the last attempt's; the server's status
                     raise TTSError.from_rpc_error(e) from None
                 except asyncio.CancelledError:
                     # grpc.aio raises CancelledError in a pending read when the call is
@@ -221,40 +262,52 @@ class AsyncSession:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        if not self.done:
+        # not `done`: a reader that left its loop early has finished, its call has not
+        if not (self._finished and self._call.done()):
             self.cancel()
 
 
 #: grpc.aio's status for a call whose write failed because the call had already ended: it
 #: replaces the server's status if that came first, or is replaced by it moments later
 _WRITE_RACE = (grpc.StatusCode.INTERNAL, "Internal error from Core")
-_SETTLE_S = 1.0
+#: how long a refused call waits for the server's status to replace _WRITE_RACE
+_SETTLE_S = 0.5
 
 
 class _StatusWatch:
-    """Every status grpc.aio gives one call, in order, so that the server's own status is
-    known even when a write racing the end of the call hid it behind _WRITE_RACE."""
+    """The statuses grpc.aio sets on one call, so that the server's own status is known even
+    when a write racing the end of the call hid it behind _WRITE_RACE. grpc.aio runs done
+    callbacks at every status it sets (grpcio 1.63) or only at the first (1.85): the first
+    is kept here, and the current one is read when asked."""
 
     def __init__(self, call: grpc.aio.Call) -> None:
-        self._seen: list[tuple[grpc.StatusCode, str]] = []
-        call.add_done_callback(self._on_done)  # called at each status grpc.aio sets
         self._call = call
+        self._first: tuple[grpc.StatusCode, str] | None = None
+        call.add_done_callback(self._on_done)
 
     def _on_done(self, call: grpc.aio.Call) -> None:
-        self._seen.append((_at_once(call.code()), _at_once(call.details())))
+        if self._first is None:
+            self._first = (_at_once(call.code()), _at_once(call.details()))
 
-    async def settled(self) -> tuple[grpc.StatusCode, str]:
-        """The finished call's status: the first that is not _WRITE_RACE, waiting at most
-        _SETTLE_S for one (then _WRITE_RACE itself)."""
-        code, details = await self._call.code(), await self._call.details()
+    def known(self) -> tuple[grpc.StatusCode, str]:
+        """A finished call's status as far as known now: the first status set, unless that
+        was _WRITE_RACE; else the current one."""
+        current = (_at_once(self._call.code()), _at_once(self._call.details()))
+        for status in (self._first, current):
+            if status is not None and status[0] is not None and status != _WRITE_RACE:
+                return status
+        return current
+
+    async def settled(self, wait: bool = True) -> tuple[grpc.StatusCode, str]:
+        """The finished call's status; if it is _WRITE_RACE, wait at most _SETTLE_S (with
+        ``wait``) for the server's to replace it."""
+        await self._call.code()
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + _SETTLE_S
+        give_up = loop.time() + (_SETTLE_S if wait else 0.0)
         while True:
-            real = [s for s in self._seen if s != _WRITE_RACE]
-            if real:
-                return real[0]
-            if loop.time() >= give_up:
-                return code, details
+            status = self.known()
+            if status != _WRITE_RACE or loop.time() >= give_up:
+                return status
             await asyncio.sleep(0.005)
 
 

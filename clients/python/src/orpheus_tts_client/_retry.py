@@ -15,6 +15,9 @@ the call, i.e. it sent no response message and no response headers carrying
 A refusal while loading or draining comes with no headers, so it is retried; a call cut
 after the server accepted it never is (audio may have been played). Backoff is gRPC's: a
 random wait up to 0.05 s, doubling per attempt, at most 1 s; a deadline covers all attempts.
+gRPC's transparent retry (of a call that never left the client) stays on for every method;
+it is not what lost the fragments (bench/stream_retry_loss.py: those calls reached the
+draining replica and were refused there).
 """
 
 from __future__ import annotations
@@ -81,37 +84,49 @@ class Attempts:
 
 class ReplayInput:
     """A session's input items, taken once from ``source`` and shared by every attempt of
-    the call (each item as ``convert`` makes it; None: skipped): attempt k reads item i
-    with ``get(i)``, so a new attempt replays what earlier
-    ones sent, in order, then goes on with new items.
+    the call (each item as ``convert`` makes it; None: skipped): the current attempt reads
+    item i with ``get(attempt, i)``, so a new attempt replays what earlier ones sent, in
+    order, then goes on with new items. A reader of an earlier attempt gets END.
 
     Only one thread reads ``source`` at a time (an earlier attempt's gRPC thread may still be
-    blocked in it; the item it gets is kept for the next attempt, not lost). Once the call is
-    accepted, ``get(i, keep=False)`` drops the items before i, so a long session keeps only
-    what has not been sent. An exception from ``source`` or ``convert`` ends the input and is
-    re-raised to every reader after it.
+    blocked in it; the item it gets is kept for the current attempt, not lost). Until
+    ``accept()`` every item is kept for a replay; after it (or with ``keep=False``: no
+    retries) the current attempt's reads drop the items before the one it reads, so a long
+    session keeps only what has not been sent. An exception from ``source`` or ``convert``
+    ends the input and is re-raised to every reader after it.
     """
 
     def __init__(self, source: Iterable[Any],
-                 convert: Callable[[Any], Any] = lambda item: item) -> None:
+                 convert: Callable[[Any], Any] = lambda item: item, keep: bool = True) -> None:
         self._source = iter(source)
         self._convert = convert
-        self._lock = threading.Lock()   # the log below
+        self._lock = threading.Lock()   # everything below
         self._pull = threading.Lock()   # one reader of the source at a time
         self._log: list[Any] = []
         self._base = 0                  # index of _log[0]
+        self._keep = keep
+        self._attempt = 1
         self._ended = False
         self.error: BaseException | None = None
 
-    def get(self, i: int, keep: bool = True) -> Any:
-        """Item i (blocking until the source gives it), or END (also for a reader behind
-        the items already dropped: an earlier attempt's thread)."""
+    def begin(self, attempt: int) -> None:
+        """Attempt ``attempt`` reads from now on; earlier ones' readers get END."""
+        with self._lock:
+            self._attempt = attempt
+
+    def accept(self) -> None:
+        """The server accepted the current attempt: no replay will be needed."""
+        with self._lock:
+            self._keep = False
+
+    def get(self, attempt: int, i: int) -> Any:
+        """Item i for ``attempt`` (blocking until the source gives it), or END."""
         while True:
-            item = self._logged(i, keep)
+            item = self._logged(attempt, i)
             if item is not None:
                 return item[0]
             with self._pull:
-                if self._logged(i, keep) is not None:
+                if self._logged(attempt, i) is not None:
                     continue
                 try:
                     item = self._convert(next(self._source))
@@ -128,14 +143,14 @@ class ReplayInput:
                     else:
                         self._log.append(item)
 
-    def _logged(self, i: int, keep: bool) -> tuple[Any] | None:
+    def _logged(self, attempt: int, i: int) -> tuple[Any] | None:
         with self._lock:
-            if not keep and i > self._base:
+            if attempt != self._attempt:  # a later attempt has taken over
+                return (END,)
+            if not self._keep and i > self._base:
                 del self._log[:i - self._base]
                 self._base = i
             k = i - self._base
-            if k < 0:  # a reader behind a later, accepted attempt: nothing left for it
-                return (END,)
             if k < len(self._log):
                 return (self._log[k],)
             if self._ended:

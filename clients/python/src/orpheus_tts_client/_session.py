@@ -48,21 +48,18 @@ class _Requests:
         self._call = call
         self._call_set.set()
 
-    def _current(self) -> bool:
-        return self._session._attempts.number == self._attempt
-
     def __iter__(self) -> Iterator[pb.StreamingSynthesizeRequest]:
         s = self._session
         yield s._config
         i = 0
-        while self._current():
+        while True:
             try:
-                req = s._input.get(i, keep=s._keep_input())
+                req = s._input.get(self._attempt, i)
             except Exception:  # noqa: BLE001 - kept in s._input.error for the caller
                 self._call_set.wait()
                 self._call.cancel()
                 return
-            if req is END or not self._current():
+            if req is END:  # the input ended, or a later attempt took over
                 return
             i += 1
             yield req
@@ -98,7 +95,7 @@ class Session:
         self._stub = stub
         self._config = config
         self._kwargs = call_kwargs
-        self._input = ReplayInput(source, _convert.fragment_request)
+        self._input = ReplayInput(source, _convert.fragment_request, keep=retries > 0)
         self._attempts = Attempts(retries, call_kwargs.get("timeout"))
         self._lock = threading.Lock()
         self._ended = False
@@ -117,9 +114,6 @@ class Session:
             iter(requests), **dict(self._kwargs, timeout=self._attempts.timeout()))
         requests.set_call(call)
         return call
-
-    def _keep_input(self) -> bool:
-        return not self._accepted and self._attempts.retries > 0
 
     # -- input -------------------------------------------------------------------------------
 
@@ -192,7 +186,9 @@ class Session:
                 call = self._call
                 try:
                     for msg in call:
-                        self._accepted = True
+                        if not self._accepted:
+                            self._accepted = True
+                            self._input.accept()
                         ev = _convert.event(msg)
                         if ev is not None:
                             yield ev
@@ -225,6 +221,7 @@ class Session:
             if self._cancelled:
                 return False
             self._attempts.advance()
+            self._input.begin(self._attempts.number)
             self._call = self._start()
         return True
 
