@@ -196,7 +196,7 @@ class Session:
                 except grpc.RpcError as e:
                     if self._input.error is not None:
                         raise self._input.error from None
-                    if not self._cancelled and self._retry(call, e):
+                    if not self._cancelled and self._retry(call):
                         continue
                     if self._cancelled:
                         return
@@ -206,15 +206,18 @@ class Session:
             self._call.cancel()  # no-op once finished; frees the slot if the caller stopped early
             self._release_writer()
 
+    def _ending(self, call) -> tuple[bool, bool]:
+        """How a finished attempt ended: (refused with UNAVAILABLE, accepted by the server)."""
+        return (call.code() == grpc.StatusCode.UNAVAILABLE,
+                accepted(self._accepted, call.initial_metadata()))
+
     def _may_retry(self, call) -> bool:
         """Whether a finished attempt may be followed by another (see _retry)."""
-        return self._attempts.may_retry(call.code() == grpc.StatusCode.UNAVAILABLE,
-                                        accepted(self._accepted, call.initial_metadata()))
+        return self._attempts.may_retry(*self._ending(call))
 
-    def _retry(self, call, error: grpc.RpcError) -> bool:
+    def _retry(self, call) -> bool:
         """Start the next attempt after the backoff, if the way ``call`` ended allows one."""
-        wait = self._attempts.next_wait(error.code() == grpc.StatusCode.UNAVAILABLE,
-                                        accepted(self._accepted, call.initial_metadata()))
+        wait = self._attempts.next_wait(*self._ending(call))
         if wait is None or self._stop_wait.wait(wait):
             return False
         with self._lock:
