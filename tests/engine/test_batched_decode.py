@@ -61,3 +61,27 @@ def test_decode_in_a_subset_and_in_another_slot_order_is_unchanged():
     ha = a.decode([2, 0], [toks[2], toks[0]], [positions[2], positions[0]])
     hb = b.decode([0, 1, 2], toks, positions)
     torch.testing.assert_close(ha, hb[[2, 0]], rtol=1e-4, atol=1e-4)
+
+
+def test_grouped_query_decode_and_explicit_kernels_compute_the_same_attention():
+    # Decode folds grouped-query attention into the query ([B, heads, 1, d] as
+    # [B, kv_heads, group, d]); on CUDA both passes run with explicit SDPA kernels
+    # (llama.sdpa_kernels). Head kv * group + r must read K/V head kv, as Llama's repeat_kv.
+    from torch.nn.attention import SDPBackend
+
+    models = {"enable_gqa": tiny_model(), "grouped": tiny_model(), "grouped_math": tiny_model()}
+    models["enable_gqa"].grouped_decode = False
+    models["grouped_math"].sdpa_kernels = [SDPBackend.MATH]  # also the prefill's repeat path
+    assert all(m.spec.num_attention_heads > m.spec.num_key_value_heads for m in models.values())
+    out = {}
+    for name, m in models.items():
+        hidden = [m.prefill([0, 1, 2], PROMPTS)]
+        positions = [len(p) for p in PROMPTS]
+        for step in range(4):
+            toks = [audio_token_id(step % 7, 17 * s + step) for s in range(3)]
+            hidden.append(m.decode([2, 0, 1], toks, positions))
+            positions = [p + 1 for p in positions]
+        out[name] = torch.cat(hidden)
+    torch.testing.assert_close(out["grouped"], out["enable_gqa"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out["grouped_math"], out["enable_gqa"], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(out["grouped"][:3], out["grouped"][3:6])  # steps really differ

@@ -14,10 +14,18 @@ overwritten by later decode steps.
 
 Only hidden states come out of forward(); the LM head lives in sampling.py, which computes
 just the rows the audio grammar allows.
+
+Attention on CUDA uses the memory-efficient kernel (else math), never cuDNN's: cuDNN builds
+an execution plan for every new shape, and the key span grows by one every decode step, so
+each step paid a new plan (about 35 ms of host time per step on an H200 against 7.7 ms of
+GPU work; BENCHMARKS.md, "The torch backend on a GPU"). Decode folds grouped-query attention
+into the query (one token per row: [B, heads, 1, d] is [B, kv_heads, group, d]), so no kernel
+needs GQA support and K/V are never repeated.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import Mapping, Sequence
@@ -46,6 +54,15 @@ def rope_inv_freq(spec: LlamaSpec) -> torch.Tensor:
     blended = (1 - smooth) * scaled / factor + smooth * scaled
     medium = (wavelen >= old_ctx / high) & (wavelen <= old_ctx / low)
     return torch.where(medium, blended, scaled)
+
+
+def sdpa_kernels(device: torch.device):
+    """The attention kernels SDPA may pick on `device`: on CUDA memory-efficient, else math
+    (see the module docstring); None on the CPU (torch's own choice)."""
+    if device.type != "cuda":
+        return None
+    from torch.nn.attention import SDPBackend
+    return [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -89,6 +106,9 @@ class SlotLlama:
         emb = torch.cat((freqs, freqs), dim=-1)
         self.cos = emb.cos().to(self.device, dtype)
         self.sin = emb.sin().to(self.device, dtype)
+        # Attributes so bench/gpu_torch.py can time the alternatives on a GPU.
+        self.sdpa_kernels = sdpa_kernels(self.device)
+        self.grouped_decode = True
         log.info("kv cache preallocated: %d layers x 2 x %d kv_heads x %d head_dim x %d max_seq_len"
                  " x %d slots x %d bytes = %d bytes", spec.num_hidden_layers,
                  spec.num_key_value_heads, spec.head_dim, max_seq_len, num_slots,
@@ -101,6 +121,12 @@ class SlotLlama:
     @property
     def kv_cache_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k_cache + self.v_cache)
+
+    def _kernels(self):
+        if self.sdpa_kernels is None:
+            return contextlib.nullcontext()
+        from torch.nn.attention import sdpa_kernel
+        return sdpa_kernel(self.sdpa_kernels)
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         xf = x.float()
@@ -132,6 +158,10 @@ class SlotLlama:
     def prefill(self, slots: Sequence[int], prompts: Sequence[Sequence[int]]) -> torch.Tensor:
         """Run whole prompts into their slots (from position 0). Returns the final-norm
         hidden state of each prompt's last token, [B, hidden]."""
+        with self._kernels():
+            return self._prefill(slots, prompts)
+
+    def _prefill(self, slots: Sequence[int], prompts: Sequence[Sequence[int]]) -> torch.Tensor:
         lengths = [len(p) for p in prompts]
         t = max(lengths)
         if t > self.max_seq_len:
@@ -148,12 +178,18 @@ class SlotLlama:
         mask = (pos[None, :] <= pos[:, None])[None] & (pos[None, None, :] < lens[:, None, None])
         mask = mask.unsqueeze(1)  # [B, 1, T, T]
         x = self.embed[ids]
+        group = self.spec.num_attention_heads // self.spec.num_key_value_heads
         for li, layer in enumerate(self.layers):
             def attend(h, li=li, layer=layer):
                 q, k, v = self._qkv(layer, h, positions)
                 self.k_cache[li][slot_idx, :, :t] = k
                 self.v_cache[li][slot_idx, :, :t] = v
-                o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+                if self.sdpa_kernels is None:
+                    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+                else:  # the memory-efficient kernel has no GQA: repeat K/V (prompts are short)
+                    o = F.scaled_dot_product_attention(q, k.repeat_interleave(group, dim=1),
+                                                       v.repeat_interleave(group, dim=1),
+                                                       attn_mask=mask)
                 return o.transpose(1, 2).reshape(h.shape[0], t, -1)
             x = self._block(layer, x, attend)
         last = x[torch.arange(len(prompts), device=self.device), lens - 1]
@@ -163,6 +199,11 @@ class SlotLlama:
     def decode(self, slots: Sequence[int], tokens: Sequence[int],
                positions: Sequence[int]) -> torch.Tensor:
         """One token per slot, each at its own position. Returns final-norm hidden [B, hidden]."""
+        with self._kernels():
+            return self._decode(slots, tokens, positions)
+
+    def _decode(self, slots: Sequence[int], tokens: Sequence[int],
+                positions: Sequence[int]) -> torch.Tensor:
         bsz = len(slots)
         slot_idx = torch.as_tensor(list(slots), device=self.device)
         # Slots lo..lo+B-1 in order (the backend sorts its batch by slot, and a full batch
@@ -176,6 +217,8 @@ class SlotLlama:
         mask = (torch.arange(span, device=self.device)[None, :] <= pos[:, None])
         mask = mask[:, None, None, :]  # [B, 1, 1, span]
         x = self.embed[torch.as_tensor(list(tokens), device=self.device)].unsqueeze(1)
+        kv_heads, hd = self.spec.num_key_value_heads, self.spec.head_dim
+        group = self.spec.num_attention_heads // kv_heads
         for li, layer in enumerate(self.layers):
             def attend(h, li=li, layer=layer):
                 q, k, v = self._qkv(layer, h, pos[:, None])
@@ -183,6 +226,12 @@ class SlotLlama:
                 kc[slot_idx, :, pos] = k[:, :, 0]
                 vc[slot_idx, :, pos] = v[:, :, 0]
                 keys, values = kc[rows, :, :span], vc[rows, :, :span]
+                if self.grouped_decode:
+                    # head kv * group + r reads K/V head kv (Llama's repeat_kv order), so the
+                    # group's queries are rows of one kv head: [B, kv_heads, group, d]
+                    o = F.scaled_dot_product_attention(q.reshape(bsz, kv_heads, group, hd),
+                                                       keys, values, attn_mask=mask)
+                    return o.reshape(bsz, 1, -1)
                 o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
                                                    enable_gqa=True)
                 return o.transpose(1, 2).reshape(bsz, 1, -1)
