@@ -135,7 +135,7 @@ def test_cli_writes_the_summary_to_output_and_the_raw_elsewhere(monkeypatch, tmp
 
 
 def test_no_raw_results_are_committed():
-    """What bench/results holds: summaries, tables, the plots the docs show, three small
+    """What bench/results holds: summaries, tables, the plots the docs show, six small
     benchmark JSONs; no per-session records, no server logs (the committed files: a local
     run may leave ignored raw files here)."""
     try:
@@ -148,7 +148,9 @@ def test_no_raw_results_are_committed():
     for p in files:
         assert p.suffix in (".json", ".txt", ".png"), p
         if p.suffix == ".json" and not p.name.endswith(".summary.json"):
-            assert p.name in ("engine_batching.json", "soak-10000.json", "loss-3000.json"), p
+            assert p.name in ("engine_batching.json", "soak-10000.json", "loss-3000.json",
+                              "before-gpu-torch.json", "before-profile.json",
+                              "after-gpu-torch.json"), p
         if p.name.endswith(".summary.json"):
             text = p.read_text()
             assert '"sessions_detail"' not in text and '"traces"' not in text, p
@@ -245,3 +247,27 @@ def test_the_stream_retry_benchmark_runs(tmp_path):
     for way in ("grpc", "client", "async_client"):
         assert r[way]["served"] == 3 and r[way]["errors"] == 0
         assert r[way]["refusals"] >= 1  # round_robin sent at least one to the draining one
+
+
+def test_the_gpu_figures_benchmarks_md_quotes_are_those_of_the_files():
+    # BENCHMARKS.md, "The torch backend on a GPU"
+    d = RESULTS / "gpu-torch-h200"
+    after = json.loads((d / "after-gpu-torch.json").read_text())
+    steps = {name: [round(v["step_ms"][b], 1) for b in ("1", "8", "32", "64")]
+             for name, v in after["attention"].items() if name != "section_s"}
+    assert steps["shipped"] == [21.5, 21.6, 22.4, 21.5]
+    assert steps["torch_choice_enable_gqa"] == [61.5, 54.6, 55.4, 56.4]
+    assert "aten::_efficient_attention_forward" in after["attention"]["shipped"]["attention_ops"]
+    assert "aten::_cudnn_attention_forward" in \
+        after["attention"]["torch_choice_enable_gqa"]["attention_ops"]
+    assert after["parity"]["llama_logits_rel_error_max"] < 1.6e-6
+    before = json.loads((d / "before-gpu-torch.json").read_text())
+    assert [round(v, 1) for v in before["decode"]["step_ms"].values()] == \
+        [48.8, 50.9, 48.2, 50.9, 51.3, 50.5]
+    profile = json.loads((d / "before-profile.json").read_text())["profile"]
+    top = {b: profile[b]["top_host_ms_per_step"][0] for b in ("1", "64")}
+    assert [t[0] for t in top.values()] == ["aten::_cudnn_attention_forward"] * 2
+    assert [round(t[2]) for t in top.values()] == [37, 118]
+    rtf = {name: round(_run(f"gpu-torch-h200/{name}-serve.summary.json", 1)[0]["rtf"]["p50"], 2)
+           for name in ("before", "after")}
+    assert rtf == {"before": 0.90, "after": 1.08}
