@@ -3,10 +3,14 @@ spread over both, and when one drains (SIGTERM: NOT_SERVING, then gone) every fu
 session is served by the other, with no error reaching the caller.
 """
 
+import os
+import shutil
 import signal
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from grpc_health.v1 import health_pb2
@@ -17,12 +21,23 @@ from orpheus_tts_client import Client
 
 from .server_proc import ServerProcess
 
+GO_CLIENT = Path(__file__).resolve().parents[2] / "clients" / "go"
 NOT_SERVING, SERVING = health_pb2.HealthCheckResponse.NOT_SERVING, health_pb2.HealthCheckResponse.SERVING
 
 
 def sessions_total(srv: ServerProcess) -> int:
     stub = tts_pb2_grpc.TTSServiceStub(srv.channel)
     return stub.GetStatus(pb.GetStatusRequest(), timeout=5).sessions_total
+
+
+def build_go_live_tests(out: Path) -> subprocess.Popen | None:
+    """Compile the Go client's tests in the background (the draining window is short);
+    None without a Go toolchain (CI has one)."""
+    go = shutil.which("go")
+    if go is None:
+        return None
+    return subprocess.Popen([go, "test", "-c", "-o", str(out), "./orpheus"], cwd=GO_CLIENT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def start_both(tmp_path, *settings_a: str) -> tuple[ServerProcess, ServerProcess]:
@@ -51,6 +66,8 @@ def start_both(tmp_path, *settings_a: str) -> tuple[ServerProcess, ServerProcess
 
 @pytest.mark.timeout(180)
 def test_sessions_spread_over_two_replicas_and_fail_over_when_one_drains(tmp_path):
+    go_tests = tmp_path / "orpheus.test"
+    build = build_go_live_tests(go_tests)
     # A long drain on A, so sessions can run while it is NOT_SERVING but still listening.
     a, b = start_both(tmp_path, "server.drain_delay_seconds=20", "server.grace_seconds=5")
     try:
@@ -85,20 +102,34 @@ def test_sessions_spread_over_two_replicas_and_fail_over_when_one_drains(tmp_pat
                 for _ in range(2):
                     res = blind.synthesize_stream(["Hel", "lo ", "the", "re."])
                     assert [s.text for s in res.segments] == ["Hello there."]
+            go_sessions = 0
+            if build is not None:  # the Go client, likewise: four sessions, two sent to A
+                output, _ = build.communicate(timeout=120)
+                assert build.returncode == 0, output
+                run = subprocess.run(
+                    [str(go_tests), "-test.run", "^TestLiveDrainingReplicaRefusalIsRetried$",
+                     "-test.v", "-test.count=1"], cwd=GO_CLIENT / "orpheus",
+                    env={**os.environ, "ORPHEUS_DRAINING_REPLICAS": f"{a.addr},{b.addr}"},
+                    capture_output=True, text=True, timeout=120)
+                assert run.returncode == 0 and "--- PASS" in run.stdout, run.stdout + run.stderr
+                go_sessions = 4
             refused = [line for line in a.logs().splitlines()
                        if "call refused" in line and "UNAVAILABLE" in line]
             assert refused, "no session reached the draining replica"
             assert a.health() == NOT_SERVING, "A's port closed before the drain sessions ended"
             assert sessions_total(a) == spread[0] + len(refused)  # refused calls count too
-            assert sessions_total(b) == spread[1] + 4
+            assert len(refused) >= 1 + 2 * (go_sessions > 0)  # round_robin: 2 of Go's 4
+            assert sessions_total(b) == spread[1] + 4 + go_sessions
 
             # 3. A is gone: sessions keep succeeding on B.
             assert a.wait_exit(60) == 0
             assert '"stopped"' in a.logs()
             for _ in range(2):
                 assert tts.synthesize_stream(["Hi."]).num_samples > 0
-            assert sessions_total(b) == spread[1] + 6
+            assert sessions_total(b) == spread[1] + 6 + go_sessions
             assert b.health() == SERVING
     finally:
+        if build is not None and build.poll() is None:
+            build.kill()
         a.stop()
         b.stop()

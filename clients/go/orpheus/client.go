@@ -39,17 +39,26 @@ const DefaultTarget = "localhost:50051"
 // DefaultLBPolicy spreads calls (sessions) over every address of the target.
 const DefaultLBPolicy = "round_robin"
 
+// DefaultRetries is how many extra attempts a call refused with UNAVAILABLE before the server
+// accepted it gets (WithRetries); MaxRetries is the most gRPC allows (5 attempts in all).
+const (
+	DefaultRetries = 2
+	MaxRetries     = 4
+)
+
 // Client is a connection to one orpheus-svc deployment; safe for concurrent use.
 type Client struct {
-	conn   *grpc.ClientConn
-	probe  *grpc.ClientConn // without health checking: reaches a NOT_SERVING server; nil = conn
-	tts    ttsv1.TTSServiceClient
-	health healthpb.HealthClient
-	status ttsv1.TTSServiceClient
-	target string
+	retries int
+	conn    *grpc.ClientConn
+	probe   *grpc.ClientConn // without health checking: reaches a NOT_SERVING server; nil = conn
+	tts     ttsv1.TTSServiceClient
+	health  healthpb.HealthClient
+	status  ttsv1.TTSServiceClient
+	target  string
 }
 
 type dialOptions struct {
+	retries     int
 	lbPolicy    string
 	healthCheck *bool
 	creds       credentials.TransportCredentials
@@ -64,6 +73,14 @@ const HealthCheckService = "orpheus.tts.v1.TTSService"
 // name replicas (a comma list or dns:///...), off for a single host:port, so that a lone
 // server's own "still loading" message reaches the caller instead of a generic UNAVAILABLE.
 func WithHealthCheck(on bool) DialOption { return func(o *dialOptions) { o.healthCheck = &on } }
+
+// WithRetries sets the extra attempts (0..MaxRetries, default DefaultRetries) for a call
+// refused with UNAVAILABLE before the server accepted it, e.g. by a replica that has just
+// begun draining; with round_robin the retry goes to the next replica. gRPC retries the
+// calls with one request; the client retries StreamingSynthesize sessions itself, sending
+// the new attempt every message the refused one was sent, in order (gRPC's own replay of
+// client-streaming calls lost text in the Python client; docs/deploy.md). 0 turns it off.
+func WithRetries(n int) DialOption { return func(o *dialOptions) { o.retries = n } }
 
 // DialOption configures Dial.
 type DialOption func(*dialOptions)
@@ -121,9 +138,13 @@ func SplitTargetList(target string) ([]string, error) {
 // is resolved when connecting). With the default round_robin policy successive calls go
 // to successive replicas.
 func Dial(target string, opts ...DialOption) (*Client, error) {
-	o := dialOptions{lbPolicy: DefaultLBPolicy, creds: insecure.NewCredentials()}
+	o := dialOptions{retries: DefaultRetries, lbPolicy: DefaultLBPolicy, creds: insecure.NewCredentials()}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.retries < 0 || o.retries > MaxRetries {
+		return nil, fmt.Errorf("orpheus: retries must be 0..%d (gRPC allows 5 attempts), got %d",
+			MaxRetries, o.retries)
 	}
 	if target == "" {
 		target = DefaultTarget
@@ -137,11 +158,11 @@ func Dial(target string, opts ...DialOption) (*Client, error) {
 		healthCheck = *o.healthCheck
 	}
 	dopts := []grpc.DialOption{grpc.WithTransportCredentials(o.creds)}
-	if sc := serviceConfig(o.lbPolicy, healthCheck); sc != "" {
+	if sc := serviceConfig(o.lbPolicy, healthCheck, o.retries); sc != "" {
 		dopts = append(dopts, grpc.WithDefaultServiceConfig(sc))
 	}
 	probeOpts := []grpc.DialOption{grpc.WithTransportCredentials(o.creds)}
-	if sc := serviceConfig(o.lbPolicy, false); sc != "" {
+	if sc := serviceConfig(o.lbPolicy, false, o.retries); sc != "" {
 		probeOpts = append(probeOpts, grpc.WithDefaultServiceConfig(sc))
 	}
 	grpcTarget := target
@@ -162,7 +183,7 @@ func Dial(target string, opts ...DialOption) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orpheus: dial %q: %w", target, err)
 	}
-	c := &Client{conn: conn, tts: ttsv1.NewTTSServiceClient(conn), target: target}
+	c := &Client{retries: o.retries, conn: conn, tts: ttsv1.NewTTSServiceClient(conn), target: target}
 	probe := conn
 	if healthCheck {
 		if probe, err = grpc.NewClient(grpcTarget, append(probeOpts, o.extra...)...); err != nil {
@@ -175,14 +196,23 @@ func Dial(target string, opts ...DialOption) (*Client, error) {
 	return c, nil
 }
 
-// serviceConfig is the JSON service config for the policy and health checking ("" = none).
-func serviceConfig(lbPolicy string, healthCheck bool) string {
+// serviceConfig is the JSON service config for the policy, health checking and retries
+// ("" = none). gRPC retries every method but StreamingSynthesize, which the session retries
+// itself (session.go); the most specific name wins.
+func serviceConfig(lbPolicy string, healthCheck bool, retries int) string {
 	var parts []string
 	if lbPolicy != "" {
 		parts = append(parts, fmt.Sprintf(`"loadBalancingConfig":[{%q:{}}]`, lbPolicy))
 	}
 	if healthCheck {
 		parts = append(parts, fmt.Sprintf(`"healthCheckConfig":{"serviceName":%q}`, HealthCheckService))
+	}
+	if retries > 0 {
+		svc := ttsv1.TTSService_ServiceDesc.ServiceName
+		parts = append(parts, fmt.Sprintf(`"methodConfig":[{"name":[{"service":%q,"method":"StreamingSynthesize"}]},`+
+			`{"name":[{"service":%q}],"retryPolicy":{"maxAttempts":%d,"initialBackoff":"0.05s",`+
+			`"maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}]`,
+			svc, svc, retries+1))
 	}
 	if len(parts) == 0 {
 		return ""

@@ -2,6 +2,7 @@ package orpheus
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -232,10 +233,32 @@ func TestFakeReplicaReportingNotServingGetsNoNewSessions(t *testing.T) {
 }
 
 func TestServiceConfigCombinesPolicyAndHealthCheck(t *testing.T) {
-	if got := serviceConfig("round_robin", true); got != `{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckConfig":{"serviceName":"orpheus.tts.v1.TTSService"}}` {
+	if got := serviceConfig("round_robin", true, 0); got != `{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckConfig":{"serviceName":"orpheus.tts.v1.TTSService"}}` {
 		t.Fatal(got)
 	}
-	if serviceConfig("", false) != "" {
+	if serviceConfig("", false, 0) != "" {
 		t.Fatal("empty config expected")
+	}
+	// gRPC retries every method but StreamingSynthesize, which the session retries itself
+	var sc struct {
+		MethodConfig []struct {
+			Name        []struct{ Service, Method string }
+			RetryPolicy *struct {
+				MaxAttempts          int
+				RetryableStatusCodes []string
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(serviceConfig("round_robin", false, 2)), &sc); err != nil {
+		t.Fatal(err)
+	}
+	mc := sc.MethodConfig
+	if len(mc) != 2 || mc[0].Name[0].Method != "StreamingSynthesize" || mc[0].RetryPolicy != nil ||
+		mc[1].Name[0].Method != "" || mc[1].Name[0].Service != HealthCheckService ||
+		mc[1].RetryPolicy.MaxAttempts != 3 || !slices.Equal(mc[1].RetryPolicy.RetryableStatusCodes, []string{"UNAVAILABLE"}) {
+		t.Fatalf("%+v", sc)
+	}
+	if _, err := Dial("localhost:1", WithRetries(MaxRetries+1)); err == nil {
+		t.Fatal("retries above MaxRetries accepted")
 	}
 }

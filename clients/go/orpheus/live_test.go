@@ -127,3 +127,31 @@ func TestLiveHealthServingAndStatus(t *testing.T) {
 		t.Fatalf("status slots: free %d of %d", st.GetFreeSlots(), st.GetTotalSlots())
 	}
 }
+
+// TestLiveDrainingReplicaRefusalIsRetried runs when tests/e2e/test_replicas.py sets
+// ORPHEUS_DRAINING_REPLICAS to "draining,serving" (two real servers, the first draining:
+// NOT_SERVING but still listening). Without health checks round_robin sends every other
+// session to the draining replica, which refuses it with UNAVAILABLE before accepting; the
+// session's own retry carries every fragment, in order, to the other replica.
+func TestLiveDrainingReplicaRefusalIsRetried(t *testing.T) {
+	addrs := os.Getenv("ORPHEUS_DRAINING_REPLICAS")
+	if addrs == "" {
+		t.Skip("ORPHEUS_DRAINING_REPLICAS is not set (tests/e2e/test_replicas.py sets it)")
+	}
+	c, err := Dial(addrs, WithHealthCheck(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := range 4 { // round_robin: at least two of them go to the draining replica first
+		res, err := c.SynthesizeStream(ctx, "", []string{"Hel", "lo ", "the", "re."})
+		if err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+		if len(res.Segments) != 1 || res.Segments[0].Text != "Hello there." {
+			t.Fatalf("session %d: segments %+v", i, res.Segments)
+		}
+	}
+}

@@ -5,8 +5,12 @@ import (
 	"errors"
 	"io"
 	"iter"
+	"math/rand/v2"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	ttsv1 "github.com/orpheus-svc/orpheus-svc/clients/go/gen/orpheus/tts/v1"
 )
@@ -89,10 +93,32 @@ type Session struct {
 	closeOnce  sync.Once
 
 	// input side; nil for sessions that are not driven by hand
-	stream ttsv1.TTSService_StreamingSynthesizeClient
+	stream ttsv1.TTSService_StreamingSynthesizeClient // the current attempt's (under sendMu)
 	sendMu sync.Mutex
 	ended  bool
+	ctx    context.Context // the call's, across attempts
+	retry  *streamRetry    // nil: no retries
 }
+
+// streamRetry retries a StreamingSynthesize call refused with UNAVAILABLE before the server
+// accepted it (sent a response, or the orpheus-session-id header): the same rule as gRPC's
+// retries. Until then every message sent is kept, and a new attempt is sent all of them in
+// order, so no text is lost or reordered. Its fields are under Session.sendMu.
+type streamRetry struct {
+	open     func() (ttsv1.TTSService_StreamingSynthesizeClient, error)
+	left     int
+	backoff  time.Duration                       // the next wait's upper bound (gRPC's: random below it)
+	sent     []*ttsv1.StreamingSynthesizeRequest // every message of the call so far; nil once accepted
+	accepted bool
+}
+
+// SessionIDHeader is the header the server sends when it accepts a streaming call.
+const SessionIDHeader = "orpheus-session-id"
+
+const (
+	retryFirstBackoff = 50 * time.Millisecond
+	retryMaxBackoff   = time.Second
+)
 
 // ErrNotStreaming is returned by Send, Flush and End on a session that was not opened by
 // OpenSession (a Synthesize call, or a Stream fed from a channel).
@@ -108,13 +134,20 @@ var ErrEnded = errors.New("orpheus: the session's input has ended (End was calle
 func (c *Client) OpenSession(ctx context.Context, voice string, opts ...SynthOption) (*Session, error) {
 	o := newSynthOptions(opts)
 	ctx, cancel := context.WithCancel(ctx)
-	stream, err := c.tts.StreamingSynthesize(ctx)
+	open := func() (ttsv1.TTSService_StreamingSynthesizeClient, error) {
+		return c.tts.StreamingSynthesize(ctx)
+	}
+	stream, err := open()
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	s := &Session{recv: func() (response, error) { return stream.Recv() }, cancel: cancel,
-		started: time.Now(), encoding: o.encoding, sampleRate: o.outputRate(), stream: stream}
+	s := &Session{cancel: cancel, started: time.Now(), encoding: o.encoding,
+		sampleRate: o.outputRate(), stream: stream, ctx: ctx}
+	s.recv = s.recvStream
+	if c.retries > 0 {
+		s.retry = &streamRetry{open: open, left: c.retries, backoff: retryFirstBackoff}
+	}
 	config := &ttsv1.StreamingSynthesizeRequest{Request: &ttsv1.StreamingSynthesizeRequest_Config{
 		Config: &ttsv1.SynthesisConfig{Voice: voice, AudioFormat: o.format(), Sampling: o.sampling}}}
 	if err := s.send(config); err != nil && !errors.Is(err, io.EOF) {
@@ -171,7 +204,101 @@ func (s *Session) send(req *ttsv1.StreamingSynthesizeRequest) error {
 	if s.ended {
 		return ErrEnded
 	}
-	return s.stream.Send(req)
+	r := s.retry
+	if r != nil && !r.accepted {
+		r.sent = append(r.sent, req)
+	}
+	err := s.stream.Send(req)
+	if errors.Is(err, io.EOF) && r != nil && !r.accepted && r.left > 0 {
+		return nil // this attempt has ended; if Recv retries, the new one is sent req too
+	}
+	return err
+}
+
+// recvStream is Recv's source for a StreamingSynthesize session: the current attempt's
+// next message; a refused attempt is retried here, where its status is read.
+func (s *Session) recvStream() (response, error) {
+	for {
+		s.sendMu.Lock()
+		stream := s.stream
+		s.sendMu.Unlock()
+		m, err := stream.Recv()
+		if err == nil {
+			s.accept()
+			return m, nil
+		}
+		if !s.mayRetry(stream, err) {
+			return nil, err
+		}
+		if s.wait() != nil {
+			return nil, err // cancelled or out of time while waiting: the refusal is why
+		}
+		if rerr := s.reopen(); rerr != nil {
+			return nil, rerr
+		}
+	}
+}
+
+func (s *Session) accept() {
+	s.sendMu.Lock()
+	if r := s.retry; r != nil && !r.accepted {
+		r.accepted, r.sent = true, nil
+	}
+	s.sendMu.Unlock()
+}
+
+// mayRetry: err ended the attempt with UNAVAILABLE before the server accepted the call, and
+// attempts are left.
+func (s *Session) mayRetry(stream ttsv1.TTSService_StreamingSynthesizeClient, err error) bool {
+	if status.Code(err) != codes.Unavailable || s.ctx.Err() != nil {
+		return false
+	}
+	if md, herr := stream.Header(); herr == nil && len(md.Get(SessionIDHeader)) > 0 {
+		s.accept() // the server took the call, then failed it: it may have spoken already
+	}
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	return s.retry != nil && !s.retry.accepted && s.retry.left > 0
+}
+
+// wait sleeps gRPC's backoff (random, below 50 ms doubling to 1 s); an error if the call's
+// context ends first.
+func (s *Session) wait() error {
+	s.sendMu.Lock()
+	bound := s.retry.backoff
+	s.retry.backoff = min(2*bound, retryMaxBackoff)
+	s.sendMu.Unlock()
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(bound))))
+	defer t.Stop()
+	select {
+	case <-s.ctx.Done():
+		return s.ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// reopen starts the next attempt and sends it every message so far, in order, then the
+// half-close if End was called. Sends wait meanwhile (sendMu), so none is missed or reordered.
+func (s *Session) reopen() error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	r := s.retry
+	r.left--
+	stream, err := r.open()
+	if err != nil {
+		return err
+	}
+	s.stream = stream
+	for _, m := range r.sent {
+		if err := stream.Send(m); err != nil {
+			return nil // this attempt ended too: its Recv says how
+		}
+	}
+	if s.ended {
+		_ = stream.CloseSend()
+	}
+	return nil
 }
 
 // SampleRate is the output sample rate of this session's audio.
@@ -227,12 +354,12 @@ func (c *Client) Stream(ctx context.Context, voice string, text <-chan string, o
 	if err != nil {
 		return nil, err
 	}
-	in := s.stream
 	go func() {
-		// Send errors mean the call has ended; Recv reports its status.
+		// Send errors mean the call has ended; Recv reports its status. (The session's
+		// context, not an attempt's: a retried session goes on after its first attempt.)
 		for {
 			select {
-			case <-in.Context().Done():
+			case <-s.ctx.Done():
 				return
 			case frag, ok := <-text:
 				if !ok {

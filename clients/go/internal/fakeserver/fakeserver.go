@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	ttsv1 "github.com/orpheus-svc/orpheus-svc/clients/go/gen/orpheus/tts/v1"
@@ -61,6 +62,9 @@ type Server struct {
 	health *health.Server
 	mu     sync.Mutex
 	calls  []Call
+	// StreamingSynthesize calls still to refuse (RefuseStreams) or to accept and then fail
+	// (FailAcceptedStreams), both with UNAVAILABLE
+	refuse, failAccepted int
 	// SegmentSent receives a value each time a segment's SegmentEnd has been sent.
 	SegmentSent chan struct{}
 }
@@ -97,6 +101,34 @@ func (s *Server) SetServing(on bool) {
 	}
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(ttsv1.TTSService_ServiceDesc.ServiceName, st)
+}
+
+// RefuseStreams makes the next n StreamingSynthesize calls end with UNAVAILABLE after
+// reading the config and one more message, as a replica that has just begun draining
+// refuses a call while the client is still sending. No header is sent.
+func (s *Server) RefuseStreams(n int) {
+	s.mu.Lock()
+	s.refuse = n
+	s.mu.Unlock()
+}
+
+// FailAcceptedStreams makes the next n StreamingSynthesize calls send the orpheus-session-id
+// header (the server has accepted the call) and then end with UNAVAILABLE.
+func (s *Server) FailAcceptedStreams(n int) {
+	s.mu.Lock()
+	s.failAccepted = n
+	s.mu.Unlock()
+}
+
+// take decrements *n if it is positive; whether it was.
+func (s *Server) take(n *int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if *n > 0 {
+		*n--
+		return true
+	}
+	return false
 }
 
 // Stop stops the server now.
@@ -200,6 +232,24 @@ func (s *Server) StreamingSynthesize(stream grpc.BidiStreamingServer[ttsv1.Strea
 	var call Call
 	call.Method = "StreamingSynthesize"
 	defer func() { s.record(call) }()
+	if s.take(&s.refuse) {
+		call.Method = "StreamingSynthesize (refused)"
+		for range 2 {
+			req, err := stream.Recv()
+			if err != nil {
+				break
+			}
+			call.Kinds = append(call.Kinds, kind(req))
+		}
+		return status.Error(codes.Unavailable, "the server is shutting down")
+	}
+	if s.take(&s.failAccepted) {
+		call.Method = "StreamingSynthesize (accepted, failed)"
+		if err := stream.SendHeader(metadata.Pairs("orpheus-session-id", "fake")); err != nil {
+			return err
+		}
+		return status.Error(codes.Unavailable, "the engine failed")
+	}
 	var ss *session
 	buf := ""
 	for {
@@ -246,6 +296,17 @@ func (s *Server) StreamingSynthesize(stream grpc.BidiStreamingServer[ttsv1.Strea
 		return err
 	}
 	return ss.summary()
+}
+
+func kind(req *ttsv1.StreamingSynthesizeRequest) string {
+	switch req.GetRequest().(type) {
+	case *ttsv1.StreamingSynthesizeRequest_Config:
+		return "config"
+	case *ttsv1.StreamingSynthesizeRequest_Text:
+		return "text"
+	default:
+		return "flush"
+	}
 }
 
 // Synthesize implements the server-streaming RPC.
