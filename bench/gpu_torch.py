@@ -231,21 +231,30 @@ def _row(slot: int, k: int, position: int, sampling: SamplingParams) -> StepRow:
                    position=position + k, frame_position=fp, stop_allowed=fp == 0)
 
 
+def _random_model(tiny: bool, device: torch.device, dtype: torch.dtype, seed: int = 0):
+    """(spec, weights): the Orpheus-3B shapes (demo width with `tiny`), HF init (N(0, 0.02),
+    norms 1) drawn on `device`, which for 3.3 B values is much faster than the CPU
+    (models/demo.py random_state_dict draws on the CPU, for bytes that do not depend on it)."""
+    from orpheus_svc.models.demo import demo_spec
+    from orpheus_svc.models.llama_config import orpheus_3b_spec
+
+    spec = demo_spec() if tiny else orpheus_3b_spec()
+    gen = torch.Generator(device=device).manual_seed(seed)
+    weights = {n: (torch.ones(s, device=device, dtype=dtype) if n.endswith("norm.weight") else
+                   (torch.randn(s, device=device, generator=gen) * 0.02).to(dtype))
+               for n, s in spec.tensor_shapes().items()}
+    return spec, weights
+
+
 def _loaded_backend(device: torch.device, tiny: bool, slots: int, context: int,
                     room: int = 64):
     """TorchBackend over random weights, every slot holding `context` tokens of random
     audio (a mid-utterance KV cache)."""
     from orpheus_svc.engine.torch.backend import TorchBackend
     from orpheus_svc.engine.torch.llama import SlotLlama
-    from orpheus_svc.models.demo import demo_spec
-    from orpheus_svc.models.llama_config import orpheus_3b_spec
 
-    spec = demo_spec() if tiny else orpheus_3b_spec()
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    gen = torch.Generator(device=device).manual_seed(0)
-    weights = {n: (torch.ones(s, device=device, dtype=dtype) if n.endswith("norm.weight") else
-                   (torch.randn(s, device=device, dtype=dtype, generator=gen) * 0.02))
-               for n, s in spec.tensor_shapes().items()}
+    spec, weights = _random_model(tiny, device, dtype)
     model = SlotLlama(spec, weights, num_slots=slots, max_seq_len=context + room, device=device,
                       dtype=dtype)
     del weights
@@ -382,22 +391,12 @@ def profile(device: torch.device, tiny: bool, batches: list[int], context: int) 
 
 def write_checkpoint(out: str, device: torch.device, tiny: bool, seed: int = 0) -> None:
     """A random checkpoint of the Orpheus-3B shapes (demo width with `tiny`) in the HF
-    layout, in 2 GB shards as the real one is split (drawn on `device`: much faster than
-    the CPU for 3.3 B values)."""
-    from orpheus_svc.models.demo import demo_spec
-    from orpheus_svc.models.llama_config import orpheus_3b_spec
+    layout, in 2 GB shards as the real one is split."""
     from orpheus_svc.models.loader import write_checkpoint as write
     from orpheus_svc.models.tokenizer import build_byte_level_tokenizer_json
 
-    spec = demo_spec() if tiny else orpheus_3b_spec()
-    gen = torch.Generator(device=device).manual_seed(seed)
-    weights = {}
-    for name, shape in spec.tensor_shapes().items():
-        if name.endswith("norm.weight"):
-            weights[name] = torch.ones(shape, dtype=torch.bfloat16)
-        else:
-            w = torch.randn(shape, device=device, generator=gen) * 0.02
-            weights[name] = w.to(torch.bfloat16).cpu()
+    spec, weights = _random_model(tiny, device, torch.bfloat16, seed)
+    weights = {n: w.cpu() for n, w in weights.items()}
     write(out, spec, weights, build_byte_level_tokenizer_json(), max_shard_bytes=2 * 10**9)
 
 
