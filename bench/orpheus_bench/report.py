@@ -6,7 +6,27 @@ import json
 import os
 import platform
 import sys
+import time
 from pathlib import Path
+from typing import Callable
+
+#: Work of one CPU probe: CPython's sum over range(PROBE_N), single-threaded.
+PROBE_N = 10**6
+
+
+def cpu_probe_ms(repeat: int = 5, clock: Callable[[], float] = time.perf_counter) -> float:
+    """The fastest of `repeat` timings of sum(range(PROBE_N)) on this process's core, in ms.
+
+    A reference for the machine's speed at the run's start, so that runs from different
+    windows or VMs can be told apart (the same code has measured 3-4x slower per row on
+    some VMs; BENCHMARKS.md). It is no benchmark of the server: compare figures only
+    within a window, and use this to say which windows were alike."""
+    best = float("inf")
+    for _ in range(max(1, repeat)):
+        t0 = clock()
+        sum(range(PROBE_N))
+        best = min(best, clock() - t0)
+    return best * 1000
 
 
 def machine() -> dict:
@@ -26,7 +46,7 @@ def machine() -> dict:
 
     return {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
             "bench_affinity": affinity, "python": platform.python_version(),
-            "grpcio": grpc.__version__}
+            "grpcio": grpc.__version__, "cpu_probe_ms": round(cpu_probe_ms(), 2)}
 
 
 def write_json(path: str | os.PathLike, doc: dict) -> None:

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from orpheus_bench.metrics import SessionTrace, aggregate, session_metrics, slo_check
-from orpheus_bench.report import plot, row, table, write_json
+from orpheus_bench.report import cpu_probe_ms, machine, plot, row, table, write_json
 
 
 def level(c, late=False):
@@ -45,3 +45,13 @@ def test_plots_are_written(tmp_path):
     files = plot([level(1), level(8, late=True), level(16)], tmp_path, "test", 150)
     assert [p.rsplit("/", 1)[1] for p in files] == ["ttfb.png", "underruns.png"]
     assert all((tmp_path / f).stat().st_size > 1000 for f in ("ttfb.png", "underruns.png"))
+
+
+def test_the_cpu_probe_reports_its_fastest_timing_in_ms():
+    ticks = iter([0.0, 0.030, 1.0, 1.019, 2.0, 2.025])  # three probes: 30, 19, 25 ms
+    assert cpu_probe_ms(repeat=3, clock=lambda: next(ticks)) == pytest.approx(19.0)
+
+
+def test_every_run_records_the_machine_speed_probe():
+    m = machine()
+    assert m["cpu_probe_ms"] > 0 and m["cpu_count"] >= 1 and m["platform"]
