@@ -203,6 +203,12 @@ def _run(path, concurrency):
     ("hostpath-review7/head-512-1.summary.json", 512, 110, 452, 718, 33, 0.93),
     ("hostpath-review7/prev-512-2.summary.json", 512, 111, 337, 462, 22, 0.92),
     ("hostpath-review7/final-512-2.summary.json", 512, 103, 367, 731, 31, 0.92),
+    # eighth round: the front-end reniced in the split topology (slow window, 192 sessions)
+    ("split-nice8/single-192-1.summary.json", 192, 63, 257, 478, 13, 0.81),
+    ("split-nice8/split-192-2.summary.json", 192, 82, 237, 302, 76, 0.85),
+    ("split-nice8/split-nice-192-1.summary.json", 192, 2716, 4344, 4579, 0, 0.90),
+    ("split-nice8/split-nice3-192-2.summary.json", 192, 75, 1292, 1361, 8, 0.85),
+    ("split-nice8/single-192-b2.summary.json", 192, 52, 91, 147, 0, 0.71),
 ])
 def test_committed_summaries_hold_the_figures_benchmarks_md_quotes(path, c, p50, p95, p99,
                                                                    underruns, cores):
@@ -217,6 +223,17 @@ def test_the_paced_runs_hold_the_host_bound_steps_benchmarks_md_quotes():
     got = [_run(f"hostpath-gc6/{name}.summary.json", 512)[0]["sim"]["host_bound_steps"]
            for name in ("before-1", "gcp-1", "arr-1", "gcp-2", "before-2", "gcp-3")]
     assert got == [49, 1, 24, 0, 47, 4]
+
+
+def test_the_reniced_front_end_runs_hold_the_host_bound_steps_benchmarks_md_quotes():
+    names = ["single-192-1", "split-192-1", "split-nice-192-1", "single-192-2", "split-192-2",
+             "split-nice-192-2", "single-192-3", "split-192-3", "split-nice-192-3",
+             "single-192-b1", "split-nice3-192-1", "single-192-b2", "split-nice3-192-2"]
+    sims = [_run(f"split-nice8/{n}.summary.json", 192)[0]["sim"] for n in names]
+    got = [(sim["host_bound_steps"], sim["steps"]) for sim in sims]
+    assert got == [(584, 8559), (745, 8556), (203, 13043), (198, 8474), (744, 8657),
+                   (131, 9889), (147, 8490), (364, 8481), (99, 9928), (96, 8495),
+                   (167, 8662), (120, 8487), (292, 9028)]
 
 
 def test_committed_tuning_results_match_benchmarks_md():
