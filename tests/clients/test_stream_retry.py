@@ -17,7 +17,9 @@ import grpc
 import pytest
 
 from orpheus_tts_client import FLUSH, AsyncClient, Client, TTSError
+from orpheus_tts_client._aio_session import _SETTLE_S, _WRITE_RACE, AsyncSession, _StatusWatch
 from orpheus_tts_client._retry import END, Attempts, ReplayInput, accepted, backoff_s
+from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 
 from .replicas import DRAINING, EndlessServicer, FlakyServicer
 
@@ -341,3 +343,75 @@ def test_a_finished_session_keeps_no_input_for_a_replay(fake, retries):
                 return s._sent
 
     assert asyncio.run(main()) is None
+
+
+# -- the async session's `done` while a write race hides the server's status ----------------
+
+class _EndedCall:
+    """A grpc.aio call stand-in that has ended: its status can be replaced, as grpc.aio
+    replaces _WRITE_RACE with the server's status moments after a racing write failed."""
+
+    def __init__(self) -> None:
+        self.status: tuple = (None, None)
+        self._callbacks: list = []
+
+    def end(self, code, details) -> None:
+        self.status = (code, details)
+        for cb in self._callbacks:
+            cb(self)
+
+    def add_done_callback(self, cb) -> None:
+        self._callbacks.append(cb)
+
+    def done(self) -> bool:
+        return self.status[0] is not None
+
+    async def code(self):
+        return self.status[0]
+
+    async def details(self):
+        return self.status[1]
+
+    async def initial_metadata(self):
+        return ()  # refused before the server accepted the call
+
+
+def test_a_write_race_status_is_settling_until_the_server_status_or_the_settle_time():
+    now = [100.0]
+    call = _EndedCall()
+    watch = _StatusWatch(call, clock=lambda: now[0])
+    assert not watch.settling()  # not ended
+    call.end(*_WRITE_RACE)
+    assert watch.settling()
+    now[0] += _SETTLE_S * 0.9
+    assert watch.settling()
+    now[0] += _SETTLE_S * 0.2
+    assert not watch.settling() and watch.known() == _WRITE_RACE  # taken as the status
+
+    call2, now[0] = _EndedCall(), 200.0
+    watch2 = _StatusWatch(call2, clock=lambda: now[0])
+    call2.end(*_WRITE_RACE)
+    call2.status = (grpc.StatusCode.UNAVAILABLE, "draining")  # the server's, moments later
+    assert not watch2.settling() and watch2.known()[0] == grpc.StatusCode.UNAVAILABLE
+
+
+def test_an_async_session_is_not_done_while_a_refusal_may_hide_behind_a_write_race():
+    async def main():
+        calls = []
+
+        def open_call(timeout):
+            calls.append(_EndedCall())
+            return calls[-1]
+
+        s = AsyncSession(open_call, pb.StreamingSynthesizeRequest(), "pcm16", 24000,
+                         retries=2, timeout=30)
+        call = calls[0]
+        call.end(*_WRITE_RACE)
+        seen = [s.done]  # the server's status may still be a refusal that is retried
+        call.status = (grpc.StatusCode.UNAVAILABLE, "draining")
+        seen.append(s.done)  # refused before acceptance, attempts left: reading retries it
+        call.status = (grpc.StatusCode.INVALID_ARGUMENT, "bad voice")
+        seen.append(s.done)  # not retried: done
+        return seen
+
+    assert asyncio.run(main()) == [False, False, True]

@@ -16,6 +16,7 @@ event iteration then simply ends.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
@@ -113,7 +114,7 @@ class AsyncSession:
         retries it."""
         if self._finished or self._cancelled:
             return True
-        if not self._call.done():
+        if not self._call.done() or self._status.settling():
             return False
         code, _ = self._status.known()
         return not self._attempts.may_retry(code == grpc.StatusCode.UNAVAILABLE,
@@ -280,14 +281,24 @@ class _StatusWatch:
     callbacks at every status it sets (grpcio 1.63) or only at the first (1.85): the first
     is kept here, and the current one is read when asked."""
 
-    def __init__(self, call: grpc.aio.Call) -> None:
+    def __init__(self, call: grpc.aio.Call, clock: Callable[[], float] = time.monotonic) -> None:
         self._call = call
+        self._clock = clock
         self._first: tuple[grpc.StatusCode, str] | None = None
+        self._ended_at: float | None = None
         call.add_done_callback(self._on_done)
 
     def _on_done(self, call: grpc.aio.Call) -> None:
         if self._first is None:
             self._first = (_at_once(call.code()), _at_once(call.details()))
+            self._ended_at = self._clock()
+
+    def settling(self) -> bool:
+        """Is the finished call's status still _WRITE_RACE, within _SETTLE_S of its end? The
+        server's status may yet replace it (a refusal that allows a retry), so the session
+        is not known to be done; after that, _WRITE_RACE is taken as the call's status."""
+        return (self.known() == _WRITE_RACE and self._ended_at is not None
+                and self._clock() - self._ended_at < _SETTLE_S)
 
     def known(self) -> tuple[grpc.StatusCode, str]:
         """A finished call's status as far as known now: the first status set, unless that
