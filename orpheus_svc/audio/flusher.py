@@ -41,6 +41,7 @@ from orpheus_svc.audio.windows import Window, chunk_target, plan_windows, ready_
 from orpheus_svc.core.events import AudioEvent, Finish, FramePush
 from orpheus_svc.core.playout import PlayoutSnapshot
 from orpheus_svc.core.tokens import CODES_PER_POSITION, FRAME_TOKENS, SAMPLE_RATE, SAMPLES_PER_FRAME
+from orpheus_svc.threads import os_named
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +217,7 @@ class Flusher:
         if self._thread is not None:
             raise RuntimeError("flusher already started")
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread = threading.Thread(target=os_named(self._run), name=self._name, daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:

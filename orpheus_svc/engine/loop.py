@@ -43,6 +43,7 @@ from orpheus_svc.core.status import Status
 from orpheus_svc.core.step import Backend, BackendCapabilities, StepPlan, StepResult, StepRow
 from orpheus_svc.core.tokens import FRAME_TOKENS
 from orpheus_svc.engine.collector import CollectorPacer
+from orpheus_svc.threads import os_named
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ class EngineLoop:
     def start(self) -> None:
         if self.collector is not None:
             self.collector.start()
-        self._thread = threading.Thread(target=self._run, name="engine-core", daemon=True)
+        self._thread = threading.Thread(target=os_named(self._run), name="engine-core", daemon=True)
         try:
             self._thread.start()
         except BaseException:

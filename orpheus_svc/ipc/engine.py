@@ -30,6 +30,7 @@ import zmq
 
 from orpheus_svc.core.events import EngineEvent
 from orpheus_svc.engine.handle import Engine, EventRouter, is_end
+from orpheus_svc.threads import os_named
 
 from . import wire
 
@@ -102,7 +103,8 @@ class EngineServer:
     # -- life cycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="ipc-commands", daemon=True)
+        self._thread = threading.Thread(target=os_named(self._run), name="ipc-commands",
+                                        daemon=True)
         self._thread.start()
 
     def serve(self, engine: Engine, snapshot: Callable[[], wire.EngineSnapshot]) -> None:

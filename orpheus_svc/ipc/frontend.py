@@ -33,6 +33,7 @@ from orpheus_svc.core.scheduler import SchedulerStats
 from orpheus_svc.core.status import Status
 from orpheus_svc.engine.handle import EventRouter
 from orpheus_svc.runtime import FrontRuntime
+from orpheus_svc.threads import os_named
 
 from . import wire
 from .engine import identity
@@ -129,7 +130,8 @@ class EngineLink:
         self.batches = 0
         self.lost = 0  # generations the engine gave up on (this front-end fell behind)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"ipc-link-{index}", daemon=True)
+        self._thread = threading.Thread(target=os_named(self._run), name=f"ipc-link-{index}",
+                                        daemon=True)
 
     def start(self) -> None:
         self._thread.start()

@@ -32,6 +32,7 @@ import threading
 import time
 
 from orpheus_svc.config import Config
+from orpheus_svc.threads import name_os_thread, os_named
 
 from . import wire
 from .frontend import DOWN_AFTER
@@ -53,7 +54,7 @@ def _watch_parent(on_gone) -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
         on_gone()
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    threading.Thread(target=os_named(watch), name="parent-watch", daemon=True).start()
 
 
 def engine_main(config: Config, commands_addr: str, events_addr: str, stop, priority=None) -> None:
@@ -67,6 +68,7 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop, prio
     from orpheus_svc.server.logs import configure_logging
 
     configure_logging(config.server.log_format, config.server.log_level)
+    name_os_thread("orpheus-engine")  # the process's name in ps and top
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _watch_parent(stop.set)
@@ -123,6 +125,7 @@ def frontend_main(config: Config, index: int, commands_addr: str, events_addr: s
     from orpheus_svc.server.logs import configure_logging
 
     configure_logging(config.server.log_format, config.server.log_level)
+    name_os_thread(f"orpheus-fe-{index}")  # the process's name in ps and top
     _watch_parent(lambda: os.kill(os.getpid(), signal.SIGTERM))  # drain, then exit
     spec = FrontendSpec(index, commands_addr, events_addr)
     sys.exit(eventloop.run(serve(config, frontend=spec), config.server.event_loop))

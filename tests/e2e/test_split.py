@@ -3,9 +3,11 @@ gRPC front-ends on one port (sim backend with its stand-in codec: fast, no weigh
 
 import re
 import signal
+import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import grpc
 import pytest
@@ -76,6 +78,20 @@ def test_status_reports_the_engine_process(split):
     assert st.total_slots == 32 and st.max_batch_size == 32
     assert st.steps_total > 0  # the engine's warm-up, through its published stats
     assert [v.name for v in stub.ListVoices(pb.ListVoicesRequest()).voices][0] == "tara"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_ps_and_top_name_the_processes_and_the_engines_threads(split):
+    engine = _engine_pid(split)
+    m = re.search(r"front-end pids \[([0-9, ]+)\]", split.logs())
+    fronts = [int(p) for p in m.group(1).split(",")]
+
+    def comm(pid, tid):
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+    assert comm(engine, engine) == "orpheus-engine"
+    assert [comm(p, p) for p in fronts] == ["orpheus-fe-0", "orpheus-fe-1"]
+    threads = {comm(engine, t.name) for t in Path(f"/proc/{engine}/task").iterdir()}
+    assert {"engine-core", "snac-flusher", "ipc-commands"} <= threads
 
 
 def test_concurrent_streams_on_both_front_ends(split):

@@ -1,7 +1,9 @@
 """The sim backend under the real EngineLoop and Flusher (real threads; no timing asserted)."""
 
 import dataclasses
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -65,9 +67,12 @@ def test_sixteen_generations_stream_complete_audio_through_engine_and_flusher():
                                     max_tokens=max_tokens_for_text(text), expected_frames=8)
             core.submit(req)
         assert done.wait(60)
+        os_names = {f.read_text().strip() for f in Path("/proc/self/task").glob("*/comm")}
     finally:
         core.stop()
         flusher.stop(timeout=10)
+    if sys.platform.startswith("linux"):  # top -H and py-spy tell the two apart
+        assert {"engine-core", "snac-flusher"} <= os_names
     for gid, fin in finished.items():
         assert fin.reason == "stop"
         assert samples[gid] == fin.num_frames * SAMPLES_PER_FRAME

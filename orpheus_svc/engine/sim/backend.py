@@ -68,6 +68,7 @@ from orpheus_svc.core.tokens import (
 )
 
 from orpheus_svc.engine.sim.profiles import GpuProfile, get_profile
+from orpheus_svc.threads import os_named
 
 log = logging.getLogger(__name__)
 
@@ -197,8 +198,9 @@ class SimBackend:
         self._last_return: float | None = None
         self._untimed_step, self.step = self.step, self._timed_step
         if os.environ.get(STATS_FILE_ENV):
-            threading.Thread(target=self._write_stats_file, args=(os.environ[STATS_FILE_ENV],),
-                             name="sim-stats", daemon=True).start()
+            threading.Thread(target=os_named(self._write_stats_file),
+                             args=(os.environ[STATS_FILE_ENV],), name="sim-stats",
+                             daemon=True).start()
         need = profile.weight_bytes + profile.kv_bytes(num_slots * max_seq_len)
         if need > profile.memory_bytes:
             log.warning(

@@ -28,6 +28,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from orpheus_svc.threads import os_named
+
 log = logging.getLogger(__name__)
 
 
@@ -52,7 +54,8 @@ class StreamBridge:
         self._llm = llm
         self._events: queue.SimpleQueue[StreamEvent] = queue.SimpleQueue()
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
+        self._thread = threading.Thread(target=os_named(self._loop.run_forever), name=name,
+                                        daemon=True)
         # Loop-thread state: live results; submitted streams whose task has not started yet
         # (callbacks run FIFO, so a submit is registered before any later abort runs); and
         # aborts that arrived before their stream started.
