@@ -209,6 +209,8 @@ def _run(path, concurrency):
     ("split-nice8/split-nice-192-1.summary.json", 192, 2716, 4344, 4579, 0, 0.90),
     ("split-nice8/split-nice3-192-2.summary.json", 192, 75, 1292, 1361, 8, 0.85),
     ("split-nice8/single-192-b2.summary.json", 192, 52, 91, 147, 0, 0.71),
+    ("split-nice8/split-own-256-2.summary.json", 256, 64, 109, 147, 14, 0.97),
+    ("split-nice8/single-256-3.summary.json", 256, 90, 246, 353, 7, 0.86),
 ])
 def test_committed_summaries_hold_the_figures_benchmarks_md_quotes(path, c, p50, p95, p99,
                                                                    underruns, cores):
@@ -234,6 +236,14 @@ def test_the_reniced_front_end_runs_hold_the_host_bound_steps_benchmarks_md_quot
     assert got == [(584, 8559), (745, 8556), (203, 13043), (198, 8474), (744, 8657),
                    (131, 9889), (147, 8490), (364, 8481), (99, 9928), (96, 8495),
                    (167, 8662), (120, 8487), (292, 9028)]
+    own = ["single-256-1", "split-own-256-1", "single-256-2", "split-own-256-2",
+           "split-own-256-3", "single-256-3"]
+    sims = [_run(f"split-nice8/{n}.summary.json", 256)[0]["sim"] for n in own]
+    assert [(sim["host_bound_steps"], sim["steps"]) for sim in sims] == [
+        (389, 9170), (166, 9037), (293, 9131), (126, 9053), (93, 9049), (754, 9216)]
+    threads = {t["name"]: t["cpu_s"] for t in
+               _run("split-nice8/split-own-256-3.summary.json", 256)[0]["server"]["threads"]}
+    assert (threads["engine-core"], threads["snac-flusher"]) == (12.21, 11.21)
 
 
 def test_committed_tuning_results_match_benchmarks_md():
