@@ -33,9 +33,11 @@ class Browser:
         assert os.path.exists(CHROMIUM), ("chromium not found: run scripts/install-tools.sh "
                                           "(installs the Debian package)")
         self._profile = tempfile.mkdtemp(prefix="orpheus-chromium-")
+        # TMPDIR: Chromium's own scratch directories go inside the profile, removed with it
         self.proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={self._profile}",
                                       "about:blank"], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, "TMPDIR": self._profile})
         url = None
         for line in self.proc.stderr:  # Chromium prints its DevTools address on start-up
             m = re.search(r"DevTools listening on (ws://\S+)", line)
