@@ -169,7 +169,8 @@ class EngineLoop:
     def start(self) -> None:
         if self.collector is not None:
             self.collector.start()
-        self._thread = threading.Thread(target=os_named(self._run), name="engine-core", daemon=True)
+        self._thread = threading.Thread(target=os_named(self._run), name="engine-core",
+                                        daemon=True)
         try:
             self._thread.start()
         except BaseException:
