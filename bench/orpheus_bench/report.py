@@ -66,6 +66,14 @@ HEADER = (f"{'label':<9}{'conc':>5}{'n':>5}{'ok%':>6}{'ttfb p50':>9}{'p95':>7}{'
           f"{'srv cpu':>8}{'cpu/aud':>8}{'load cpu':>9}{'SLO':>5}")
 
 
+def _by_wake(sim: dict) -> str:
+    """How much of the host-bound time late wake-ups caused (absent in older stats)."""
+    if "host_bound_by_wake_steps" not in sim:
+        return ""
+    return (f"; {sim['host_bound_by_wake_steps']} steps and {sim['host_excess_wake_s']:.2f} s "
+            f"of it from {sim['late_wakes']} late wake-ups")
+
+
 def row(r: dict) -> str:
     srv, load, u = r.get("server", {}), r.get("load", {}), r["underruns"]
     ok = None if r["success_rate"] is None else 100 * r["success_rate"]
@@ -91,7 +99,7 @@ def table(results: list[dict], out=None) -> None:
              for r in results if r.get("load", {}).get("maybe_saturated")]
     notes += [f"  conc {r['concurrency']}: sim {r['sim'].get('steps')} steps, "
               f"{r['sim']['host_bound_steps']} host-bound ({r['sim']['host_excess_s']:.2f} s "
-              f"over the GPU model); step ms p50/p95/p99/max "
+              f"over the GPU model{_by_wake(r['sim'])}); step ms p50/p95/p99/max "
               + "/".join(_f(r['sim']['step_ms'][k], "{:.1f}") for k in ("p50", "p95", "p99", "max"))
               for r in results if r.get("sim")]
     for n in notes:

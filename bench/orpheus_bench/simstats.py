@@ -3,7 +3,8 @@
 A sim server started with ORPHEUS_SIM_STATS_FILE=<file> in its environment writes its
 backend's stats() there 5 times a second (orpheus_svc/engine/sim/backend.py): steps, rows,
 host-bound steps (steps where the host took longer than the modelled GPU step, so the host
-set the pace), the host time beyond the model, and a histogram of step periods. The bench
+set the pace), the host time beyond the model (and how much of it the engine thread's late
+returns from its sleep caused), and a histogram of step periods. The bench
 reads the file before and after a level and reports the difference, so every sim run says
 whether the simulated GPU or the server's host was the limit. Pure Python: no grpc.
 """
@@ -54,6 +55,9 @@ def hist_quantile_s(hist: dict[int, int], buckets: dict, q: float) -> float | No
     return bucket_upper_s(max(hist), buckets)
 
 
+WAKE_KEYS = ("host_bound_by_wake_steps", "host_excess_wake_s", "late_wakes", "late_wake_s")
+
+
 def delta(before: dict | None, after: dict | None) -> dict | None:
     """What the sim did between two stats snapshots: steps, rows, host-bound steps and the
     host's excess time, and the step-period distribution (ms). None without both."""
@@ -78,7 +82,12 @@ def delta(before: dict | None, after: dict | None) -> dict | None:
 
     modelled = d("modelled_s")
     excess = d("host_excess_s")
+    # why the host was late: the engine thread back late from the step's sleep (the OS or
+    # the GIL kept it), or its own work (the rest); servers from before 2026-11-26 lack them
+    wake = {k: round(d(k), 6) if k.endswith("_s") else d(k)
+            for k in WAKE_KEYS} if "late_wakes" in after else {}
     return {
+        **wake,
         "profile": after.get("profile"),
         "steps": steps,
         "rows": d("rows"),

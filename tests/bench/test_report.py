@@ -32,6 +32,21 @@ def test_row_and_table_show_the_level():
     assert len(out.getvalue().splitlines()) == 3
 
 
+def test_the_sim_note_says_how_much_of_the_host_time_late_wake_ups_caused():
+    sim = {"steps": 900, "host_bound_steps": 12, "host_excess_s": 0.05,
+           "step_ms": {"p50": 5.0, "p95": 7.0, "p99": 9.0, "max": 30.0}}
+    old, new = level(8), level(16)
+    old["sim"] = sim
+    new["sim"] = {**sim, "host_bound_by_wake_steps": 9, "host_excess_wake_s": 0.04,
+                  "late_wakes": 31, "late_wake_s": 0.2}
+    out = io.StringIO()
+    table([old, new], out)
+    notes = [line for line in out.getvalue().splitlines() if "host-bound" in line]
+    assert "wake" not in notes[0]  # stats from before the counters: nothing invented
+    assert "12 host-bound (0.05 s over the GPU model; 9 steps and 0.04 s of it from 31 late " \
+           "wake-ups)" in notes[1]
+
+
 def test_json_is_written_atomically_and_reads_back(tmp_path):
     doc = {"runs": [level(4)]}
     path = tmp_path / "sub" / "r.json"

@@ -52,6 +52,21 @@ def _snap(pid=1, **kw):
     return {**base, **kw}
 
 
+def test_delta_splits_the_excess_by_late_wake_ups_only_when_the_server_counts_them():
+    old = simstats.delta(_snap(steps=1), _snap(steps=9, host_bound_steps=2))
+    assert "late_wakes" not in old  # an older server: no zeros that look measured
+    wake = dict(host_bound_by_wake_steps=0, host_excess_wake_s=0.0, late_wakes=0,
+                late_wake_s=0.0)
+    before = _snap(steps=10, **wake)
+    after = _snap(steps=50, host_bound_steps=4, host_excess_s=0.04,
+                  **{**wake, "host_bound_by_wake_steps": 3, "host_excess_wake_s": 0.03,
+                     "late_wakes": 5, "late_wake_s": 0.05})
+    d = simstats.delta(before, after)
+    assert (d["host_bound_by_wake_steps"], d["late_wakes"]) == (3, 5)
+    assert d["host_excess_wake_s"] == pytest.approx(0.03)
+    assert d["late_wake_s"] == pytest.approx(0.05)
+
+
 def test_delta_is_the_level_alone():
     b = simb.STEP_BUCKETS_S
     i10 = next(i for i, e in enumerate(b) if e >= 0.010)  # ~10 ms

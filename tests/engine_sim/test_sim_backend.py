@@ -168,6 +168,44 @@ def test_a_slow_host_sets_the_period_and_is_counted():
     assert s["host_excess_s"] == pytest.approx(2 * d)
 
 
+def test_a_late_wake_up_is_told_apart_from_slow_host_work():
+    clock = FakeClock()
+    be = backend(clock)
+    gens = [make_gen(i, seed=i, expected_frames=50) for i in range(1, 5)]
+    be.step(_plan(1, prefill=gens))
+    for g in gens:
+        g.num_generated = 1
+    d = H100.step_seconds(4, 4 * 41)
+    oversleep = [1.5 * d]  # the next return from sleep comes this late (the GIL, the OS)
+    real_sleep = clock.sleep
+
+    def late_sleep(s):
+        real_sleep(s)
+        clock.advance(oversleep.pop() if oversleep else 0.0)
+    be._sleep = late_sleep
+    be.step(_plan(2, decode=gens))  # sleeps, and is back 1.5 d late
+    s = be.stats()
+    assert s["late_wakes"] == 1 and s["late_wake_s"] == pytest.approx(1.5 * d)
+    assert s["max_late_wake_s"] == pytest.approx(1.5 * d)
+    for g in gens:
+        g.num_generated = 2
+    clock.advance(0.25 * d)  # then a quarter step of its own work: fine on its own
+    be.step(_plan(3, decode=gens))
+    s = be.stats()
+    d3 = H100.step_seconds(4, 4 * 42)
+    assert s["host_bound_steps"] == 1 and s["host_bound_by_wake_steps"] == 1
+    assert s["host_excess_s"] == pytest.approx(1.75 * d - d3)
+    assert s["host_excess_wake_s"] == pytest.approx(s["host_excess_s"])  # all of it the wake's
+    for g in gens:
+        g.num_generated = 3
+    clock.advance(3 * d)  # on time back, then slow work: none of that excess is the wake's
+    be.step(_plan(4, decode=gens))
+    s = be.stats()
+    assert s["host_bound_steps"] == 2 and s["host_bound_by_wake_steps"] == 1
+    assert s["host_excess_wake_s"] == pytest.approx(1.75 * d - d3)
+    assert s["late_wakes"] == 1
+
+
 def test_after_idle_the_step_starts_when_called():
     clock = FakeClock()
     be = backend(clock)

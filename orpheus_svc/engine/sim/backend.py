@@ -20,6 +20,12 @@ own length is hidden and host time beyond it is what the GPU waits for:
     period = max(d, host time): the step period matches the model whenever the host keeps
     up, and becomes the host's own time when it does not (counted in stats()["host_bound_steps"]).
 
+    The host time has two parts: how late the engine thread got back from the sleep (the OS
+    or the GIL kept it: "late_wake_s", "late_wakes" over LATE_WAKE_S) and its own work after
+    that. Of a host-bound step's excess, the part the late wake-up caused (the excess minus
+    what the work alone would have overrun) goes to "host_excess_wake_s", and a step that
+    the work alone would not have made late counts in "host_bound_by_wake_steps".
+
 After an idle spell (no live generation when step() is called) the step starts now:
 end = now + d. All time goes through the injectable `clock` and `sleep`.
 
@@ -146,6 +152,9 @@ class SimFaults:
 
 # Step-period histogram (stats()["step_hist"]): bucket i counts periods up to
 # STEP_BUCKET_FIRST_S x STEP_BUCKET_RATIO**i (5% apart, 0.1 ms to ~12 s; the last counts the rest).
+#: A return from the step's sleep later than this counts in stats()["late_wakes"] (timer
+#: slack alone is tens of microseconds); every lateness adds to "late_wake_s".
+LATE_WAKE_S = 0.001
 STEP_BUCKET_FIRST_S, STEP_BUCKET_RATIO = 1e-4, 1.05
 STEP_BUCKETS_S = tuple(STEP_BUCKET_FIRST_S * STEP_BUCKET_RATIO ** i for i in range(241))
 # Set in the server's environment, the sim writes stats() as JSON to this file 5 times a second,
@@ -186,7 +195,10 @@ class SimBackend:
         # Engine thread only; read them as a (racy, monotone) snapshot.
         self.counters = dict(steps=0, rows=0, prefill_rows=0, prefill_tokens=0,
                              modelled_s=0.0, host_bound_steps=0, host_excess_s=0.0,
-                             idle_starts=0, peak_kv_tokens=0, max_host_excess_s=0.0)
+                             idle_starts=0, peak_kv_tokens=0, max_host_excess_s=0.0,
+                             late_wakes=0, late_wake_s=0.0, max_late_wake_s=0.0,
+                             host_bound_by_wake_steps=0, host_excess_wake_s=0.0)
+        self._woke_late = 0.0  # how late the engine thread got back from the last step's sleep
         # The latest steps whose host time overran the modelled step by > 20 ms:
         # (monotonic time, overrun s, rows), for correlating stalls with what else ran.
         self.slow_steps: list[tuple[float, float, int]] = []
@@ -290,6 +302,13 @@ class SimBackend:
                 c["host_bound_steps"] += 1
                 c["host_excess_s"] += over
                 c["max_host_excess_s"] = max(c["max_host_excess_s"], over)
+                # The host's time since the last step ended = the late wake-up + its work.
+                # Without the late wake-up it would have been over by max(0, work - d) only.
+                work = now - self._last_end - self._woke_late
+                by_wake = over - max(0.0, work - d)
+                c["host_excess_wake_s"] += by_wake
+                if work <= d:
+                    c["host_bound_by_wake_steps"] += 1
                 if over > 0.02:
                     self.slow_steps = self.slow_steps[-99:] + [
                         (now, over, len(plan.prefill) + len(decode))]
@@ -305,8 +324,18 @@ class SimBackend:
         c["peak_kv_tokens"] = max(c["peak_kv_tokens"], context + prefill_tokens)
         self._last_end = end
         wait = end - self._clock()
+        self._woke_late = 0.0
         if wait > 0:
             self._sleep(wait)
+            # Back later than asked: the OS or the GIL kept this thread (the wait for the
+            # GIL after a blocking call is taken before the call returns to Python).
+            late = self._clock() - end
+            if late > 0:
+                self._woke_late = late
+                c["late_wake_s"] += late
+                c["max_late_wake_s"] = max(c["max_late_wake_s"], late)
+                if late > LATE_WAKE_S:
+                    c["late_wakes"] += 1
         return StepResult(tokens=tokens, decode_tokens=decode_tokens)
 
     def _timed_step(self, *args, **kwargs) -> StepResult:
