@@ -150,7 +150,8 @@ def test_no_raw_results_are_committed():
         if p.suffix == ".json" and not p.name.endswith(".summary.json"):
             assert p.name in ("engine_batching.json", "soak-10000.json", "loss-3000.json",
                               "before-gpu-torch.json", "before-profile.json",
-                              "after-gpu-torch.json"), p
+                              "after-gpu-torch.json", "floor-10ms-work0.json",
+                              "floor-10ms-work1.json"), p
         if p.name.endswith(".summary.json"):
             text = p.read_text()
             assert '"sessions_detail"' not in text and '"traces"' not in text, p
@@ -244,6 +245,23 @@ def test_the_reniced_front_end_runs_hold_the_host_bound_steps_benchmarks_md_quot
     threads = {t["name"]: t["cpu_s"] for t in
                _run("split-nice8/split-own-256-3.summary.json", 256)[0]["server"]["threads"]}
     assert (threads["engine-core"], threads["snac-flusher"]) == (12.21, 11.21)
+
+
+def test_the_late_wake_up_and_floor_figures_benchmarks_md_quotes_are_those_of_the_files():
+    d = RESULTS / "split-nice8"
+    got = []
+    for n in ("wake-single-256-1", "wake-split-own-256-1", "wake-single-256-2",
+              "wake-split-own-256-2"):
+        sim = _run(f"split-nice8/{n}.summary.json", 256)[0]["sim"]
+        got.append((sim["host_bound_steps"], sim["host_bound_by_wake_steps"],
+                    round(sim["host_excess_s"], 2), round(sim["host_excess_wake_s"], 2),
+                    sim["late_wakes"], round(sim["late_wake_s"], 2)))
+    assert got == [(466, 178, 0.87, 0.34, 1122, 4.37), (110, 54, 0.30, 0.15, 433, 2.39),
+                   (470, 172, 0.97, 0.36, 1224, 4.58), (183, 92, 0.46, 0.20, 561, 2.66)]
+    floors = [json.loads((d / f"floor-10ms-work{w}.json").read_text()) for w in (0, 1)]
+    assert [(f["steps"], f["work_ms"], f["host_bound_steps"], f["late_over_1ms"],
+             f["late_over_5ms"], f["late_over_9ms"], round(f["late_max_ms"], 1))
+            for f in floors] == [(14000, 0.0, 4, 186, 7, 4, 58.9), (14000, 1.0, 6, 231, 23, 4, 15.4)]
 
 
 def test_committed_tuning_results_match_benchmarks_md():
