@@ -31,8 +31,12 @@
 # TOPOLOGIES ("single"): "single split" also runs every set with server.topology=split and
 # FRONTENDS (2) gRPC front-end processes (docs/architecture.md); those runs are named
 # NAME-split. All server processes inherit the server core's pinning; the bench's server CPU
-# figure counts the supervisor process only in split runs, so read the processes' CPU from
-# /proc (ps -o time) if you need it.
+# figure counts the supervisor and every process below it (orpheus_bench/procstat.py).
+# FLOOR (1): first, with nothing else running, measure the machine's own floor for the sim's
+# host-bound steps on the server core (orpheus_bench.wakefloor: a no-work thread pacing
+# FLOOR_STEPS (14000) steps of FLOOR_STEP_MS (10) ms with 1 ms of work between them) into
+# OUT_DIR/wake-floor.summary.json. A run's host_bound_steps below that floor say nothing of
+# the server. FLOOR=0 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${1:-bench/results/capacity-$(date +%Y%m%d-%H%M)}
@@ -44,6 +48,12 @@ OUT=$RAW_DIR  # bench-server.sh writes the server logs to $OUT
 trap stop_server EXIT
 # The sim server writes its step counters here; orpheus-bench reads them (GPU or host?).
 export ORPHEUS_SIM_STATS_FILE=${ORPHEUS_SIM_STATS_FILE:-$RAW_DIR/sim-stats-$PORT.json}
+
+if [ "${FLOOR:-1}" = 1 ]; then
+  PYTHONPATH=bench taskset -c "$SERVER_CORE" "$PY" -m orpheus_bench.wakefloor \
+    --steps "${FLOOR_STEPS:-14000}" --step-ms "${FLOOR_STEP_MS:-10}" --work-ms 1 \
+    --json "$RESULTS/wake-floor.summary.json" | tee "$RESULTS/wake-floor.txt"
+fi
 
 run_set() {  # $1 = text set, $2 = input, $3 = pace, $4 = topology
   local set=$1 input=$2 pace=$3 topology=${4:-single} rounds=2 name

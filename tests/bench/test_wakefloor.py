@@ -51,3 +51,14 @@ def test_work_longer_than_a_step_makes_every_later_step_host_bound():
     r = pace(10, 0.010, 0.015, clock=c, sleep=c.sleep, work=c.work)
     assert r["host_bound_steps"] == 9  # the first step starts when called
     assert r["host_excess_s"] == pytest.approx(9 * 0.005)
+
+
+def test_the_command_writes_the_floor_with_the_machine(tmp_path, capsys):
+    import json
+
+    from orpheus_bench.wakefloor import main
+    out = tmp_path / "wake-floor.summary.json"
+    assert main(["--steps", "3", "--step-ms", "1", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["steps"] == 3 and doc["step_ms"] == 1.0 and doc["machine"]["cpu_probe_ms"] > 0
+    assert doc["host_bound_steps"] >= 0 and json.loads(capsys.readouterr().out) == doc
