@@ -151,15 +151,21 @@ def test_step_period_equals_the_model_when_the_host_is_faster():
     assert be.stats()["host_bound_steps"] == 0
 
 
-def test_a_slow_host_sets_the_period_and_is_counted():
-    clock = FakeClock()
+def _four_live(clock):
+    """A backend with four generations just prefilled (one token each), and the modelled
+    length of their next decode step."""
     be = backend(clock)
     gens = [make_gen(i, seed=i, expected_frames=50) for i in range(1, 5)]
     be.step(_plan(1, prefill=gens))
     for g in gens:
         g.num_generated = 1
+    return be, gens, H100.step_seconds(4, 4 * 41)
+
+
+def test_a_slow_host_sets_the_period_and_is_counted():
+    clock = FakeClock()
+    be, gens, d = _four_live(clock)
     t_end = clock.t
-    d = H100.step_seconds(4, 4 * 41)
     clock.advance(3 * d)
     be.step(_plan(2, decode=gens))
     assert clock.t - t_end == pytest.approx(3 * d)  # nothing added on top of the host time
@@ -170,12 +176,7 @@ def test_a_slow_host_sets_the_period_and_is_counted():
 
 def test_a_late_wake_up_is_told_apart_from_slow_host_work():
     clock = FakeClock()
-    be = backend(clock)
-    gens = [make_gen(i, seed=i, expected_frames=50) for i in range(1, 5)]
-    be.step(_plan(1, prefill=gens))
-    for g in gens:
-        g.num_generated = 1
-    d = H100.step_seconds(4, 4 * 41)
+    be, gens, d = _four_live(clock)
     oversleep = [1.5 * d]  # the next return from sleep comes this late (the GIL, the OS)
     real_sleep = clock.sleep
 
