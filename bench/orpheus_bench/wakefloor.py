@@ -2,9 +2,9 @@
 
     PYTHONPATH=bench taskset -c 0 python -m orpheus_bench.wakefloor --steps 14000 --step-ms 10
 
-One thread paces "steps" exactly as the sim backend does (orpheus_svc/engine/sim/backend.py:
-a step ends d after the last one ended, or when it is called if that is later; the thread
-sleeps until the end), and between steps does `--work-ms` of busy work in place of the
+One thread paces "steps" with the sim backend's own rule (orpheus_svc/engine/sim/backend.py
+`pace_step`: a step ends d after the last one ended, or when it is called if that is later;
+the thread sleeps until the end), and between steps does `--work-ms` of busy work in place of the
 server's bookkeeping. No other thread, no GIL contention, no gRPC. A step is host-bound,
 as in the sim, when it is called after the previous end + d.
 
@@ -22,6 +22,8 @@ import os
 import sys
 import time
 from typing import Callable
+
+from orpheus_svc.engine.sim.backend import pace_step
 
 #: Returns from sleep later than these (ms) are counted separately.
 LATE_MS = (1, 2, 5, 9)
@@ -41,15 +43,11 @@ def pace(steps: int, step_s: float, work_s: float = 0.0,
     lates: list[float] = []
     host_bound, excess, last_end = 0, 0.0, None
     for _ in range(steps):
-        now = clock()
-        if last_end is None:
-            end = now + step_s  # the first step starts when called (the sim's idle start)
-        else:
-            end = last_end + step_s
-            if now > end:
-                host_bound += 1
-                excess += now - end
-                end = now
+        # the first step starts when called (the sim's idle start), the rest by its rule
+        end, over = pace_step(last_end, clock(), step_s)
+        if over > 0:
+            host_bound += 1
+            excess += over
         last_end = end
         wait = end - clock()
         if wait > 0:

@@ -165,6 +165,17 @@ STATS_FILE_ENV = "ORPHEUS_SIM_STATS_FILE"
 _STOP_STEP = (END_OF_SPEECH_ID,)
 
 
+def pace_step(last_end: float | None, now: float, d: float) -> tuple[float, float]:
+    """The sim's step rule (module docstring): a step called at `now` lasting `d` ends d after
+    the last step ended, or d after `now` after an idle spell (`last_end` None); called
+    after that end, the host set the pace and the step ends now. Returns (end, how far past
+    it the call came: 0 when the host kept up)."""
+    if last_end is None:
+        return now + d, 0.0
+    end = last_end + d
+    return (now, now - end) if now > end else (end, 0.0)
+
+
 class SimBackend:
     """Backend protocol (engine/loop.py) with modelled step times and grammar-legal tokens."""
 
@@ -295,10 +306,9 @@ class SimBackend:
         d = self.profile.step_seconds(len(decode), context, len(plan.prefill),
                                       prefill_tokens, prefill_sq)
         c = self.counters
+        end, over = pace_step(self._last_end if busy else None, now, d)
         if busy:
-            end = self._last_end + d
-            if now > end:
-                over = now - end
+            if over > 0:
                 c["host_bound_steps"] += 1
                 c["host_excess_s"] += over
                 c["max_host_excess_s"] = max(c["max_host_excess_s"], over)
@@ -312,10 +322,8 @@ class SimBackend:
                 if over > 0.02:
                     self.slow_steps = self.slow_steps[-99:] + [
                         (now, over, len(plan.prefill) + len(decode))]
-                end = now
         else:
             c["idle_starts"] += 1
-            end = now + d
         c["steps"] += 1
         c["rows"] += len(plan.prefill) + len(decode)
         c["prefill_rows"] += len(plan.prefill)
