@@ -13,8 +13,8 @@ BackendCapabilities, and EngineLoop derives the scheduler settings from config p
 capabilities in one place (engine/loop.py, effective_settings) instead of each backend
 rewriting them.
 
-Implemented by engine/torch (retry_safe), engine/sim (retry_safe) and engine/trtllm
-(streams_deltas, confirms_release). Pure Python and numpy: no torch, no grpc.
+Implemented by engine/torch (retry_safe), engine/graph (runs_ahead), engine/sim
+(retry_safe) and engine/trtllm (streams_deltas, confirms_release). Pure Python and numpy: no torch, no grpc.
 """
 
 from __future__ import annotations
@@ -217,7 +217,12 @@ class BackendCapabilities:
         abort completes later); the slot stays taken until a StepResult names the
         generation in `freed`, so the scheduler's slot pool is the only admission gate.
         EngineLoop keeps stepping (with empty plans, if need be) until every one is
-        confirmed."""
+        confirmed.
+    runs_ahead: besides step(), the backend has launch(plan) -> handle, which queues the
+        step on the device and returns, and collect(handle) -> StepResult, which waits
+        for it. It keeps each decode row's last token on the device, so EngineLoop may
+        launch the next step (Scheduler.schedule_ahead: rows advanced by one token, their
+        last_token -1) before it collects this one (docs/architecture.md, "Run-ahead")."""
 
     name: str
     num_slots: int
@@ -225,6 +230,7 @@ class BackendCapabilities:
     retry_safe: bool = False
     streams_deltas: bool = False
     confirms_release: bool = False
+    runs_ahead: bool = False
 
 
 class Backend(Protocol):

@@ -33,6 +33,7 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
+from orpheus_svc.engine.torch.linear import make_linear
 from orpheus_svc.models.llama_config import LlamaSpec
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,12 @@ class SlotLlama:
 
     def __init__(self, spec: LlamaSpec, weights: Mapping[str, torch.Tensor], *, num_slots: int,
                  max_seq_len: int, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32) -> None:
+                 dtype: torch.dtype = torch.float32, quantization: str = "none",
+                 spare_slots: int = 0) -> None:
+        """`quantization`: "none" (weights in `dtype`) or "fp8" (engine/torch/linear.py; the
+        embedding, the norms and the LM head stay in `dtype`). `spare_slots`: KV slots
+        allocated beyond `num_slots` for the owner's own use (the graph engine's dummy
+        slot, which padded batch rows write to)."""
         self.spec = spec
         self.device = torch.device(device)
         self.dtype = dtype
@@ -85,19 +91,23 @@ class SlotLlama:
         self.embed = w["model.embed_tokens.weight"]
         self.lm_head = self.embed if spec.tie_word_embeddings else w["lm_head.weight"]
         self.final_norm = w["model.norm.weight"]
+        self.quantization = quantization
         self.layers = []
         for i in range(spec.num_hidden_layers):
             p = f"model.layers.{i}."
+            linear = lambda *names: make_linear(  # noqa: E731
+                torch.cat([w.pop(p + n + ".weight") for n in names]), quantization, dtype)
             # q, k, v fused into one matmul; gate and up likewise
             self.layers.append(dict(
-                qkv=torch.cat([w[p + f"self_attn.{n}_proj.weight"] for n in "qkv"]),
-                o=w[p + "self_attn.o_proj.weight"],
-                gate_up=torch.cat([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]]),
-                down=w[p + "mlp.down_proj.weight"],
+                qkv=linear("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                o=linear("self_attn.o_proj"),
+                gate_up=linear("mlp.gate_proj", "mlp.up_proj"),
+                down=linear("mlp.down_proj"),
                 in_norm=w[p + "input_layernorm.weight"],
                 post_norm=w[p + "post_attention_layernorm.weight"],
             ))
-        kv_shape = (num_slots, spec.num_key_value_heads, max_seq_len, spec.head_dim)
+        kv_shape = (num_slots + spare_slots, spec.num_key_value_heads, max_seq_len,
+                    spec.head_dim)
         self.k_cache = [torch.zeros(kv_shape, device=self.device, dtype=dtype)
                         for _ in range(spec.num_hidden_layers)]
         self.v_cache = [torch.zeros(kv_shape, device=self.device, dtype=dtype)
@@ -110,13 +120,26 @@ class SlotLlama:
         self.sdpa_kernels = sdpa_kernels(self.device)
         self.grouped_decode = True
         log.info("kv cache preallocated: %d layers x 2 x %d kv_heads x %d head_dim x %d max_seq_len"
-                 " x %d slots x %d bytes = %d bytes", spec.num_hidden_layers,
-                 spec.num_key_value_heads, spec.head_dim, max_seq_len, num_slots,
-                 self.kv_element_bytes, self.kv_cache_bytes)
+                 " x %d slots x %d bytes = %d bytes; weights (%s) %d bytes",
+                 spec.num_hidden_layers, spec.num_key_value_heads, spec.head_dim, max_seq_len,
+                 num_slots + spare_slots, self.kv_element_bytes, self.kv_cache_bytes,
+                 quantization, self.weight_bytes)
 
     @property
     def kv_element_bytes(self) -> int:
         return torch.tensor([], dtype=self.dtype).element_size()
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of weights one decode step reads (layers, norms, the audio rows of the head
+        are counted in full as the whole head; the embedding gather is not counted)."""
+        tensors = [self.final_norm, self.lm_head]
+        total = sum(t.numel() * t.element_size() for t in tensors)
+        for layer in self.layers:
+            total += sum(layer[k].nbytes for k in ("qkv", "o", "gate_up", "down"))
+            total += sum(layer[k].numel() * layer[k].element_size()
+                         for k in ("in_norm", "post_norm"))
+        return total
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -137,7 +160,7 @@ class SlotLlama:
         """x [B, T, H], positions [B, T] -> q [B, nh, T, hd], k, v [B, kvh, T, hd]."""
         s = self.spec
         bsz, t, _ = x.shape
-        qkv = x @ layer["qkv"].T
+        qkv = layer["qkv"](x)
         nq, nkv = s.num_attention_heads * s.head_dim, s.num_key_value_heads * s.head_dim
         q = qkv[..., :nq].view(bsz, t, s.num_attention_heads, s.head_dim).transpose(1, 2)
         k = qkv[..., nq:nq + nkv].view(bsz, t, s.num_key_value_heads, s.head_dim).transpose(1, 2)
@@ -149,10 +172,10 @@ class SlotLlama:
 
     def _block(self, layer: dict, x: torch.Tensor, attend) -> torch.Tensor:
         h = self._rms(x, layer["in_norm"])
-        x = x + attend(h) @ layer["o"].T
+        x = x + layer["o"](attend(h))
         h = self._rms(x, layer["post_norm"])
-        gate, up = (h @ layer["gate_up"].T).chunk(2, dim=-1)
-        return x + (F.silu(gate) * up) @ layer["down"].T
+        gate, up = layer["gate_up"](h).chunk(2, dim=-1)
+        return x + layer["down"](F.silu(gate) * up)
 
     @torch.inference_mode()
     def prefill(self, slots: Sequence[int], prompts: Sequence[Sequence[int]]) -> torch.Tensor:

@@ -48,6 +48,33 @@ def splitmix_uniform(seeds: np.ndarray, counters: np.ndarray) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
+def _signed(x: int) -> int:
+    """A uint64 constant as the int64 with the same bits."""
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+def _shr(z: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 bits (torch's >> is arithmetic on int64)."""
+    return (z >> k) & ((1 << (64 - k)) - 1)
+
+
+def splitmix_uniform_t(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """splitmix_uniform on the device: int64 tensors holding the uint64 bits of seeds and
+    counters (int64_bits), wrapping multiplication, logical shifts; float64 out, the same
+    values bit for bit, with no host sync (a CUDA graph can hold it)."""
+    z = seeds * _signed(0x9E3779B97F4A7C15)
+    z = z + counters * _signed(0xD1B54A32D192ED69) + 1
+    z = (z ^ _shr(z, 30)) * _signed(0xBF58476D1CE4E5B9)
+    z = (z ^ _shr(z, 27)) * _signed(0x94D049BB133111EB)
+    z = z ^ _shr(z, 31)
+    return _shr(z, 11).to(torch.float64) * (1.0 / (1 << 53))
+
+
+def int64_bits(values) -> np.ndarray:
+    """Python ints in [0, 2^64) as int64 with the same bits (for splitmix_uniform_t)."""
+    return np.asarray(values, dtype=np.uint64).view(np.int64)
+
+
 @dataclass
 class RowParams:
     """Per-row sampling inputs for one step (length B each)."""
@@ -95,18 +122,56 @@ def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor,
 NUCLEUS_CANDIDATES = 128
 
 
-def _sorted_nucleus(probs: torch.Tensor, top_p: torch.Tensor):
-    """Probabilities sorted high to low (values, columns, cumulative sums), far enough to
-    hold every row's top-p nucleus. Usually the top 128 of 4097 suffice, which is much
-    cheaper than a full sort; exact, because once the cumulative mass reaches top_p no
-    later column can be kept. Falls back to the full sort when some row needs more."""
+def _pick(sorted_p: torch.Tensor, order: torch.Tensor, cum: torch.Tensor, top_p: torch.Tensor,
+          u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw inside each row's top-p nucleus of probabilities sorted high to low
+    (`cum` their running sums): the column of `order` that uniform `u` lands on."""
+    # keep the smallest prefix whose mass reaches top_p (the first token always stays)
+    keep = (cum - sorted_p) < top_p[:, None]
+    kept = torch.where(keep, sorted_p, torch.zeros_like(sorted_p))
+    kept_cum = kept.cumsum(dim=-1)
+    target = u * kept_cum[:, -1]
+    idx = torch.searchsorted(kept_cum, target[:, None]).clamp_(max=kept.shape[1] - 1)
+    # a zero-mass column can only be reached by float rounding at the edge: step back
+    idx = torch.where(kept.gather(1, idx) > 0, idx, torch.zeros_like(idx))
+    return order.gather(1, idx)[:, 0]
+
+
+def choose_columns(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
+                   u: torch.Tensor, branch_free: bool = False) -> torch.Tensor:
+    """One column per row of [B, 4097] float32 logits (already penalised), on the device:
+    temperature, top-p, and the inverse-CDF draw at uniform `u` (float32, [B]); greedy
+    (argmax) where temperature <= 0. The eager backend and the graph engine both sample
+    here, so the same logits, parameters and uniforms give the same columns.
+
+    The nucleus usually lies within the 128 most likely columns, so each row is drawn from
+    the top 128 (a partial sort) when their mass reaches its top_p, and from the full sort
+    otherwise: exact either way, since once the mass reaches top_p no later column is kept.
+    Per row, so a row's column never depends on its batch. `branch_free` computes the full
+    sort for every row instead of asking the host whether any row needs it (no device sync:
+    what a CUDA graph can hold); the columns are the same."""
+    greedy = temperature <= 0
+    scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
+    probs = torch.softmax(scaled, dim=-1)
     if probs.shape[1] > NUCLEUS_CANDIDATES:
         vals, cols = probs.topk(NUCLEUS_CANDIDATES, dim=-1)
         cum = vals.cumsum(dim=-1)
-        if bool((cum[:, -1] >= top_p).all()):
-            return vals, cols, cum
-    vals, cols = probs.sort(dim=-1, descending=True)
-    return vals, cols, vals.cumsum(dim=-1)
+        fits = cum[:, -1] >= top_p
+        col = _pick(vals, cols, cum, top_p, u)
+        if branch_free or not bool(fits.all()):
+            svals, scols = probs.sort(dim=-1, descending=True)
+            col = torch.where(fits, col, _pick(svals, scols, svals.cumsum(dim=-1), top_p, u))
+    else:
+        svals, scols = probs.sort(dim=-1, descending=True)
+        col = _pick(svals, scols, svals.cumsum(dim=-1), top_p, u)
+    return torch.where(greedy, probs.argmax(dim=-1), col)
+
+
+def columns_to_ids(cols: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Token ids of chosen columns at frame positions (tensors): the stop column is the stop
+    id, column c at position p is audio id AUDIO_BASE + p * 4096 + c."""
+    audio = AUDIO_BASE + positions * CODES_PER_POSITION + cols
+    return torch.where(cols == STOP_COLUMN, torch.full_like(cols, END_OF_SPEECH_ID), audio)
 
 
 def sample_rows(logits: torch.Tensor, params: RowParams) -> list[int]:
@@ -114,23 +179,10 @@ def sample_rows(logits: torch.Tensor, params: RowParams) -> list[int]:
     device = logits.device
     temp = torch.as_tensor(params.temperature, dtype=torch.float32, device=device)
     top_p = torch.as_tensor(params.top_p, dtype=torch.float32, device=device)
-    greedy = temp <= 0
-    scaled = logits / torch.where(greedy, torch.ones_like(temp), temp)[:, None]
-    probs = torch.softmax(scaled, dim=-1)
-    sorted_p, order, cum = _sorted_nucleus(probs, top_p)
-    # keep the smallest prefix whose mass reaches top_p (the first token always stays)
-    keep = (cum - sorted_p) < top_p[:, None]
-    kept = torch.where(keep, sorted_p, torch.zeros_like(sorted_p))
-    kept_cum = kept.cumsum(dim=-1)
     u = splitmix_uniform(np.asarray(params.seeds, dtype=np.uint64),
                          np.asarray(params.counters, dtype=np.uint64))
-    target = torch.as_tensor(u, dtype=torch.float32, device=device) * kept_cum[:, -1]
-    idx = torch.searchsorted(kept_cum, target[:, None]).clamp_(max=kept.shape[1] - 1)
-    # a zero-mass column can only be reached by float rounding at the edge: step back
-    idx = torch.where(kept.gather(1, idx) > 0, idx, torch.zeros_like(idx))
-    col = order.gather(1, idx)[:, 0]
-    col = torch.where(greedy, probs.argmax(dim=-1), col)
-    cols = col.tolist()
+    u = torch.as_tensor(u, dtype=torch.float32, device=device)
+    cols = choose_columns(logits, temp, top_p, u).tolist()
     return [END_OF_SPEECH_ID if c == STOP_COLUMN else position_id_range(p)[0] + c
             for c, p in zip(cols, params.positions)]
 

@@ -1,0 +1,186 @@
+"""Decode attention over the KV slot pool whose cost follows each row's real length.
+
+One query token per row, each row reading its own slot up to its own length:
+
+    q      [B, heads, D]                      (row b's token, after RoPE)
+    cache  [slots, kv_heads, max_seq_len, D]  (per layer, K and V; slot = row's slot)
+    lens   [B]   keys 0..lens[b]-1 of slot slots[b] are attended (the new one included)
+
+Flash decoding (split-K), written for this project in Triton, two launches with a fixed
+grid (so a CUDA graph can hold them whatever the lengths):
+
+  1. split   grid (B, kv_heads, SPLITS). Program (b, g, s) takes the `group` query heads
+             that share kv head g (grouped-query attention: heads g*group .. g*group+group-1,
+             padded to 16 rows for the tensor cores) and the s-th chunk of row b's keys:
+
+                 chunk = round_up(ceil(len / SPLITS), BLOCK_N)
+                 keys  [s*chunk, min((s+1)*chunk, len))      (empty: the program stores
+                                                              a zero weight and returns)
+
+             It streams K and V of that chunk once with an online softmax and stores the
+             chunk's normalised output and its log-sum-exp.
+  2. reduce  grid (B, heads): the SPLITS partial outputs weighted by exp(lse - max lse).
+
+Work per row is proportional to its length (plus SPLITS x BLOCK_N at most), not to
+max_seq_len; SPLITS is chosen per batch bucket so that small batches still spread over the
+multiprocessors (splits_for).
+
+`decode_attention_reference` is the same function in plain torch (a masked softmax over the
+whole slot): the CPU path, and the check of the kernel (on a GPU, and on the CPU through
+Triton's interpreter, TRITON_INTERPRET=1, in the tests).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+BLOCK_N = 64      # keys per inner iteration
+GROUP_PAD = 16    # query rows per program (tl.dot needs >= 16)
+MAX_SPLITS = 16
+
+
+def splits_for(batch: int, kv_heads: int, multiprocessors: int) -> int:
+    """Key splits per row: enough programs for about two waves over the multiprocessors at
+    small batches, one split once the batch alone fills them. A power of two, 1..16."""
+    want = math.ceil(2 * multiprocessors / max(1, batch * kv_heads))
+    return min(MAX_SPLITS, 1 << max(0, math.ceil(math.log2(max(1, want)))))
+
+
+def decode_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                               slots: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+    """[B, heads, D] -> [B, heads, D]: the module docstring's function in plain torch."""
+    bsz, heads, d = q.shape
+    kv_heads, span = k_cache.shape[1], k_cache.shape[2]
+    group = heads // kv_heads
+    keys, values = k_cache[slots], v_cache[slots]  # [B, kv_heads, span, D]
+    mask = (torch.arange(span, device=q.device)[None, :] < lens[:, None])[:, None, None, :]
+    # head kv * group + r reads kv head kv (Llama's repeat_kv order): [B, kv_heads, group, D]
+    out = F.scaled_dot_product_attention(q.reshape(bsz, kv_heads, group, d), keys, values,
+                                         attn_mask=mask)
+    return out.reshape(bsz, heads, d)
+
+
+_KERNELS = None
+
+
+def _kernels():
+    """The Triton kernels, compiled on first use (Triton is imported only here)."""
+    global _KERNELS
+    if _KERNELS is not None:
+        return _KERNELS
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def split_kernel(Q, K, V, Slots, Lens, MidO, MidL,
+                     stride_qb, stride_qh, stride_ks, stride_kh, stride_kn,
+                     stride_vs, stride_vh, stride_vn, stride_ob, stride_oh, stride_os,
+                     stride_lb, stride_lh, sm_scale,
+                     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
+                     BLOCK_N: tl.constexpr, SPLITS: tl.constexpr):
+        b = tl.program_id(0)
+        g = tl.program_id(1)
+        s = tl.program_id(2)
+        length = tl.load(Lens + b)
+        slot = tl.load(Slots + b).to(tl.int64)
+        chunk = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
+        start = s * chunk
+        end = tl.minimum(start + chunk, length)
+        r = tl.arange(0, GROUP_PAD)
+        d = tl.arange(0, D)
+        heads = g * GROUP + r
+        rmask = r < GROUP
+        q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
+                    mask=rmask[:, None], other=0.0)
+        m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+        l_i = tl.zeros([GROUP_PAD], tl.float32)
+        acc = tl.zeros([GROUP_PAD, D], tl.float32)
+        k_base = K + slot * stride_ks + g * stride_kh
+        v_base = V + slot * stride_vs + g * stride_vh
+        for n0 in range(start, end, BLOCK_N):
+            n = n0 + tl.arange(0, BLOCK_N)
+            nmask = n < end
+            k = tl.load(k_base + n[:, None] * stride_kn + d[None, :], mask=nmask[:, None],
+                        other=0.0)
+            qk = tl.dot(q, tl.trans(k)) * sm_scale
+            qk = tl.where(nmask[None, :], qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(qk - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_base + n[:, None] * stride_vn + d[None, :], mask=nmask[:, None],
+                        other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+        filled = l_i > 0
+        out = acc / tl.where(filled, l_i, 1.0)[:, None]
+        lse = tl.where(filled, m_i + tl.log(tl.where(filled, l_i, 1.0)), float("-inf"))
+        tl.store(MidO + b * stride_ob + heads[:, None] * stride_oh + s * stride_os + d[None, :],
+                 out, mask=rmask[:, None])
+        tl.store(MidL + b * stride_lb + heads * stride_lh + s, lse, mask=rmask)
+
+    @triton.jit
+    def reduce_kernel(MidO, MidL, Out, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+                      stride_xb, stride_xh, D: tl.constexpr, SPLITS: tl.constexpr,
+                      SPLITS_PAD: tl.constexpr):
+        b = tl.program_id(0)
+        h = tl.program_id(1)
+        s = tl.arange(0, SPLITS_PAD)
+        smask = s < SPLITS
+        d = tl.arange(0, D)
+        lse = tl.load(MidL + b * stride_lb + h * stride_lh + s, mask=smask, other=float("-inf"))
+        w = tl.exp(lse - tl.max(lse, 0))  # split 0 is never empty (every length >= 1)
+        o = tl.load(MidO + b * stride_ob + h * stride_oh + s[:, None] * stride_os + d[None, :],
+                    mask=smask[:, None], other=0.0)
+        out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+        tl.store(Out + b * stride_xb + h * stride_xh + d, out.to(Out.dtype.element_ty))
+
+    _KERNELS = (split_kernel, reduce_kernel)
+    return _KERNELS
+
+
+class DecodeAttention:
+    """The kernels for one batch bucket: its scratch (partial outputs and log-sum-exps)
+    allocated once, so the launches a CUDA graph records always see the same buffers."""
+
+    def __init__(self, batch: int, heads: int, kv_heads: int, head_dim: int, splits: int,
+                 device: torch.device, dtype: torch.dtype) -> None:
+        if heads % kv_heads or heads // kv_heads > GROUP_PAD:
+            raise ValueError(f"{heads} heads over {kv_heads} kv heads: groups of at most "
+                             f"{GROUP_PAD} are supported")
+        if head_dim < 16 or head_dim & (head_dim - 1):
+            raise ValueError(f"head_dim {head_dim}: the kernel needs a power of two >= 16")
+        self.batch, self.heads, self.kv_heads, self.head_dim = batch, heads, kv_heads, head_dim
+        self.splits = splits
+        self.mid_o = torch.empty((batch, heads, splits, head_dim), device=device,
+                                 dtype=torch.float32)
+        self.mid_l = torch.empty((batch, heads, splits), device=device, dtype=torch.float32)
+        self.out = torch.empty((batch, heads, head_dim), device=device, dtype=dtype)
+        self.scale = 1.0 / math.sqrt(head_dim)
+
+    def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 slots: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        """q [batch, heads, D] (contiguous in its last dim); slots, lens int32 or int64 [batch]."""
+        split_kernel, reduce_kernel = _kernels()
+        b, splits = self.batch, self.splits
+        mo, ml = self.mid_o, self.mid_l
+        split_kernel[(b, self.kv_heads, splits)](
+            q, k_cache, v_cache, slots, lens, mo, ml,
+            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+            mo.stride(0), mo.stride(1), mo.stride(2), ml.stride(0), ml.stride(1), self.scale,
+            GROUP=self.heads // self.kv_heads, GROUP_PAD=GROUP_PAD, D=self.head_dim,
+            BLOCK_N=BLOCK_N, SPLITS=splits, num_warps=4, num_stages=2)
+        out = self.out
+        reduce_kernel[(b, self.heads)](
+            mo, ml, out, mo.stride(0), mo.stride(1), mo.stride(2), ml.stride(0), ml.stride(1),
+            out.stride(0), out.stride(1), D=self.head_dim, SPLITS=splits,
+            SPLITS_PAD=max(2, triton_next_pow2(splits)), num_warps=4)
+        return out
+
+
+def triton_next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())

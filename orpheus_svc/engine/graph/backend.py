@@ -1,0 +1,63 @@
+"""The graph engine as a backend (core/step.py): the torch Llama over the KV slot pool, its
+decode step held in one CUDA graph per batch bucket, the token choice inside the graph, and
+run-ahead (capabilities.runs_ahead: launch(plan) returns before the step's ids exist).
+
+    launch(plan)   prefill rows (eager) and the decode rows (one graph replay) queued on the
+                   device; the decode rows' input tokens are read on the device
+                   (last_ids), so a plan whose decode rows carry last_token -1 (one made
+                   before the step before it was read, Scheduler.schedule_ahead) is fine
+    collect(l)     waits for that step's ids: tokens for prefill rows, decode_tokens
+    step(plan)     collect(launch(plan)): what a caller that does not run ahead uses
+
+Not retry_safe: a step writes device state (KV, last_ids, the seen marks) for every row at
+once, so a failed step cannot be re-run on a subset. Per-row inputs cannot make it fail:
+EngineLoop validates sampling parameters and prompt lengths at admission, and the scheduler
+keeps every position inside the slot (core/prompt.py fit_to_slot).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult
+from orpheus_svc.engine.graph.runner import GraphRunner, Launch
+from orpheus_svc.engine.torch.llama import SlotLlama
+
+
+class GraphBackend:
+    def __init__(self, model: SlotLlama, max_batch_size: int, *, graphs: bool,
+                 kernel: str = "auto") -> None:
+        self.runner = GraphRunner(model, max_batch_size, graphs=graphs, kernel=kernel)
+        self.model = model
+        self.capabilities = BackendCapabilities(
+            name="graph", num_slots=model.num_slots, max_seq_len=model.max_seq_len,
+            runs_ahead=True)
+
+    def launch(self, plan: StepPlan) -> tuple[tuple[int, ...], Launch]:
+        prefill = [(r.slot, r.request.prompt_ids, r.request.sampling.temperature,
+                    r.request.sampling.top_p, r.request.sampling.repetition_penalty, r.seed,
+                    r.frame_position, r.stop_allowed, r.num_generated) for r in plan.prefill]
+        d = plan.decode
+        decode = None
+        if len(d):
+            decode = np.stack([d.slots, d.position, d.frame_position,
+                               d.stop_allowed.astype(np.int64), d.num_generated])
+        return tuple(r.gen_id for r in plan.prefill), self.runner.launch(prefill, decode)
+
+    def collect(self, launched: tuple[tuple[int, ...], Launch]) -> StepResult:
+        prefill_ids, launch = launched
+        first, decode = self.runner.collect(launch)
+        return StepResult(tokens={g: (int(t),) for g, t in zip(prefill_ids, first)},
+                          decode_tokens=decode if launch.num_decode else None)
+
+    def step(self, plan: StepPlan) -> StepResult:
+        return self.collect(self.launch(plan))
+
+    def release(self, gen_ids: Sequence[int]) -> list[int]:
+        """Nothing to free: a slot's state is rewritten by its next prefill."""
+        return list(gen_ids)
+
+    def close(self) -> None:
+        """Nothing to stop: graphs and buffers are freed with this object."""

@@ -1,0 +1,107 @@
+"""The graph engine's decode step as device work only: no host sync, no shape that depends on
+the data, so one CUDA graph per batch bucket can hold all of it (engine/graph/runner.py).
+
+    inputs (device, one row per batch row; padded rows point at the dummy slot)
+      slots, pos, fpos, stop_ok, counter            int64 [B]
+    device state (per KV slot, the dummy included)
+      last_ids [S+1]        the token each slot feeds next (written by the step itself)
+      seen     [S+1, 7, 4096]  audio ids the slot's generation emitted (repetition penalty)
+      params   [3, S+1] temperature, top_p, penalty; seeds [S+1] (set at prefill)
+
+    forward   ids = last_ids[slots]; the Llama decode forward (SlotLlama's blocks, K/V
+              written at (slot, pos), attention by `attend`, a length-aware kernel)
+    choose    audio logits of every row's frame position from the 7 x 4096 audio rows of
+              the head (one GEMM for all rows, then a gather), the stop logit where the
+              grammar allows it, repetition penalty, temperature, top-p and the
+              counter-based uniform (seed, counter): engine/torch/sampling.py's functions
+    write     last_ids[slots] = ids, seen marks; ids -> the output buffer
+
+The eager reference (engine/torch/backend.py) computes the same function with host-side
+grouping; for the same seeds both choose the same tokens (tests/engine/test_graph_backend.py).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from orpheus_svc.core.tokens import AUDIO_BASE, CODES_PER_POSITION, END_OF_SPEECH_ID, FRAME_TOKENS
+from orpheus_svc.engine.torch.llama import SlotLlama
+from orpheus_svc.engine.torch.sampling import (
+    STOP_COLUMN,
+    apply_repetition_penalty,
+    choose_columns,
+    columns_to_ids,
+    splitmix_uniform_t,
+)
+
+# attend(q [B, heads, D], k_cache, v_cache, slots [B], lens [B]) -> [B, heads, D]
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+                  torch.Tensor]
+
+
+class SlotState:
+    """Per-slot device state of the graph engine (the table in the module docstring)."""
+
+    def __init__(self, num_slots: int, device: torch.device) -> None:
+        n = num_slots + 1  # + the dummy slot
+        self.dummy = num_slots
+        self.last_ids = torch.full((n,), AUDIO_BASE, dtype=torch.long, device=device)
+        self.seen = torch.zeros((n, FRAME_TOKENS, CODES_PER_POSITION), dtype=torch.bool,
+                                device=device)
+        self.params = torch.ones((3, n), dtype=torch.float32, device=device)
+        self.seeds = torch.zeros((n,), dtype=torch.long, device=device)
+        self.true = torch.ones((), dtype=torch.bool, device=device)  # index_put_'s value
+
+
+def decode_hidden(model: SlotLlama, ids: torch.Tensor, slots: torch.Tensor, pos: torch.Tensor,
+                  attend: Attend) -> torch.Tensor:
+    """Final-norm hidden state [B, hidden] of one token per row, fed at KV index pos of its
+    slot (the new K/V are written there first, then attended with lens = pos + 1)."""
+    bsz = ids.shape[0]
+    lens = pos + 1
+    x = model.embed[ids].unsqueeze(1)
+    for li, layer in enumerate(model.layers):
+        def attention(h, li=li, layer=layer):
+            q, k, v = model._qkv(layer, h, pos[:, None])
+            kc, vc = model.k_cache[li], model.v_cache[li]
+            kc[slots, :, pos] = k[:, :, 0]
+            vc[slots, :, pos] = v[:, :, 0]
+            return attend(q[:, :, 0].contiguous(), kc, vc, slots, lens).reshape(bsz, 1, -1)
+        x = model._block(layer, x, attention)
+    return model._rms(x[:, 0], model.final_norm)
+
+
+def choose_tokens(model: SlotLlama, state: SlotState, hidden: torch.Tensor, slots: torch.Tensor,
+                  fpos: torch.Tensor, stop_ok: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
+    """The token of every row (ids [B]), chosen on the device, and the slot state written:
+    last_ids and the seen marks (not for the stop id, as the eager backend)."""
+    bsz = hidden.shape[0]
+    head = model.lm_head
+    audio = hidden @ head[AUDIO_BASE:AUDIO_BASE + FRAME_TOKENS * CODES_PER_POSITION].T
+    rows = torch.arange(bsz, device=hidden.device)
+    logits = torch.empty((bsz, CODES_PER_POSITION + 1), dtype=torch.float32,
+                         device=hidden.device)
+    logits[:, :CODES_PER_POSITION] = audio.view(bsz, FRAME_TOKENS, CODES_PER_POSITION)[
+        rows, fpos].float()
+    logits[:, STOP_COLUMN] = (hidden @ head[END_OF_SPEECH_ID]).float()
+    logits[:, STOP_COLUMN].masked_fill_(stop_ok == 0, float("-inf"))
+    params = state.params[:, slots]
+    logits = apply_repetition_penalty(logits, state.seen[slots, fpos], params[2])
+    u = splitmix_uniform_t(state.seeds[slots], counter).float()
+    cols = choose_columns(logits, params[0], params[1], u, branch_free=True)
+    ids = columns_to_ids(cols, fpos)
+    mark = torch.where(cols == STOP_COLUMN, torch.full_like(slots, state.dummy), slots)
+    state.seen.index_put_((mark, fpos, cols.clamp(max=CODES_PER_POSITION - 1)), state.true)
+    state.last_ids[slots] = ids
+    return ids
+
+
+def decode_step(model: SlotLlama, state: SlotState, ints: torch.Tensor, attend: Attend,
+                out: torch.Tensor) -> None:
+    """One decode step over the rows of `ints` ([5, B]: slots, pos, fpos, stop_ok, counter);
+    the chosen ids go to `out` ([B])."""
+    slots, pos, fpos, stop_ok, counter = ints.unbind(0)
+    hidden = decode_hidden(model, state.last_ids[slots], slots, pos, attend)
+    out.copy_(choose_tokens(model, state, hidden, slots, fpos, stop_ok, counter))
