@@ -7,6 +7,7 @@ per row (issue 16: the engine thread's per-row Python was half the server's GIL 
     advance(slots, tokens)   the audio grammar (core/grammar.py) for one token per row:
                              validate, cut frames, count, and say which rows ended and why
     rows(slots)              the backend's frozen view of those rows (core/step.py DecodeRows)
+    rows_ahead(slots)        the same one token later, before that token is known (run-ahead)
     decode_slots()           the slots whose generation has its first token (decode rows)
 
 Per slot (sketch of one row; `pending` holds the codes of the frame being built):
@@ -127,9 +128,27 @@ class BatchState:
 
     def rows(self, slots: np.ndarray) -> DecodeRows:
         """The decode rows of `slots` as the backend sees them (copies, read-only)."""
-        n = self.num_generated[slots]
-        position = self.position[slots]
-        stop_allowed = (position == 0) & (self.frames[slots] >= MIN_FRAMES_BEFORE_STOP) \
+        return self._rows(slots, self.num_generated[slots], self.position[slots],
+                          self.frames[slots], self.last_token[slots])
+
+    def rows_ahead(self, slots: np.ndarray) -> DecodeRows:
+        """The decode rows of `slots` one token later, before that token is known: what
+        rows() will give once each row has taken one more legal audio token (its frame
+        position one further, a frame more after position 6), with last_token -1. Rows
+        that token ends by length (max_tokens) are left out. For a backend that runs ahead
+        (core/step.py BackendCapabilities.runs_ahead; Scheduler.schedule_ahead)."""
+        n = self.num_generated[slots] + 1
+        keep = n < self.max_tokens[slots]
+        if not keep.all():
+            slots, n = slots[keep], n[keep]
+        p = self.position[slots]
+        wraps = p == FRAME_TOKENS - 1
+        return self._rows(slots, n, np.where(wraps, 0, p + 1), self.frames[slots] + wraps,
+                          np.full(len(slots), -1, np.int64))
+
+    def _rows(self, slots: np.ndarray, n: np.ndarray, position: np.ndarray,
+              frames: np.ndarray, last: np.ndarray) -> DecodeRows:
+        stop_allowed = (position == 0) & (frames >= MIN_FRAMES_BEFORE_STOP) \
             & ~self.stopped[slots]
         if len(slots) == 1:
             s = int(slots[0])
@@ -139,9 +158,9 @@ class BatchState:
             requests, seeds = pick(self.requests), pick(self.seeds)
         else:
             requests = seeds = ()
-        return DecodeRows(self.gen_id[slots], np.array(slots, np.int64), n,
-                          self.last_token[slots], self.prompt_len[slots] + n - 1, position,
-                          stop_allowed, requests, seeds)
+        return DecodeRows(self.gen_id[slots], np.array(slots, np.int64), n, last,
+                          self.prompt_len[slots] + n - 1, position, stop_allowed, requests,
+                          seeds)
 
     def advance(self, slots: np.ndarray, tokens: np.ndarray) -> Advanced:
         """Feed one token to each row of `slots` (distinct slots, attached rows).

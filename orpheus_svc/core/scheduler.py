@@ -3,6 +3,8 @@
     schedule(now) -> StepPlan        admit waiting generations into free slots, release
                                      cancelled ones, choose at most max_batch_size to run
                                      (frozen rows for the backend: core/step.py)
+    schedule_ahead(plan, now)        the step after `plan` before its tokens are known,
+                                     where that is certain (run-ahead backends), else None
     update(plan, result, now)        advance counters, cut frames, finish, free slots
 
 Batch order (docs/architecture.md, "Where each idea lives"):
@@ -280,6 +282,35 @@ class Scheduler:
         return StepPlan(self._step, tuple(prefill),
                         self._batch.rows(np.array(decode, np.int64)), tuple(admitted),
                         tuple(released), idle_s)
+
+    def schedule_ahead(self, plan: StepPlan, now: float) -> StepPlan | None:
+        """The step after `plan` while `plan` is still running on the device, before its
+        tokens are known (a backend that runs ahead: core/step.py). update() has seen every
+        step before `plan`, not `plan` itself.
+
+        Only where it is exactly what schedule() would run after update(plan): nothing is
+        waiting or cancelled, no slot drains, the playout horizon is off and every
+        candidate is in `plan` and fits the batch. Then the next step is `plan`'s rows that
+        still run, each one token further (core/batch.py rows_ahead), less those `plan`'s
+        token ends by length. A row that `plan`'s token stops (the stop id) is in it all the
+        same: it learns of the stop one step late, and update() drops its extra token (its
+        slot holds another generation, or none, by then). Else None: the engine collects
+        `plan` and calls schedule() as usual. Nothing is admitted or released here."""
+        if (self._cancelled or self._num_waiting or self.pool.num_draining
+                or self.settings.max_ahead_seconds > 0
+                or len(self._candidates) > self.settings.max_batch_size):
+            return None
+        gen_ids = np.array([r.gen_id for r in plan.prefill] + plan.decode.gen_ids.tolist(),
+                           np.int64)
+        slots = np.array([r.slot for r in plan.prefill] + plan.decode.slots.tolist(), np.int64)
+        live = self._batch.gen_id[slots] == gen_ids  # not ended since plan was made
+        if int(live.sum()) != len(self._candidates):
+            return None  # a candidate that is not in the plan: schedule() decides
+        rows = self._batch.rows_ahead(np.sort(slots[live]))
+        if not len(rows):
+            return None
+        self._step += 1
+        return StepPlan(self._step, (), rows)
 
     def _everything_runs(self, now: float):
         """The plan's rows when every candidate runs anyway (room for all of them in the

@@ -155,6 +155,9 @@ class EngineLoop:
         self._scheduler = Scheduler(SlotPool(caps.num_slots, caps.max_seq_len,
                                              confirm_frees=caps.confirms_release), effective)
         self._thread: threading.Thread | None = None
+        # Run-ahead (capabilities.runs_ahead): the next step, launched before this one's
+        # tokens were read, as (plan, the backend's handle); None when nothing is in flight.
+        self._ahead: tuple[StepPlan, object] | None = None
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._ids = itertools.count(1)
         self._stats = self._scheduler.stats()
@@ -226,14 +229,15 @@ class EngineLoop:
     def _loop(self, events: EventBatch, collector: CollectorPacer | None) -> None:
         idle = 0.0  # > 0: every live generation is far ahead of playback; wait that long
         while True:
-            block = not self._scheduler.has_work or idle > 0
+            has_work = self._scheduler.has_work or self._ahead is not None
+            block = not has_work or idle > 0
             timeout = idle or None
             if block and collector is not None:
                 timeout = min(timeout or float("inf"), collector.idle_timeout())
             if not self._drain(events, block=block, timeout=timeout):
                 break
             idle = 0.0
-            if self._scheduler.has_work:
+            if self._scheduler.has_work or self._ahead is not None:
                 try:
                     idle = self._step(events)
                 except Exception:  # a bug past the backend: fail loudly, keep the thread alive
@@ -311,7 +315,16 @@ class EngineLoop:
             events.add(Rejected(cmd.gen_id, reason=str(exc)))
 
     def _step(self, events: EventBatch) -> float:
-        """One engine step; returns how long to wait before the next when nothing could run."""
+        """One engine step; returns how long to wait before the next when nothing could run.
+
+        With a backend that runs ahead, the step is the one launched last time when there
+        is one; the next is launched (when the scheduler can say it now) before this one's
+        tokens are read, so the device never waits for the host's work between them."""
+        if self._ahead is not None:
+            plan, handle = self._ahead
+            self._ahead = None
+            self._launch_ahead(plan)
+            return self._finish_step(plan, self._collect(plan, handle))
         plan = self._scheduler.schedule(self._clock())
         if plan.admitted or plan.released:
             self._stats_stale = True
@@ -328,7 +341,38 @@ class EngineLoop:
         if plan.empty and not self._scheduler.pool.num_draining:
             return plan.idle_s
         # (an empty plan still steps while slots drain: the backend confirms their ends)
-        result = self._isolated_step(plan)
+        if self.capabilities.runs_ahead and not plan.empty:
+            try:
+                handle = self.backend.launch(plan)
+            except Exception as exc:  # noqa: BLE001 - not retry_safe: the step's rows fail
+                return self._finish_step(plan, self._failed(plan.rows, exc))
+            self._launch_ahead(plan)
+            result = self._collect(plan, handle)
+        else:
+            result = self._isolated_step(plan)
+        return self._finish_step(plan, result)
+
+    def _launch_ahead(self, plan: StepPlan) -> None:
+        """Launch the step after `plan` now, while `plan` runs, where the scheduler can
+        say what it is (Scheduler.schedule_ahead); it is collected at the next _step."""
+        ahead = self._scheduler.schedule_ahead(plan, self._clock())
+        if ahead is None:
+            return
+        try:
+            self._ahead = (ahead, self.backend.launch(ahead))
+        except Exception as exc:  # noqa: BLE001
+            log.error("launching the next step ahead failed; it runs after this one instead",
+                      exc_info=exc)
+
+    def _collect(self, plan: StepPlan, handle: object) -> StepResult:
+        """The launched step's tokens (a backend that runs ahead); a failure fails its rows."""
+        try:
+            return self.backend.collect(handle)
+        except Exception as exc:  # noqa: BLE001
+            return self._failed(plan.rows, exc)
+
+    def _finish_step(self, plan: StepPlan, result: StepResult) -> float:
+        """The step's tokens to the scheduler, its frames and ends to the flusher."""
         if self._on_step is not None and not plan.empty:
             self._on_step(plan.num_rows)
         now = self._clock()

@@ -1,0 +1,230 @@
+"""The graph engine (engine/graph) without a GPU: its decode step on static buffers, padded to
+a batch bucket with the dummy slot, the token choice on the device, and run-ahead through
+EngineLoop must give exactly the eager backend's tokens for the same seeds.
+
+Float64 on the CPU: the two paths order some sums differently (one GEMM over the 7 x 4096
+audio rows and a gather, against one GEMM per frame position), and float64 keeps those
+differences far below what could move a float32 logit, so any token difference is a bug."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
+from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
+from orpheus_svc.core.slots import SlotPool
+from orpheus_svc.core.tokens import END_OF_SPEECH_ID
+from orpheus_svc.engine.graph.backend import GraphBackend
+from orpheus_svc.engine.loop import EngineLoop
+from orpheus_svc.engine.torch.backend import TorchBackend
+from orpheus_svc.engine.torch.llama import SlotLlama
+
+from .harness import Collector, RecordingFlusher
+from .tiny import tiny_spec
+
+from orpheus_svc.models.demo import random_state_dict
+
+PROMPT = (128259, 128000, 40, 41, 42, 128009, 128260, 128261, 128257)
+
+
+def _weights(stop_boost: float = 1.0):
+    spec = tiny_spec()
+    w = random_state_dict(spec, 0, dtype=torch.float32)
+    w = {k: (v * 10 if not k.endswith("norm.weight") else v) for k, v in w.items()}
+    w["model.embed_tokens.weight"][END_OF_SPEECH_ID] *= stop_boost  # tied head: stops likelier
+    return spec, w
+
+
+def _model(graph: bool, quantization="none", slots=6, seq=160, stop_boost=1.0):
+    spec, w = _weights(stop_boost)
+    return SlotLlama(spec, w, num_slots=slots, max_seq_len=seq, dtype=torch.float64,
+                     quantization=quantization, spare_slots=1 if graph else 0)
+
+
+def _graph(quantization="none", max_batch=6, **kw):
+    return GraphBackend(_model(True, quantization, **kw), max_batch, graphs=False)
+
+
+def _request(i, max_tokens=40, temperature=0.6, top_p=0.8, penalty=1.1):
+    prompt = PROMPT[:5 + i % 3] + PROMPT[5:]
+    return GenerationRequest(f"s{i}", 0, prompt, max_tokens,
+                             SamplingParams(temperature, top_p, penalty, seed=100 + i))
+
+
+def _drive(backend, requests, max_batch=6):
+    """Schedule and step by hand (no thread): tokens per generation id."""
+    sched = Scheduler(SlotPool(backend.capabilities.num_slots, backend.capabilities.max_seq_len),
+                      SchedulerSettings(max_batch_size=max_batch))
+    for i, req in enumerate(requests):
+        sched.add(Generation(gen_id=i + 1, request=req, arrival=0.0, seed=req.sampling.seed))
+    tokens = {}
+    while sched.has_work:
+        plan = sched.schedule(0.0)
+        result = backend.step(plan)
+        for gid, toks in result.tokens.items():
+            tokens.setdefault(gid, []).extend(toks)
+        if result.decode_tokens is not None:
+            for gid, tok in zip(plan.decode.gen_ids.tolist(), result.decode_tokens.tolist()):
+                tokens.setdefault(gid, []).append(tok)
+        sched.update(plan, result, 0.0)
+    return tokens
+
+
+@pytest.mark.parametrize("quantization", ["none", "fp8"])
+def test_graph_step_chooses_the_eager_tokens_with_bucket_padding(quantization):
+    # 5 rows run in the bucket of 8 (3 padding rows on the dummy slot), then fewer as they
+    # end; different sampling settings per row, greedy among them
+    reqs = [_request(0), _request(1, 25, 1.0, 0.95, 1.3), _request(2, 33, 0.0),
+            _request(3, 40, 0.9, 0.5, 1.0), _request(4, 12)]
+    eager = _drive(TorchBackend(_model(False, quantization)), reqs)
+    graph_backend = _graph(quantization, max_batch=8)
+    assert graph_backend.runner.buckets == [1, 2, 4, 8]
+    got = _drive(graph_backend, reqs)
+    assert got == eager
+    assert [len(got[i + 1]) for i in range(5)] == [40, 25, 33, 40, 12]
+
+
+def test_padding_rows_touch_only_the_dummy_slot():
+    backend = _graph(max_batch=8)
+    model, runner = backend.model, backend.runner
+    dummy = runner.state.dummy
+    before = [k.clone() for k in model.k_cache]
+    seen_before = runner.state.seen.clone()
+    # 3 rows (slots 0, 1, 2) run in the bucket of 4: one padding row
+    rows = np.array([[0, 1, 2], [20, 3, 5], [0, 1, 2], [0, 0, 0], [0, 0, 0]], np.int64)
+    runner.collect(runner.launch([], rows))
+    assert runner.ints[:, 3].tolist() == [dummy, 0, 0, 0, 0]
+    for li, k in enumerate(model.k_cache):
+        changed = (k != before[li]).flatten(1).any(dim=1).nonzero().flatten().tolist()
+        assert changed == [0, 1, 2, dummy]  # slots 3..5 (other generations') untouched
+    marked = (runner.state.seen != seen_before).flatten(1).any(dim=1).nonzero().flatten()
+    assert set(marked.tolist()) <= {0, 1, 2, dummy}
+
+
+def test_last_ids_on_the_device_are_the_tokens_the_host_read():
+    backend = _graph()
+    tokens = _drive(backend, [_request(0, 17), _request(1, 9)])
+    ids = backend.runner.state.last_ids
+    assert ids[0].item() == tokens[1][-1] and ids[1].item() == tokens[2][-1]
+
+
+def _run_loop(backend, requests, cancel_after=None):
+    events = Collector()
+    flusher = RecordingFlusher(events)
+    core = EngineLoop(backend, flusher, events, seed=1,
+                      settings=SchedulerSettings(max_batch_size=6))
+    launched = []
+    if backend.capabilities.runs_ahead:
+        launch = backend.launch
+
+        def recording(plan):
+            launched.append(plan)
+            return launch(plan)
+        backend.launch = recording
+    step = backend.step
+
+    def stepping(plan):
+        launched.append(plan)
+        return step(plan)
+    backend.step = stepping
+    core.start()
+    try:
+        ids = [core.submit(r) for r in requests]
+        events.wait_for(lambda ev: events.ended(ids))
+    finally:
+        core.stop()
+    return ids, flusher, events, launched
+
+
+def test_run_ahead_through_the_engine_loop_gives_the_eager_frames_and_ends():
+    # stops are likely here (the stop row of the head boosted), so rows stop mid-batch and
+    # their one extra token, chosen ahead, must be dropped
+    reqs = [_request(i, 60 + 7 * i) for i in range(5)]
+    ids_e, eager, ev_e, _ = _run_loop(TorchBackend(_model(False, stop_boost=2.0)), reqs)
+    ids_g, graph, ev_g, plans = _run_loop(_graph(stop_boost=2.0), reqs)
+    fin_e = [ev_e.finish(i) for i in ids_e]
+    fin_g = [ev_g.finish(i) for i in ids_g]
+    assert [(f.reason, f.num_generated, f.num_frames) for f in fin_g] == \
+        [(f.reason, f.num_generated, f.num_frames) for f in fin_e]
+    assert {f.reason for f in fin_e} == {"stop", "length"}  # both kinds of end happened
+    assert [graph.frames[i] for i in ids_g] == [eager.frames[i] for i in ids_e]
+    ahead = [p for p in plans if len(p.decode) and (p.decode.last_token == -1).all()]
+    assert len(ahead) > len(plans) // 2  # most steps were launched before the last was read
+
+
+def test_schedule_ahead_is_the_next_schedule_advanced_by_one_token():
+    sched = Scheduler(SlotPool(4, 128), SchedulerSettings(max_batch_size=4))
+    for i in range(3):
+        req = _request(i, 9)
+        sched.add(Generation(gen_id=i + 1, request=req, arrival=0.0, seed=req.sampling.seed))
+    plan = sched.schedule(0.0)
+    assert len(plan.prefill) == 3
+    ahead = sched.schedule_ahead(plan, 0.0)
+    assert ahead.decode.num_generated.tolist() == [1, 1, 1]
+    assert (ahead.decode.last_token == -1).all()
+    from orpheus_svc.core.step import StepResult
+    from orpheus_svc.core.tokens import audio_token_id
+    sched.update(plan, StepResult(tokens={g: (audio_token_id(0, 5),) for g in (1, 2, 3)}), 0.0)
+    normal = sched.schedule(0.0)
+    for name in ("gen_ids", "slots", "num_generated", "position", "frame_position",
+                 "stop_allowed"):
+        assert getattr(ahead.decode, name).tolist() == getattr(normal.decode, name).tolist()
+
+
+def test_schedule_ahead_declines_when_a_generation_waits_or_was_cancelled():
+    sched = Scheduler(SlotPool(2, 128), SchedulerSettings(max_batch_size=2))
+    for i in range(3):
+        req = _request(i, 9)
+        sched.add(Generation(gen_id=i + 1, request=req, arrival=0.0, seed=1))
+    plan = sched.schedule(0.0)
+    assert sched.schedule_ahead(plan, 0.0) is None  # the third waits for a slot
+    sched2 = Scheduler(SlotPool(2, 128), SchedulerSettings(max_batch_size=2))
+    sched2.add(Generation(gen_id=1, request=_request(0, 9), arrival=0.0, seed=1))
+    plan = sched2.schedule(0.0)
+    sched2.cancel(1, 0.0)
+    assert sched2.schedule_ahead(plan, 0.0) is None
+
+
+def test_rows_that_end_by_length_are_not_scheduled_ahead():
+    sched = Scheduler(SlotPool(2, 128), SchedulerSettings(max_batch_size=2))
+    sched.add(Generation(gen_id=1, request=_request(0, 1), arrival=0.0, seed=1))
+    sched.add(Generation(gen_id=2, request=_request(1, 5), arrival=0.0, seed=1))
+    plan = sched.schedule(0.0)
+    ahead = sched.schedule_ahead(plan, 0.0)
+    assert ahead.decode.gen_ids.tolist() == [2]  # gen 1's first token is its last
+
+
+def test_the_decode_step_has_no_host_sync_or_data_dependent_shape():
+    """What a CUDA graph cannot hold (a .item(), a branch on device data, a shape that
+    depends on values) breaks dynamo's full-graph trace of the step; on the CPU this is the
+    check that the captured step would be the whole step."""
+    from orpheus_svc.engine.graph.step import decode_step
+    backend = _graph()
+    runner = backend.runner
+    _drive(backend, [_request(0, 3)])
+    torch._dynamo.reset()
+    step = torch.compile(decode_step, backend="eager", fullgraph=True)
+    with torch.inference_mode():
+        step(runner.model, runner.state, runner.ints[:, :2], runner._attend[2], runner.out[:2])
+
+
+def test_fp8_weights_are_rowwise_e4m3_within_their_rounding():
+    from orpheus_svc.engine.torch.linear import FP8, Fp8Linear
+    w = torch.randn(32, 64, dtype=torch.float64) * torch.logspace(-3, 1, 32, dtype=torch.float64)[:, None]
+    lin = Fp8Linear(w, torch.float64)
+    assert lin.qweight.dtype == FP8 and lin.scale_row.shape == (1, 32)
+    rel = ((lin.dequantized().double() - w).norm(dim=1) / w.norm(dim=1))
+    assert rel.max() < 0.04  # E4M3 keeps 3 mantissa bits: at most 2^-4 per value
+    x = torch.randn(5, 64, dtype=torch.float64)
+    y = lin(x)
+    err = ((y - x @ w.T).norm() / (x @ w.T).norm()).item()
+    assert 1e-4 < err < 0.05  # really quantised, and close
+
+
+def test_the_graph_backend_refuses_a_model_without_its_dummy_slot():
+    with pytest.raises(ValueError, match="spare_slots=1"):
+        GraphBackend(_model(False), 4, graphs=False)
+    with pytest.raises(ValueError, match="CUDA"):
+        GraphBackend(_model(True), 4, graphs=True)
