@@ -47,6 +47,11 @@ class ModelConfig:
     snac: str | None = None
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"   # auto (float32 on CPU, bfloat16 on CUDA) | float32 | float16 | bfloat16
+    # The transformer layers' weight matrices: none (in model.dtype) | fp8 (E4M3 with one
+    # scale per output row, quantised at load from the checkpoint; activations per token at
+    # each matmul: engine/torch/linear.py). The embedding, norms, LM head and KV cache stay in
+    # model.dtype. torch and graph backends; on CUDA fp8 needs a Hopper or Ada GPU.
+    quantization: str = "none"
     # Intra-op threads torch may use on CPU (0 = torch's default).
     cpu_threads: int = 0
     # The voice list, overriding the model's own (docs/voices.md): a voices.json path, or
@@ -57,6 +62,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         require(self.dtype in ("auto", "float32", "float16", "bfloat16"), self, "dtype",
                 "must be auto, float32, float16 or bfloat16")
+        require(self.quantization in ("none", "fp8"), self, "quantization",
+                "must be none or fp8")
         require(self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda"), self,
                 "device", "must be auto, cpu, cuda or cuda:N")
 
@@ -66,7 +73,9 @@ _SCHEDULER = SchedulerSettings()  # the scheduler's defaults, written once (core
 
 @dataclass(frozen=True)
 class EngineConfig:
-    backend: str = "torch"  # torch | trtllm | sim
+    # torch (eager reference) | graph (the same model, CUDA graphs + run-ahead: the GPU path
+    # that is measured, BENCHMARKS.md) | trtllm | sim
+    backend: str = "torch"
     max_sessions: int = 32  # KV slots, allocated at start-up
     max_seq_len: int = 4096
     # The scheduler's settings (SchedulerSettings, same names; its comments say what they do)
@@ -81,6 +90,9 @@ class EngineConfig:
     # The cyclic garbage collector runs in the engine thread, between steps, instead of
     # wherever its threshold falls (engine/collector.py); false: CPython's automatic one.
     gc_pacing: bool = True
+    # graph: capture one CUDA graph per batch bucket at start-up (on CUDA); false runs the
+    # same step eagerly on the same static buffers (debugging; always so on the CPU)
+    cuda_graphs: bool = True
     # trtllm
     trtllm_engine_dir: str | None = None
     trtllm_kv_free_gpu_fraction: float = 0.9
@@ -97,8 +109,9 @@ class EngineConfig:
     # the config does not import the engine.)
 
     def __post_init__(self) -> None:
-        require(self.backend in ("torch", "trtllm", "sim"), self, "backend",
-                "must be torch, trtllm or sim")
+        require(self.backend in ("torch", "graph", "trtllm", "sim"), self, "backend",
+                "must be torch, graph, trtllm or sim")
+        require(isinstance(self.cuda_graphs, bool), self, "cuda_graphs", "must be true or false")
         require(self.max_sessions >= 1, self, "max_sessions", "must be >= 1")
         require(self.max_seq_len >= 64, self, "max_seq_len", "must be >= 64")
         require(isinstance(self.gc_pacing, bool), self, "gc_pacing", "must be true or false")

@@ -147,7 +147,7 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
         torch.set_num_threads(m.cpu_threads)
     # The demo checkpoint stands in for whatever is not configured: the LM only for the
     # torch backend (trtllm loads its engine dir, sim computes nothing), SNAC for all.
-    is_demo = m.path is None and e.backend == "torch"
+    is_demo = m.path is None and e.backend in ("torch", "graph")
     model_ref, snac_ref = m.path, m.snac
     sim_codec = e.backend == "sim" and e.sim_codec
     if is_demo or (snac_ref is None and not sim_codec):
@@ -163,7 +163,7 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
             snac_ref = str(demo.snac_dir)
     settings = e.scheduler_settings()
     model_dir = None
-    if e.backend == "torch":
+    if e.backend in ("torch", "graph"):
         backend, encode, model_dir = _torch_backend(config, model_ref, device, dtype)
         model_name = "demo" if is_demo else str(model_ref)
     elif e.backend == "trtllm":
@@ -193,9 +193,17 @@ def _torch_backend(config: Config, model_ref: str, device: torch.device, dtype: 
 
     ckpt = load_checkpoint(model_ref, device="cpu", dtype=dtype)
     e = config.engine
+    graph = e.backend == "graph"
     model = SlotLlama(ckpt.spec, ckpt.state_dict, num_slots=e.max_sessions,
-                      max_seq_len=e.max_seq_len, device=device, dtype=dtype)
-    return TorchBackend(model), ckpt.tokenizer.encode, ckpt.path
+                      max_seq_len=e.max_seq_len, device=device, dtype=dtype,
+                      quantization=config.model.quantization, spare_slots=1 if graph else 0)
+    if graph:
+        from orpheus_svc.engine.graph.backend import GraphBackend
+        backend = GraphBackend(model, e.max_batch_size,
+                               graphs=e.cuda_graphs and device.type == "cuda")
+    else:
+        backend = TorchBackend(model)
+    return backend, ckpt.tokenizer.encode, ckpt.path
 
 
 def _tokenizer_file(config: Config, model_dir) -> str | None:

@@ -28,8 +28,9 @@ from orpheus_svc.engine.torch.llama import SlotLlama
 
 class GraphBackend:
     def __init__(self, model: SlotLlama, max_batch_size: int, *, graphs: bool,
-                 kernel: str = "auto") -> None:
-        self.runner = GraphRunner(model, max_batch_size, graphs=graphs, kernel=kernel)
+                 kernel: str = "auto", buckets: Sequence[int] | None = None) -> None:
+        self.runner = GraphRunner(model, max_batch_size, graphs=graphs, kernel=kernel,
+                                  buckets=buckets)
         self.model = model
         self.capabilities = BackendCapabilities(
             name="graph", num_slots=model.num_slots, max_seq_len=model.max_seq_len,

@@ -46,21 +46,56 @@ class Launch:
     event: object | None  # torch.cuda.Event, None off CUDA (the work is done already)
 
 
+def triton_kernel_works(model: SlotLlama) -> bool:
+    """Whether the Triton decode attention compiles here and matches its reference on
+    random data (start-up check for kernel "auto"). A kernel that does not compile falls
+    back to the torch reference with an error in the log; one that compiles and computes
+    something else stops start-up: it must never serve."""
+    spec, dev = model.spec, model.device
+    b, seq = 3, 200
+    try:
+        gen = torch.Generator(device=dev).manual_seed(0)
+        shape = (b + 1, spec.num_key_value_heads, seq, spec.head_dim)
+        kc = torch.randn(shape, device=dev, generator=gen).to(model.dtype)
+        vc = torch.randn(shape, device=dev, generator=gen).to(model.dtype)
+        q = torch.randn((b, spec.num_attention_heads, spec.head_dim), device=dev,
+                        generator=gen).to(model.dtype)
+        slots = torch.tensor([3, 0, 1], device=dev)
+        lens = torch.tensor([1, 77, seq], device=dev)
+        att = DecodeAttention(b, spec.num_attention_heads, spec.num_key_value_heads,
+                              spec.head_dim, 4, dev, model.dtype)
+        got = att(q, kc, vc, slots, lens).float()
+    except Exception:  # noqa: BLE001 - any compile or launch failure
+        log.exception("graph engine: the Triton decode attention kernel failed to run here; "
+                      "using the torch reference attention (slower: its cost follows "
+                      "max_seq_len, not each row's length)")
+        return False
+    ref = decode_attention_reference(q.float(), kc.float(), vc.float(), slots, lens)
+    err = float((got - ref).norm() / ref.norm())
+    if not err < 2e-2:
+        raise RuntimeError(f"the Triton decode attention kernel disagrees with its reference "
+                           f"(relative error {err:.3g}): refusing to serve with it")
+    return True
+
+
 class GraphRunner:
     def __init__(self, model: SlotLlama, max_batch: int, *, graphs: bool,
-                 kernel: str = "auto") -> None:
+                 kernel: str = "auto", buckets: Sequence[int] | None = None) -> None:
         """model: a SlotLlama with one spare slot (the dummy). graphs: capture CUDA graphs
-        (CUDA only). kernel: decode attention, "triton" | "torch" | "auto" (Triton on CUDA)."""
+        (CUDA only). kernel: decode attention, "triton" | "torch" | "auto" (Triton on CUDA).
+        buckets: the batch sizes to capture (default: buckets.batch_buckets(max_batch))."""
         self.model = model
         self.device = device = model.device
         if model.k_cache[0].shape[0] != model.num_slots + 1:
             raise ValueError("the graph engine needs a SlotLlama with spare_slots=1 (its dummy slot)")
         self.state = SlotState(model.num_slots, device)
-        self.buckets = batch_buckets(max_batch)
+        self.buckets = sorted(set(buckets)) if buckets else batch_buckets(max_batch)
         cuda = device.type == "cuda"
         if graphs and not cuda:
             raise ValueError("CUDA graphs need a CUDA device")
-        self.kernel = ("triton" if cuda else "torch") if kernel == "auto" else kernel
+        if kernel == "auto":
+            kernel = "triton" if cuda and triton_kernel_works(model) else "torch"
+        self.kernel = kernel
         width = self.buckets[-1]
         self.ints = torch.zeros((len(INPUT_ROWS), width), dtype=torch.long, device=device)
         self.out = torch.zeros((width,), dtype=torch.long, device=device)

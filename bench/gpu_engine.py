@@ -1,0 +1,569 @@
+"""The graph engine on a real GPU: decode step per batch (bf16 and fp8 weights, CUDA graphs
+against the eager reference), its paper floor on the card's measured bandwidth, Hugging Face
+transformers' generate with a static cache on the same shapes, graph-against-eager token
+parity, the decode-attention kernel against its reference, and SNAC beside the LM.
+
+    python bench/gpu_engine.py --out DIR                     # on a CUDA machine
+    python bench/gpu_engine.py --device cpu --tiny --out DIR # the dry run CI executes
+
+Writes DIR/gpu-engine.json (every figure) and DIR/summary.json (the shape BENCHMARKS.md and
+issue 28 name; scripts/gpu-engine-check.sh adds the server's rows). Weights are random with
+the Orpheus-3B shapes (no model hub there); a step's time does not depend on their values.
+
+Sections (each its own key; one that fails records its error and the rest go on):
+  env        card, versions, measured copy bandwidth (bytes read + written per second)
+  kernel     Triton decode attention against the torch reference on random KV (error), and
+             its time against SDPA over the whole span, per batch at context ~500
+  parity     bf16, batch 8, 200 steps, the same seeds: graph (captured) against eager, the
+             same step uncaptured against captured, and the torch attention in the graph's
+             step against eager: first differing step and the share of identical tokens
+  steps      per weight dtype (bf16, fp8) and batch: the graph step (launch + read, one at
+             a time), the run-ahead period (next step launched before this one is read),
+             the graph's device time alone, and the eager reference step; the paper floor
+  fp8        fp8 against bf16 on the same weights: logits error after a prefill, token
+             agreement over the parity run (random weights: see the note in the JSON)
+  hf         transformers' LlamaForCausalLM (Orpheus-3B config, bf16, random init),
+             generate() with cache_implementation="static" at batch 64, prompt 500
+  snac       the codec as the flusher drives it at 256 streams (16-frame chunks with 6 steps
+             of context and 5 of lookahead): GPU time per second of all streams' audio
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
+from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
+from orpheus_svc.core.slots import SlotPool
+from orpheus_svc.core.step import StepPlan, StepRow
+from orpheus_svc.core.tokens import AUDIO_BASE, FRAME_SECONDS, FRAME_TOKENS, audio_token_id
+
+REALTIME_STEP_MS = FRAME_SECONDS / FRAME_TOKENS * 1000  # 12.19 ms
+PROMPT = [128259, 128000, *range(1000, 1030), 128009, 128260, 128261, 128257]
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _free(device):
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _median(xs):
+    return round(statistics.median(xs), 4)
+
+
+# -- models --------------------------------------------------------------------------------
+
+def _weights(tiny: bool, device, dtype, seed=0):
+    """Random weights (HF init: N(0, 0.02), norms 1) of the Orpheus-3B shapes (demo width
+    with `tiny`), drawn on `device`."""
+    from orpheus_svc.models.demo import demo_spec
+    from orpheus_svc.models.llama_config import orpheus_3b_spec
+
+    spec = demo_spec() if tiny else orpheus_3b_spec()
+    gen = torch.Generator(device=device).manual_seed(seed)
+    w = {n: (torch.ones(s, device=device, dtype=dtype) if n.endswith("norm.weight") else
+             (torch.randn(s, device=device, generator=gen) * 0.02).to(dtype))
+         for n, s in spec.tensor_shapes().items()}
+    return spec, w
+
+
+def _model(tiny, device, dtype, quantization, slots, seq):
+    from orpheus_svc.engine.torch.llama import SlotLlama
+
+    spec, w = _weights(tiny, device, dtype)
+    model = SlotLlama(spec, w, num_slots=slots, max_seq_len=seq, device=device, dtype=dtype,
+                      quantization=quantization, spare_slots=1)
+    del w
+    _free(device)
+    return model
+
+
+def _random_kv(model, context_tokens: int):
+    """Every slot's KV filled with random values (a step's cost does not depend on them)."""
+    gen = torch.Generator(device=model.device).manual_seed(1)
+    for t in model.k_cache + model.v_cache:
+        t.normal_(generator=gen)
+
+
+# -- env -----------------------------------------------------------------------------------
+
+def env(device) -> dict:
+    import triton
+    out = {"card": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+           "torch": torch.__version__, "triton": triton.__version__,
+           "cuda": torch.version.cuda}
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        out.update(sms=p.multi_processor_count, memory_gib=round(p.total_memory / 2**30, 1))
+        x = torch.empty(2 * 2**30, dtype=torch.uint8, device=device)
+        y = torch.empty_like(x)
+        for _ in range(3):
+            y.copy_(x)
+        _sync(device)
+        times = []
+        for _ in range(10):
+            t = time.perf_counter()
+            y.copy_(x)
+            _sync(device)
+            times.append(time.perf_counter() - t)
+        out["copy_bandwidth_gbs"] = round(2 * x.numel() / min(times) / 1e9, 1)
+        del x, y
+    else:
+        out["copy_bandwidth_gbs"] = None
+    try:
+        import transformers
+        out["transformers"] = transformers.__version__
+    except ImportError:
+        out["transformers"] = None
+    return out
+
+
+# -- kernel --------------------------------------------------------------------------------
+
+def kernel(device, tiny: bool, batches, context: int) -> dict:
+    from orpheus_svc.engine.graph.attention import (DecodeAttention, decode_attention_reference,
+                                                    splits_for)
+    from orpheus_svc.models.demo import demo_spec
+    from orpheus_svc.models.llama_config import orpheus_3b_spec
+
+    spec = demo_spec() if tiny else orpheus_3b_spec()
+    h, kvh, d = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
+    out = {"error": {}, "triton_ms": {}, "sdpa_span_ms": {}}
+    if device.type != "cuda":
+        out["note"] = "no Triton kernel runs on the CPU here (tests run it in Triton's interpreter)"
+        return out
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    seq = context + 64
+    for b in batches:
+        slots = b + 1
+        kc = torch.randn((slots, kvh, seq, d), device=device, dtype=dtype)
+        vc = torch.randn_like(kc)
+        q = torch.randn((b, h, d), device=device, dtype=dtype)
+        idx = torch.randperm(slots, device=device)[:b]
+        lens = torch.randint(1, seq, (b,), device=device)
+        lens[0] = seq  # one full row
+        att = DecodeAttention(b, h, kvh, d, splits_for(b, kvh, sms), device, dtype)
+        got = att(q, kc, vc, idx, lens).float()
+        ref = decode_attention_reference(q.float(), kc.float(), vc.float(), idx, lens)
+        out["error"][b] = float((got - ref).norm() / ref.norm())
+        lens.fill_(context)
+        out["triton_ms"][b] = _time_cuda(lambda: att(q, kc, vc, idx, lens), device)
+        keys, values = kc[:b, :, :context], vc[:b, :, :context]
+        qg = q.view(b, kvh, h // kvh, d)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+            out["sdpa_span_ms"][b] = _time_cuda(
+                lambda: torch.nn.functional.scaled_dot_product_attention(qg, keys, values), device)
+        del kc, vc
+    return out
+
+
+def _time_cuda(fn, device, warmup=3, repeat=20) -> float:
+    """Median device milliseconds of fn() (CUDA events around each call)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return _median(times)
+
+
+# -- driving the backends ------------------------------------------------------------------
+
+def _requests(n: int, max_tokens: int):
+    return [GenerationRequest(f"s{i}", 0, tuple(PROMPT[:3 + i] + PROMPT[-4:]), max_tokens,
+                              SamplingParams(seed=1000 + i)) for i in range(n)]
+
+
+def drive(backend, requests) -> dict[int, list[int]]:
+    """Schedule and step by hand until every request ends: tokens per request index."""
+    caps = backend.capabilities
+    sched = Scheduler(SlotPool(caps.num_slots, caps.max_seq_len),
+                      SchedulerSettings(max_batch_size=len(requests)))
+    for i, req in enumerate(requests):
+        sched.add(Generation(gen_id=i, request=req, arrival=0.0, seed=req.sampling.seed))
+    tokens: dict[int, list[int]] = {}
+    while sched.has_work:
+        plan = sched.schedule(0.0)
+        result = backend.step(plan)
+        for gid, toks in result.tokens.items():
+            tokens.setdefault(gid, []).extend(toks)
+        if result.decode_tokens is not None:
+            for gid, tok in zip(plan.decode.gen_ids.tolist(), result.decode_tokens.tolist()):
+                tokens.setdefault(gid, []).append(tok)
+        sched.update(plan, result, 0.0)
+    return tokens
+
+
+def agreement(a: dict, b: dict) -> dict:
+    """First differing step per row and over all rows; share of identical tokens and frames."""
+    firsts, same, total, frames_same, frames = [], 0, 0, 0, 0
+    for gid in sorted(a):
+        x, y = a[gid], b.get(gid, [])
+        n = min(len(x), len(y))
+        diff = next((i for i in range(n) if x[i] != y[i]), None if len(x) == len(y) else n)
+        firsts.append(diff)
+        same += sum(1 for i in range(n) if x[i] == y[i])
+        total += max(len(x), len(y))
+        for f in range(n // FRAME_TOKENS):
+            frames += 1
+            frames_same += x[f * 7:f * 7 + 7] == y[f * 7:f * 7 + 7]
+    known = [f for f in firsts if f is not None]
+    return {"identical": all(f is None for f in firsts),
+            "first_difference": min(known) if known else None,
+            "first_difference_per_row": firsts,
+            "token_share_identical": round(same / max(total, 1), 4),
+            "frame_share_identical": round(frames_same / max(frames, 1), 4)}
+
+
+def _decode_rows(b: int, k: int, context: int) -> np.ndarray:
+    """Rows 0..b-1 at step k of a mid-utterance stretch (buckets.INPUT_ROWS order)."""
+    pos = context + k
+    return np.stack([np.arange(b), np.full(b, pos), np.full(b, (pos + 1) % 7),
+                     np.zeros(b), np.full(b, k + 1)]).astype(np.int64)
+
+
+def graph_times(backend, b: int, context: int, steps: int) -> dict:
+    """The graph step of b rows: one at a time (launch + read), run-ahead, device alone."""
+    runner, device = backend.runner, backend.model.device
+    k = 0
+    for _ in range(3):
+        runner.collect(runner.launch([], _decode_rows(b, k, context)))
+        k += 1
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        runner.collect(runner.launch([], _decode_rows(b, k, context)))
+        times.append((time.perf_counter() - t) * 1000)
+        k += 1
+    out = {"step_ms": _median(times)}
+    # run-ahead: launch k+1 before reading k (what EngineLoop does with schedule_ahead)
+    _sync(device)
+    t = time.perf_counter()
+    pending = runner.launch([], _decode_rows(b, k, context))
+    for _ in range(steps - 1):
+        k += 1
+        nxt = runner.launch([], _decode_rows(b, k, context))
+        runner.collect(pending)
+        pending = nxt
+    runner.collect(pending)
+    out["ahead_ms"] = round((time.perf_counter() - t) * 1000 / steps, 4)
+    graph = runner.graphs.get(b)
+    if graph is not None:  # the graph alone, replayed back to back (no host in between)
+        out["device_ms"] = _time_cuda(graph.replay, device, warmup=2, repeat=steps)
+    return out
+
+
+def eager_time(backend, b: int, context: int, steps: int) -> float:
+    """The eager reference (TorchBackend) decode step of b rows, forward and sampling."""
+    device = backend.model.device
+    sampling = SamplingParams()
+    k = iter(range(10**6))
+
+    def one():
+        i = next(k)
+        pos = context + 3 + i
+        rows = [StepRow(gen_id=s, slot=s, request=SimpleNamespace(sampling=sampling),
+                        seed=s + 1, prefill=False, num_generated=i + 1,
+                        last_token=audio_token_id(pos % 7, (s * 31 + i) % 4096), position=pos,
+                        frame_position=(pos + 1) % 7, stop_allowed=False) for s in range(b)]
+        backend.step(SimpleNamespace(prefill=(), decode=rows))
+    for _ in range(2):
+        one()
+    _sync(device)
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        one()
+        _sync(device)
+        times.append((time.perf_counter() - t) * 1000)
+    return _median(times)
+
+
+def floor_ms(spec, dtype_name: str, batch: int, context: int, bandwidth_gbs: float | None):
+    """Issue 28's paper floor: every weight read once (the whole LM head in bf16, as its
+    table counts it; layers in bf16 or fp8) plus every row's KV, over the card's measured
+    copy bandwidth."""
+    head = spec.vocab_size * spec.hidden_size
+    layers = spec.num_parameters() - head
+    weight_bytes = head * 2 + layers * (1 if dtype_name == "fp8" else 2)
+    kv = batch * context * spec.kv_bytes_per_token(2)
+    if not bandwidth_gbs:
+        return None, weight_bytes + kv
+    return round((weight_bytes + kv) / (bandwidth_gbs * 1e9) * 1000, 3), weight_bytes + kv
+
+
+def steps(device, tiny, batches, context, steps_n, bandwidth, results) -> dict:
+    from orpheus_svc.engine.graph.backend import GraphBackend
+    from orpheus_svc.engine.torch.backend import TorchBackend
+    from orpheus_svc.engine.torch.sampling import constrained_logits
+
+    cuda = device.type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    slots = max(batches)
+    seq = context + steps_n * 3 + 300
+    out: dict = {"context": context, "realtime_step_ms": round(REALTIME_STEP_MS, 3)}
+    prefill_logits = {}
+    parity_tokens = {}
+    for qname, quant in (("bf16", "none"), ("fp8", "fp8")):
+        t0 = time.perf_counter()
+        model = _model(tiny, device, dtype, quant, slots, seq)
+        r: dict = {"weight_bytes": model.weight_bytes, "kv_cache_gib":
+                   round(model.kv_cache_bytes / 2**30, 2), "build_s": None}
+        eager = TorchBackend(model)
+        buckets = sorted(set(batches) | {8})
+        t = time.perf_counter()
+        # only the buckets timed here (the server captures all of them)
+        graph = GraphBackend(model, max(buckets), graphs=cuda, buckets=buckets)
+        r["capture_s"] = round(time.perf_counter() - t, 2)
+        r["capture_mib"] = round(graph.runner.capture_bytes / 2**20, 1)
+        r["build_s"] = round(time.perf_counter() - t0, 2)
+        # parity (bf16 for the acceptance; fp8 for the agreement with bf16)
+        reqs = _requests(8, results.get("parity_steps", 200))
+        ref = drive(eager, reqs)
+        got = drive(graph, reqs)
+        par = {"graph_vs_eager": agreement(ref, got)}
+        if qname == "bf16":
+            uncaptured = GraphBackend(model, 8, graphs=False)
+            par["uncaptured_vs_captured"] = agreement(drive(uncaptured, reqs), got)
+            torch_kernel = GraphBackend(model, 8, graphs=False, kernel="torch")
+            par["torch_attention_graph_step_vs_eager"] = agreement(ref, drive(torch_kernel, reqs))
+            del uncaptured, torch_kernel
+        r["parity"] = par
+        parity_tokens[qname] = got
+        hidden = model.prefill([0], [PROMPT])
+        prefill_logits[qname] = constrained_logits(hidden, model.lm_head, [0], [False]).float().cpu()
+        # timing at context ~500: random KV in every slot
+        _random_kv(model, context)
+        r["graph"], r["eager_ms"], r["floor_ms"], r["floor_bytes"] = {}, {}, {}, {}
+        for b in batches:
+            r["graph"][b] = graph_times(graph, b, context, steps_n)
+            r["eager_ms"][b] = eager_time(eager, b, context, max(5, steps_n // 3))
+            r["floor_ms"][b], r["floor_bytes"][b] = floor_ms(model.spec, qname, b, context,
+                                                             bandwidth)
+            print(f"  {qname} batch {b}: {r['graph'][b]} eager {r['eager_ms'][b]} ms "
+                  f"floor {r['floor_ms'][b]} ms", file=sys.stderr, flush=True)
+        if cuda:
+            r["peak_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+        out[qname] = r
+        del eager, graph, model, hidden
+        _free(device)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+    a, b = prefill_logits["fp8"], prefill_logits["bf16"]
+    out["fp8_vs_bf16"] = {
+        "prefill_logits_rel_error": float((a[:, :4096] - b[:, :4096]).norm() / b[:, :4096].norm()),
+        "prefill_top1_same": bool(a.argmax() == b.argmax()),
+        "tokens": agreement(parity_tokens["bf16"], parity_tokens["fp8"]),
+        "note": "random weights give near-uniform logits, so any rounding moves a draw: "
+                "token agreement here is a lower bound; the logits error is the measure"}
+    return out
+
+
+# -- Hugging Face --------------------------------------------------------------------------
+
+def hf(device, tiny, batch: int, context: int, new_tokens: int) -> dict:
+    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
+
+    from orpheus_svc.models.demo import demo_spec
+    from orpheus_svc.models.llama_config import orpheus_3b_spec
+
+    s = demo_spec() if tiny else orpheus_3b_spec()
+    cfg = LlamaConfig(hidden_size=s.hidden_size, intermediate_size=s.intermediate_size,
+                      num_hidden_layers=s.num_hidden_layers,
+                      num_attention_heads=s.num_attention_heads,
+                      num_key_value_heads=s.num_key_value_heads, head_dim=s.head_dim,
+                      vocab_size=s.vocab_size, rms_norm_eps=s.rms_norm_eps,
+                      rope_theta=s.rope_theta, rope_scaling=dict(s.rope_scaling or {}) or None,
+                      max_position_embeddings=s.max_position_embeddings,
+                      tie_word_embeddings=True, bos_token_id=128000, eos_token_id=128258,
+                      pad_token_id=128263)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(cfg).eval()
+    finally:
+        torch.set_default_dtype(prev)
+    ids = torch.randint(AUDIO_BASE, AUDIO_BASE + 28672, (batch, context), device=device)
+
+    def gen(n):
+        _sync(device)
+        t = time.perf_counter()
+        with torch.inference_mode():
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                           min_new_tokens=n, do_sample=True, temperature=0.6, top_p=0.8,
+                           repetition_penalty=1.1, cache_implementation="static",
+                           disable_compile=True)
+        _sync(device)
+        return time.perf_counter() - t
+    gen(2)  # warm-up
+    one = min(gen(1) for _ in range(2))
+    many = gen(new_tokens + 1)
+    step_s = (many - one) / new_tokens
+    out = {"transformers": transformers.__version__, "batch": batch, "context": context,
+           "new_tokens": new_tokens, "prefill_and_first_s": round(one, 3),
+           "step_ms": round(step_s * 1000, 3),
+           "tokens_per_s": round(batch / step_s, 1),
+           "how": "generate(cache_implementation='static', disable_compile=True, sampling "
+                  "0.6/0.8/1.1), bf16; per-token time = (time for n+1 new tokens - time "
+                  "for 1) / n"}
+    del model
+    _free(device)
+    return out
+
+
+# -- SNAC ----------------------------------------------------------------------------------
+
+def snac(device, windows=(16, 64), streams: int = 256) -> dict:
+    import tempfile
+
+    from orpheus_svc.audio.codec import load_snac, write_random_snac
+    from orpheus_svc.audio.settings import FlusherSettings, HOP
+
+    fs = FlusherSettings()
+    chunk = fs.max_chunk_samples // HOP            # latent steps kept per window
+    ctx, ahead = fs.left_context_samples // HOP, fs.lookahead_samples // HOP
+    steps_ = ctx + chunk + ahead
+    frames = -(-steps_ // 4)
+    windows_per_s = streams * (1 / FRAME_SECONDS) * 4 / chunk  # steady state
+    out = {"streams": streams, "window_steps": steps_, "kept_steps": chunk,
+           "windows_per_s": round(windows_per_s, 1), "ms": {}, "gpu_share_at_streams": {}}
+    with tempfile.TemporaryDirectory() as d:
+        path = write_random_snac(Path(d) / "snac", seed=3)
+        for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            codec = load_snac(path, device=device, dtype=dt, noise=True)
+            rng = np.random.default_rng(0)
+            for w in windows:
+                batch = [rng.integers(0, 4096, size=(frames, 7)) for _ in range(w)]
+                lo = ctx * HOP
+                z = codec.latents(batch)[..., :steps_]
+
+                def call():
+                    codec.decode_latents(z, keep=(lo, lo + chunk * HOP))
+                for _ in range(3):
+                    call()
+                _sync(device)
+                times = []
+                for _ in range(10):
+                    t = time.perf_counter()
+                    call()
+                    _sync(device)
+                    times.append((time.perf_counter() - t) * 1000)
+                ms = _median(times)
+                out["ms"][f"{name}_{w}x{steps_}steps"] = ms
+                out["gpu_share_at_streams"][f"{name}_{w}"] = round(windows_per_s * ms / w / 1000, 3)
+            del codec
+    out["note"] = ("steady-state 16-frame chunks only (the first chunks of each utterance are "
+                   "smaller and cost more per frame); eager codec, as the flusher runs it; "
+                   "share = GPU seconds per second for `streams` real-time streams")
+    return out
+
+
+# -- main ----------------------------------------------------------------------------------
+
+def summary(doc: dict) -> dict:
+    """The shape issue 28 names (the server rows are added by gpu-engine-check.sh)."""
+    st = doc.get("steps", {})
+    card = doc.get("env", {}).get("card", "unknown")
+    out = {"card": card if doc.get("device") == "cuda" else "cpu-dry-run",
+           "step_ms": {}, "ahead_ms": {}, "device_ms": {}, "eager_step_ms": {}, "floor_ms": {},
+           "hf_tokens_per_s": doc.get("hf", {}).get("tokens_per_s"),
+           "ours_tokens_per_s": None, "server": []}
+    for q in ("bf16", "fp8"):
+        r = st.get(q) or {}
+        g = r.get("graph", {})
+        out["step_ms"][q] = {b: v["step_ms"] for b, v in g.items()}
+        out["ahead_ms"][q] = {b: v["ahead_ms"] for b, v in g.items()}
+        out["device_ms"][q] = {b: v.get("device_ms") for b, v in g.items()}
+        out["eager_step_ms"][q] = r.get("eager_ms", {})
+        out["floor_ms"][q] = r.get("floor_ms", {})
+    b64 = (st.get("bf16") or {}).get("graph", {}).get(64 if doc.get("device") == "cuda" else 8)
+    if b64:
+        rows = 64 if doc.get("device") == "cuda" else 8
+        out["ours_tokens_per_s"] = round(rows / (b64["step_ms"] / 1000), 1)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tiny", action="store_true", help="demo width (the CPU dry run)")
+    ap.add_argument("--batches", default="1,64,256")
+    ap.add_argument("--context", type=int, default=500)
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per batch")
+    ap.add_argument("--parity-steps", type=int, default=200)
+    ap.add_argument("--hf-batch", type=int, default=64)
+    ap.add_argument("--snac-windows", default="16,64", help="windows per SNAC call timed")
+    ap.add_argument("--sections", default="env,kernel,steps,hf,snac")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--write-checkpoint", metavar="DIR",
+                    help="also write a random bf16 checkpoint of these shapes to DIR (HF layout)")
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    batches = [int(b) for b in args.batches.split(",")]
+    doc: dict = {"device": device.type, "args": vars(args)}
+    for name in args.sections.split(","):
+        t = time.perf_counter()
+        print(f"== {name} ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
+        try:
+            if name == "env":
+                doc[name] = env(device)
+            elif name == "kernel":
+                doc[name] = kernel(device, args.tiny, batches, args.context)
+            elif name == "steps":
+                bw = doc.get("env", {}).get("copy_bandwidth_gbs")
+                doc[name] = steps(device, args.tiny, batches, args.context, args.steps, bw,
+                                  {"parity_steps": args.parity_steps})
+            elif name == "hf":
+                doc[name] = hf(device, args.tiny, args.hf_batch, args.context, 16)
+            elif name == "snac":
+                doc[name] = snac(device, [int(w) for w in args.snac_windows.split(",")])
+            else:
+                raise ValueError(f"unknown section {name}")
+        except Exception as exc:  # one broken path must not hide the rest
+            traceback.print_exc()
+            doc[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        doc[name]["section_s"] = round(time.perf_counter() - t, 1)
+        (out_dir / "gpu-engine.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+        _free(device)
+    (out_dir / "summary.json").write_text(json.dumps(summary(doc), indent=1) + "\n")
+    if args.write_checkpoint:
+        from orpheus_svc.models.loader import write_checkpoint
+        from orpheus_svc.models.tokenizer import build_byte_level_tokenizer_json
+        spec, w = _weights(args.tiny, device, torch.bfloat16)
+        write_checkpoint(args.write_checkpoint, spec, {n: x.cpu() for n, x in w.items()},
+                         build_byte_level_tokenizer_json(), max_shard_bytes=2 * 10**9)
+    print(json.dumps(summary(doc), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
