@@ -52,6 +52,10 @@ class ModelConfig:
     # each matmul: engine/torch/linear.py). The embedding, norms, LM head and KV cache stay in
     # model.dtype. torch and graph backends; on CUDA fp8 needs a Hopper or Ada GPU.
     quantization: str = "none"
+    # fp8 on CUDA: rowwise (torch._scaled_mm with both scale vectors) | tensorwise (unit
+    # scales, the row and column scales applied to the product): the same function, speed
+    # measured in BENCHMARKS.md ("The graph engine")
+    fp8_gemm: str = "rowwise"
     # Intra-op threads torch may use on CPU (0 = torch's default).
     cpu_threads: int = 0
     # The voice list, overriding the model's own (docs/voices.md): a voices.json path, or
@@ -64,6 +68,8 @@ class ModelConfig:
                 "must be auto, float32, float16 or bfloat16")
         require(self.quantization in ("none", "fp8"), self, "quantization",
                 "must be none or fp8")
+        require(self.fp8_gemm in ("rowwise", "tensorwise"), self, "fp8_gemm",
+                "must be rowwise or tensorwise")
         require(self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda"), self,
                 "device", "must be auto, cpu, cuda or cuda:N")
 

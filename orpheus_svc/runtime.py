@@ -196,7 +196,8 @@ def _torch_backend(config: Config, model_ref: str, device: torch.device, dtype: 
     graph = e.backend == "graph"
     model = SlotLlama(ckpt.spec, ckpt.state_dict, num_slots=e.max_sessions,
                       max_seq_len=e.max_seq_len, device=device, dtype=dtype,
-                      quantization=config.model.quantization, spare_slots=1 if graph else 0)
+                      quantization=config.model.quantization, spare_slots=1 if graph else 0,
+                      fp8_gemm=config.model.fp8_gemm)
     if graph:
         from orpheus_svc.engine.graph.backend import GraphBackend
         backend = GraphBackend(model, e.max_batch_size,

@@ -9,7 +9,8 @@
 #    device-only and eager), the paper floor on the card's measured bandwidth, transformers'
 #    generate with a static cache, graph-vs-eager parity, the attention kernel, SNAC; and a
 #    random bf16 checkpoint of the Orpheus-3B shapes (HF layout, sharded) for step 2.
-# 2. The real server on that checkpoint (graph backend, fp8, CUDA graphs) and orpheus-bench,
+# 2. The real server on that checkpoint (graph backend, CUDA graphs, the weights the bench
+#    measured fastest at its largest batch: WEIGHTS below) and orpheus-bench,
 #    playout-paced, at LEVELS concurrent sessions. Random weights never sample the stop id,
 #    so every segment runs to its max_tokens, which the slot bounds (engine.max_seq_len
 #    SEQ: about (SEQ - prompt) / 82 seconds of audio per segment).
@@ -50,10 +51,32 @@ timeout "${BENCH_TIMEOUT:-230}" "$PY" bench/gpu_engine.py --device "$DEVICE" $TI
   ${SECTIONS:+--sections "$SECTIONS"} --out "$OUT_DIR" --write-checkpoint "$CKPT" >/dev/null
 echo "bench exit $?" >&2
 
+# The server runs the weights the bench measured fastest at its largest batch (WEIGHTS
+# overrides: "none", "fp8 rowwise" or "fp8 tensorwise").
+WEIGHTS=${WEIGHTS:-$("$PY" - "$OUT_DIR/gpu-engine.json" <<'EOF'
+import json, sys
+st = json.load(open(sys.argv[1])).get("steps", {})
+names = {"bf16": "none rowwise", "fp8": "fp8 rowwise", "fp8t": "fp8 tensorwise"}
+timed = {q: st[q]["graph"] for q in names if st.get(q, {}).get("graph")}
+big = max(max(g, key=int) for g in timed.values()) if timed else None
+print(names[min(timed, key=lambda q: timed[q][big]["step_ms"])] if timed else "none rowwise")
+EOF
+)}
+read -r QUANT GEMM <<<"$WEIGHTS"
+GEMM=${GEMM:-rowwise}
+# SWITCH_INTERVAL (seconds): sys.setswitchinterval in the server process (a sitecustomize)
+SERVER_PATH=$PYTHONPATH
+if [[ -n "${SWITCH_INTERVAL:-}" ]]; then
+  mkdir -p /tmp/orpheus-si
+  echo "import sys; sys.setswitchinterval($SWITCH_INTERVAL)" > /tmp/orpheus-si/sitecustomize.py
+  SERVER_PATH=/tmp/orpheus-si:$PYTHONPATH
+fi
+
 if [[ "${SERVE:-1}" == 1 && -f "$CKPT/config.json" ]]; then
-  say "server: graph backend, fp8, $SLOTS slots, batch $BATCH, max_seq_len $SEQ"
-  "$PY" -m orpheus_svc.cli serve --model "$CKPT" --device "$DEVICE" --port "$PORT" \
-    --backend graph --set model.quantization=fp8 --set engine.max_sessions="$SLOTS" \
+  say "server: graph backend, weights $QUANT ($GEMM), $SLOTS slots, batch $BATCH, max_seq_len $SEQ, switch interval ${SWITCH_INTERVAL:-default}"
+  PYTHONPATH=$SERVER_PATH "$PY" -m orpheus_svc.cli serve --model "$CKPT" --device "$DEVICE" --port "$PORT" \
+    --backend graph --set model.quantization="$QUANT" --set model.fp8_gemm="$GEMM" \
+    --set engine.max_sessions="$SLOTS" \
     --set engine.max_batch_size="$BATCH" --set engine.max_seq_len="$SEQ" \
     --set engine.max_waiting=1024 --set engine.row_budget=true \
     --set server.log_format=console >"$OUT_DIR/server.log" 2>&1 &
@@ -73,14 +96,14 @@ s = status('localhost:$PORT', timeout=1); sys.exit(0 if s and s.get('serving') e
   timeout "${SERVE_TIMEOUT:-120}" "$PY" -m orpheus_bench.cli scaling --target "localhost:$PORT" \
     --concurrent "$LEVELS" --rounds 1 --warmup 2 --procs 4 --ramp "$RAMP" \
     --server-pid "$SERVER_PID" --no-raw \
-    --label "graph backend, fp8, CUDA graphs, Orpheus-3B shapes (random weights)" \
+    --label "graph backend, weights $QUANT $GEMM, CUDA graphs, Orpheus-3B shapes (random weights)" \
     --output "$OUT_DIR/serve.summary.json" 2>&1 | tail -12 | tee "$OUT_DIR/serve.txt"
   tail -60 "$OUT_DIR/server.log" > "$OUT_DIR/server-tail.log"
   rm -f "$OUT_DIR/server.log"
 fi
 
 say "summary"
-"$PY" - "$OUT_DIR" <<'EOF'
+"$PY" - "$OUT_DIR" "$QUANT $GEMM" <<'EOF'
 import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
@@ -91,7 +114,8 @@ if serve.is_file():
         {"sessions": r["concurrency"], "ttfb_p95_ms": round(r["ttfb_ms"]["p95"], 1),
          "sessions_underran": r["underruns"]["sessions_with_underrun"],
          "ok": r["succeeded"] == r["sessions"], "succeeded": r["succeeded"],
-         "requests": r["sessions"], "slo_pass": r["slo"]["pass"]}
+         "requests": r["sessions"], "slo_pass": r["slo"]["pass"],
+         "weights": sys.argv[2]}
         for r in json.loads(serve.read_text())["runs"]]
 (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 print(json.dumps(summary, indent=1))

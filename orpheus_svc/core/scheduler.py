@@ -288,16 +288,18 @@ class Scheduler:
         tokens are known (a backend that runs ahead: core/step.py). update() has seen every
         step before `plan`, not `plan` itself.
 
-        Only where it is exactly what schedule() would run after update(plan): nothing is
-        waiting or cancelled, no slot drains, the playout horizon is off and every
-        candidate is in `plan` and fits the batch. Then the next step is `plan`'s rows that
-        still run, each one token further (core/batch.py rows_ahead), less those `plan`'s
-        token ends by length. A row that `plan`'s token stops (the stop id) is in it all the
-        same: it learns of the stop one step late, and update() drops its extra token (its
-        slot holds another generation, or none, by then). Else None: the engine collects
+        Only where it is what schedule() would run after update(plan): nothing is waiting
+        (later segments the row budget holds back and would not admit yet may be), nothing
+        was cancelled, no slot drains, the playout horizon is off, and every candidate is
+        in `plan` and fits the batch. Then the next step is `plan`'s rows that still run,
+        each one token further (core/batch.py rows_ahead), less those `plan`'s token ends
+        by length. Two things lag one step: a row that `plan`'s token stops (the stop id)
+        is in it all the same, and update() drops its extra token (its slot holds another
+        generation, or none, by then); and a slot or budget room that `plan`'s ends free
+        is used one step later. Else None: the engine collects
         `plan` and calls schedule() as usual. Nothing is admitted or released here."""
-        if (self._cancelled or self._num_waiting or self.pool.num_draining
-                or self.settings.max_ahead_seconds > 0
+        if (self._cancelled or self._waiting or self._admits_deferred(now)
+                or self.pool.num_draining or self.settings.max_ahead_seconds > 0
                 or len(self._candidates) > self.settings.max_batch_size):
             return None
         gen_ids = np.array([r.gen_id for r in plan.prefill] + plan.decode.gen_ids.tolist(),
@@ -311,6 +313,15 @@ class Scheduler:
             return None
         self._step += 1
         return StepPlan(self._step, (), rows)
+
+    def _admits_deferred(self, now: float) -> bool:
+        """Whether schedule() at `now` would admit a generation the row budget holds back
+        (one due, or room in the budget and a free slot): _admit's conditions."""
+        if not self._deferred_ids:
+            return False
+        if self._next_due() <= now:
+            return True
+        return bool(self.pool.num_free) and self._budget_room() > 0
 
     def _everything_runs(self, now: float):
         """The plan's rows when every candidate runs anyway (room for all of them in the

@@ -185,7 +185,9 @@ class GraphRunner:
                 host[0, :n].copy_(self.out[:n], non_blocking=True)
         event = None
         if self.device.type == "cuda":
-            event = torch.cuda.Event()
+            # blocking: the engine thread sleeps until the step is done instead of spinning
+            # on a core (the GIL is released either way)
+            event = torch.cuda.Event(blocking=True)
             event.record()
         self._events[turn] = event
         return Launch(turn, num_p, n, event)

@@ -30,10 +30,14 @@ QUANTIZATIONS = ("none", "fp8")
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[N, K] -> (E4M3 [N, K], float32 scales [N, 1]) with x ~ q * scale per row."""
-    xf = x.float()
-    scale = (xf.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp_(min=_MIN_SCALE)
-    return (xf / scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8), scale
+    """[N, K] -> (E4M3 [N, K], float32 scales [N, 1]) with x ~ q * scale per row.
+
+    Four kernels: the row maxima (in float32), the scale, the division and the cast (the
+    largest |x| / scale rounds to 448 at most, so nothing saturates)."""
+    amax = torch.linalg.vector_norm(x, float("inf"), dim=-1, keepdim=True,
+                                    dtype=torch.float32 if x.element_size() < 8 else None)
+    scale = amax.float().mul_(1.0 / FP8_MAX).clamp_(min=_MIN_SCALE)
+    return torch.div(x, scale).to(FP8), scale
 
 
 class Linear:
@@ -56,13 +60,25 @@ class Linear:
         return x @ self.weight.T
 
 
+FP8_GEMMS = ("rowwise", "tensorwise")
+
+
 class Fp8Linear:
     """y = x @ w.T with w in E4M3 and one float32 scale per output row; x is quantised per
-    row at each call (module docstring). Output in `out_dtype` (the model's dtype)."""
+    row at each call (module docstring). Output in `out_dtype` (the model's dtype).
+
+    gemm (CUDA): "rowwise" hands both scale vectors to torch._scaled_mm (CUTLASS's rowwise
+    kernel); "tensorwise" multiplies the E4M3 operands with unit scales (cuBLASLt's FP8
+    GEMM, bf16 out) and applies the row and column scales to the product afterwards. The
+    same function either way; which is faster is measured (BENCHMARKS.md)."""
 
     quantization = "fp8"
 
-    def __init__(self, weight: torch.Tensor, out_dtype: torch.dtype) -> None:
+    def __init__(self, weight: torch.Tensor, out_dtype: torch.dtype,
+                 gemm: str = "rowwise") -> None:
+        if gemm not in FP8_GEMMS:
+            raise ValueError(f"unknown fp8 gemm {gemm!r} (known: {', '.join(FP8_GEMMS)})")
+        self.gemm = gemm
         k = weight.shape[1]
         if weight.device.type == "cuda" and (k % 16 or weight.shape[0] % 16):
             raise ValueError(f"fp8 weights need both dimensions divisible by 16 on CUDA "
@@ -71,6 +87,7 @@ class Fp8Linear:
         self.scale_row = scale.view(1, -1).contiguous()  # [1, out] as _scaled_mm's scale_b
         self.out_dtype = out_dtype
         self.on_cuda = weight.device.type == "cuda"
+        self._one = torch.ones((), dtype=torch.float32, device=weight.device)
         # off CUDA: the float32 weight the quantised operands stand for, made once
         self._float = None if self.on_cuda else self.dequantized()
 
@@ -90,7 +107,11 @@ class Fp8Linear:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         qx, sx = quantize_rows(x2)
-        if self.on_cuda:
+        if self.on_cuda and self.gemm == "tensorwise":
+            y = torch._scaled_mm(qx, self.qweight.T, scale_a=self._one, scale_b=self._one,
+                                 out_dtype=self.out_dtype, use_fast_accum=True)
+            y.mul_(sx).mul_(self.scale_row)
+        elif self.on_cuda:
             y = torch._scaled_mm(qx, self.qweight.T, scale_a=sx, scale_b=self.scale_row,
                                  out_dtype=self.out_dtype, use_fast_accum=True)
         else:  # the same quantised operands, multiplied in float32
@@ -98,10 +119,11 @@ class Fp8Linear:
         return y.reshape(*shape[:-1], y.shape[-1])
 
 
-def make_linear(weight: torch.Tensor, quantization: str, dtype: torch.dtype):
+def make_linear(weight: torch.Tensor, quantization: str, dtype: torch.dtype,
+                fp8_gemm: str = "rowwise"):
     """The layer for `weight` ([out, in], already in `dtype` on its device)."""
     if quantization == "none":
         return Linear(weight)
     if quantization == "fp8":
-        return Fp8Linear(weight, dtype)
+        return Fp8Linear(weight, dtype, fp8_gemm)
     raise ValueError(f"unknown quantization {quantization!r} (known: {', '.join(QUANTIZATIONS)})")

@@ -77,11 +77,11 @@ class SlotLlama:
     def __init__(self, spec: LlamaSpec, weights: Mapping[str, torch.Tensor], *, num_slots: int,
                  max_seq_len: int, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32, quantization: str = "none",
-                 spare_slots: int = 0) -> None:
+                 spare_slots: int = 0, fp8_gemm: str = "rowwise") -> None:
         """`quantization`: "none" (weights in `dtype`) or "fp8" (engine/torch/linear.py; the
         embedding, the norms and the LM head stay in `dtype`). `spare_slots`: KV slots
         allocated beyond `num_slots` for the owner's own use (the graph engine's dummy
-        slot, which padded batch rows write to)."""
+        slot, which padded batch rows write to). `fp8_gemm`: Fp8Linear's gemm."""
         self.spec = spec
         self.device = torch.device(device)
         self.dtype = dtype
@@ -96,7 +96,8 @@ class SlotLlama:
         for i in range(spec.num_hidden_layers):
             p = f"model.layers.{i}."
             linear = lambda *names: make_linear(  # noqa: E731
-                torch.cat([w.pop(p + n + ".weight") for n in names]), quantization, dtype)
+                torch.cat([w.pop(p + n + ".weight") for n in names]), quantization, dtype,
+                fp8_gemm)
             # q, k, v fused into one matmul; gate and up likewise
             self.layers.append(dict(
                 qkv=linear("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
