@@ -1,11 +1,13 @@
-"""The backend contract (core/step.py): every backend states its capabilities and implements
-release() and close(); EngineLoop derives the scheduler settings from config + capabilities
-in one place; plans are immutable rows, never the scheduler's Generations."""
+"""The backend contract (core/step.py), one suite for every backend (torch, graph, sim,
+trtllm's stand-in): each states its capabilities and implements release() and close() (and
+launch/collect when it runs ahead); EngineLoop derives the scheduler settings from config +
+capabilities in one place; plans are immutable rows, never the scheduler's Generations."""
 
 import dataclasses
 from functools import partial
 
 import pytest
+import torch
 
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler import SchedulerSettings
@@ -13,7 +15,9 @@ from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepRow
 from orpheus_svc.engine.loop import EngineLoop, effective_settings
 from orpheus_svc.engine.sim.backend import SimBackend
 from orpheus_svc.engine.sim.profiles import get_profile
+from orpheus_svc.engine.graph.backend import GraphBackend
 from orpheus_svc.engine.torch.backend import TorchBackend
+from orpheus_svc.engine.torch.llama import SlotLlama
 from orpheus_svc.engine.trtllm.backend import TrtllmBackend
 from orpheus_svc.engine.trtllm.build import sampling_kwargs
 from orpheus_svc.engine.trtllm.stream import StreamBridge
@@ -21,7 +25,8 @@ from tests.trtllm.driver import _params
 from tests.trtllm.standin import StandInLLM
 
 from .harness import Collector, RecordingFlusher
-from .tiny import tiny_model
+from .tiny import tiny_model, tiny_spec
+from orpheus_svc.models.demo import random_state_dict
 
 PROMPT = (128259, 128000, 40, 41, 42, 128009, 128260, 128261, 128257)
 CONFIGURED = SchedulerSettings(max_batch_size=4, max_prefill_tokens=512, max_ahead_seconds=2.0)
@@ -41,47 +46,78 @@ def test_a_backend_that_streams_deltas_gets_every_row_no_prefill_budget_and_no_h
                                max_ahead_seconds=2.0) == CONFIGURED  # nothing else changes
 
 
-def _backends():
-    llm = StandInLLM()
-    bridge = StreamBridge(llm)
-    return [
-        TorchBackend(tiny_model(num_slots=2, max_seq_len=64)),
-        SimBackend(get_profile("h100-fp8"), num_slots=2, max_seq_len=64, sleep=lambda s: None),
-        TrtllmBackend(bridge, partial(_params, sampling_kwargs), num_slots=2, max_seq_len=64),
-    ]
+def _torch(slots=2, seq=64):
+    return TorchBackend(tiny_model(num_slots=slots, max_seq_len=seq))
 
 
-def test_every_backend_states_its_capabilities_and_implements_release_and_close():
-    for backend in _backends():
-        caps = backend.capabilities
-        assert isinstance(caps, BackendCapabilities)
-        assert (caps.num_slots, caps.max_seq_len) == (2, 64)
-        assert list(backend.release([12345])) == [12345]  # unknown: nothing held
-        backend.close()
-    names = [b.capabilities for b in _backends()]
-    assert [(c.name, c.retry_safe, c.streams_deltas) for c in names] == [
-        ("torch", True, False), ("sim", True, False), ("trtllm", False, True)]
-    for b in _backends():
-        b.close()
+def _graph(slots=2, seq=64):
+    spec = tiny_spec()
+    model = SlotLlama(spec, random_state_dict(spec, 0, dtype=torch.float32),
+                      num_slots=slots, max_seq_len=seq, spare_slots=1)
+    return GraphBackend(model, slots, graphs=False)  # the graph path's logic, uncaptured
 
 
-class _Recording(TorchBackend):
-    def __init__(self, model):
-        super().__init__(model)
-        self.plans, self.released = [], []
-
-    def step(self, plan):
-        self.plans.append(plan)
-        return super().step(plan)
-
-    def release(self, gen_ids):
-        self.released.extend(gen_ids)
-        return super().release(gen_ids)
+def _sim(slots=2, seq=64):
+    return SimBackend(get_profile("h100-fp8"), num_slots=slots, max_seq_len=seq,
+                      sleep=lambda s: None)
 
 
-def test_the_loop_hands_frozen_rows_and_releases_every_ended_generation():
+def _trtllm(slots=2, seq=64):
+    return TrtllmBackend(StreamBridge(StandInLLM()), partial(_params, sampling_kwargs),
+                         num_slots=slots, max_seq_len=seq)
+
+
+# Every backend, with what it says it is: (name, retry_safe, streams_deltas, runs_ahead).
+BACKENDS = {
+    "torch": (_torch, ("torch", True, False, False)),
+    "graph": (_graph, ("graph", False, False, True)),
+    "sim": (_sim, ("sim", True, False, False)),
+    "trtllm": (_trtllm, ("trtllm", False, True, False)),
+}
+# The ones that sample one token per row per step (the others stream deltas)
+PER_STEP = [name for name, (_, caps) in BACKENDS.items() if not caps[2]]
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_every_backend_states_its_capabilities_and_implements_release_and_close(name):
+    make, expected = BACKENDS[name]
+    backend = make()
+    caps = backend.capabilities
+    assert isinstance(caps, BackendCapabilities)
+    assert (caps.num_slots, caps.max_seq_len) == (2, 64)
+    assert (caps.name, caps.retry_safe, caps.streams_deltas, caps.runs_ahead) == expected
+    assert list(backend.release([12345])) == [12345]  # unknown: nothing held
+    if caps.runs_ahead:
+        assert callable(backend.launch) and callable(backend.collect)
+    backend.close()
+
+
+def _recording(backend):
+    """Record every plan the backend is handed (by step or, running ahead, by launch) and
+    every release."""
+    backend.plans, backend.released = [], []
+    for method in ("step", "launch"):
+        inner = getattr(backend, method, None)
+        if inner is None:
+            continue
+
+        def recorded(plan, inner=inner):
+            backend.plans.append(plan)
+            return inner(plan)
+        setattr(backend, method, recorded)
+    release = backend.release
+
+    def releasing(gen_ids):
+        backend.released.extend(gen_ids)
+        return release(gen_ids)
+    backend.release = releasing
+    return backend
+
+
+@pytest.mark.parametrize("name", PER_STEP)
+def test_the_loop_hands_frozen_rows_and_releases_every_ended_generation(name):
     events = Collector()
-    backend = _Recording(tiny_model(num_slots=2, max_seq_len=128))
+    backend = _recording(BACKENDS[name][0](slots=2, seq=128))
     core = EngineLoop(backend, RecordingFlusher(events), events, seed=1)
     core.start()
     try:
@@ -91,13 +127,13 @@ def test_the_loop_hands_frozen_rows_and_releases_every_ended_generation():
         core.stop()
     assert events.finish(gid).reason == "length"
     assert backend.released == [gid]
-    rows = [r for p in backend.plans for r in p.rows]
-    assert all(isinstance(p, StepPlan) and isinstance(r, StepRow) for p in backend.plans
-               for r in p.rows)
+    plans = [p for p in backend.plans if backend.capabilities.runs_ahead or p.rows]
+    rows = [r for p in plans for r in p.rows]
+    assert all(isinstance(p, StepPlan) and isinstance(r, StepRow) for p in plans for r in p.rows)
     assert [r.num_generated for r in rows] == list(range(14))
     assert rows[0].prefill and not any(r.prefill for r in rows[1:])
     assert [r.position for r in rows[1:]] == [len(PROMPT) + i for i in range(13)]
     assert [r.frame_position for r in rows] == [i % 7 for i in range(14)]
     assert [r.stop_allowed for r in rows] == [i == 7 for i in range(14)]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        backend.plans[0].prefill = ()
+        plans[0].prefill = ()

@@ -57,3 +57,30 @@ def test_codec_cost_per_frame_falls_with_batch():
 def test_unknown_profile_lists_the_known_ones():
     with pytest.raises(KeyError, match="h100-fp8"):
         sp.get_profile("tpu")
+
+
+# The profiles fitted to a GPU: (profile, the summary's weights key, card results directory)
+_MEASURED = [("h200-bf16", "bf16", "gpu-engine-h200"), ("h200-fp8", "fp8", "gpu-engine-h200")]
+
+
+@pytest.mark.parametrize("name,weights,results", _MEASURED)
+def test_a_measured_profile_agrees_with_its_card_within_a_quarter(name, weights, results):
+    """The sim profile of a card this project measured models the measured graph step
+    (bench/results/<card>/summary.json, context 500: the run-ahead period, which is the
+    device's, and the one-at-a-time step, which adds the host's launch and read) within
+    25% at batch 1, 64 and 256 (issue 28; docs/capacity.md)."""
+    import json
+    from pathlib import Path
+
+    summary = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results" / results
+                          / "summary.json").read_text())
+    assert summary["card"].startswith("NVIDIA")  # a real card, not the dry run
+    if weights == "fp8":
+        assert summary["fp8_gemm"] == "rowwise"  # the gemm the profile was fitted to
+    p = sp.get_profile(name)
+    for batch in ("1", "64", "256"):
+        model_ms = p.decode_seconds(int(batch), 500) * 1000
+        for key in ("ahead_ms", "step_ms"):
+            measured = summary[key][weights][batch]
+            assert abs(model_ms - measured) / measured <= 0.25, (name, key, batch, model_ms,
+                                                                 measured)

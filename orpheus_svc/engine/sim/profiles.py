@@ -167,7 +167,42 @@ PROFILES: dict[str, GpuProfile] = {
             weight_bytes_per_param=1.0, head_bytes_per_param=2.0,
             step_overhead_s=0.8e-3,
             codec_peak_flops=989 * TB,        # FP16/BF16 tensor, dense
-            notes="TensorRT-LLM FP8 weights (LM head BF16), FP16 KV cache"),
+            notes="paper: TensorRT-LLM FP8 weights (LM head BF16), FP16 KV cache; never "
+                  "run here. Our graph engine measured on an H200 is 1.3-1.9x slower than "
+                  "this model (h200-bf16; docs/capacity.md)"),
+        # Measured, not paper: this project's graph engine (engine/graph: CUDA graphs,
+        # Triton decode attention, run-ahead) on one H200, bf16 weights and KV, random
+        # weights of the Orpheus-3B shapes, context 500 (BENCHMARKS.md, "The graph engine";
+        # bench/results/gpu-engine-h200/). Peaks are the datasheet's; the efficiencies and
+        # the fixed cost are fitted to the measured device time of the graph step at batch
+        # 1, 64 and 256 (4.19 / 6.03 / 10.42 ms; this model: 4.28 / 5.83 / 10.67, within
+        # 4%). The fixed 1.5 ms is the step's ~560 small kernels (norms, RoPE, residuals),
+        # the 50% bandwidth its GEMVs and attention. SNAC: the codec as served (fp32, eager)
+        # measured at 16 and 64 windows of 16 kept frames: 64 us per frame, 1.3% of the
+        # FP16 peak.
+        GpuProfile(
+            name="h200-bf16", gpu="NVIDIA H200 141 GB",
+            mem_bandwidth=4.8 * TB,            # HBM3e, H200 datasheet (4.2 TB/s copy measured)
+            peak_flops=989 * TB,              # BF16 tensor, dense
+            memory_bytes=141 * GB,
+            weight_bytes_per_param=2.0, head_bytes_per_param=2.0,
+            step_overhead_s=1.5e-3, bandwidth_efficiency=0.50, flops_efficiency=0.60,
+            codec_peak_flops=989 * TB, codec_efficiency=0.013,
+            notes="measured: the graph engine, bf16 weights and KV, on an H200"),
+        # The same engine with FP8 weights (E4M3, per-row scales, torch._scaled_mm rowwise)
+        # in the same run: 5.48 / 7.89 / 12.15 ms at batch 1 / 64 / 256 (this model: 5.78 /
+        # 7.51 / 12.77, within 6%). Slower than bf16: the per-token activation quantiser and
+        # the FP8 GEMM at these small batches cost more than the halved weight bytes save
+        # (BENCHMARKS.md).
+        GpuProfile(
+            name="h200-fp8", gpu="NVIDIA H200 141 GB",
+            mem_bandwidth=4.8 * TB,
+            peak_flops=1979 * TB,             # FP8 tensor, dense
+            memory_bytes=141 * GB,
+            weight_bytes_per_param=1.0, head_bytes_per_param=2.0,
+            step_overhead_s=4.0e-3, bandwidth_efficiency=0.45, flops_efficiency=0.50,
+            codec_peak_flops=989 * TB, codec_efficiency=0.013,
+            notes="measured: the graph engine, fp8 weights (rowwise), bf16 KV, on an H200"),
         GpuProfile(
             name="rtx4090-fp8", gpu="NVIDIA GeForce RTX 4090 24 GB",
             mem_bandwidth=1.008 * TB,          # GDDR6X 21 Gbps x 384 bit, Ada whitepaper

@@ -1,0 +1,70 @@
+"""scripts/gpu-engine-check.sh and bench/gpu_engine.py, the graph engine's GPU check, run
+here as their CPU dry run (tiny model, no CUDA graphs, the torch attention, the real server
+on the CPU): every section runs and the summary has the shape issue 28 names."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_SPEC = importlib.util.spec_from_file_location("gpu_engine", ROOT / "bench" / "gpu_engine.py")
+gpu_engine = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(gpu_engine)
+
+
+def test_agreement_finds_the_first_difference_and_the_shares():
+    a = {0: list(range(14)), 1: list(range(14))}
+    b = {0: list(range(14)), 1: list(range(9)) + [99] + list(range(10, 14))}
+    got = gpu_engine.agreement(a, b)
+    assert not got["identical"] and got["first_difference"] == 9
+    assert got["first_difference_per_row"] == [None, 9]
+    assert got["token_share_identical"] == round(27 / 28, 4)
+    assert got["frame_share_identical"] == 0.75  # row 1's second frame differs
+    assert gpu_engine.agreement(a, a)["identical"]
+
+
+def test_the_floor_counts_weights_once_and_every_rows_kv():
+    from orpheus_svc.models.llama_config import orpheus_3b_spec
+    spec = orpheus_3b_spec()
+    ms, nbytes = gpu_engine.floor_ms(spec, "none", 64, 500, 3350.0)
+    assert nbytes == 3_300_867_072 * 2 + 64 * 500 * 114_688
+    assert ms == round(nbytes / 3350e9 * 1000, 3)
+    _, fp8 = gpu_engine.floor_ms(spec, "fp8", 1, 500, None)
+    assert fp8 == 482_119_680 * 2 + 2_818_747_392 + 500 * 114_688  # head stays bf16
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_cpu_dry_run_of_the_whole_check(tmp_path):
+    out = tmp_path / "out"
+    env = dict(os.environ, DEVICE="cpu", TINY="1", PYTHON=sys.executable, LEVELS="2",
+               SEQ="128", CKPT=str(tmp_path / "ckpt"), ORPHEUS_SVC_CACHE=str(tmp_path / "cache"),
+               PORT=str(_free_port()))
+    env.pop("SWITCH_INTERVAL", None)
+    run = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-engine-check.sh"), str(out)],
+                         env=env, capture_output=True, text=True, timeout=400)
+    assert run.returncode == 0, run.stderr[-3000:]
+    doc = json.loads((out / "gpu-engine.json").read_text())
+    for section in ("env", "kernel", "fp8gemm", "steps", "hf", "snac"):
+        assert "error" not in doc[section], (section, doc[section])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["card"] == "cpu-dry-run"
+    assert summary["fp8_gemm"] in ("rowwise", "tensorwise")
+    for key in ("step_ms", "ahead_ms", "eager_step_ms", "floor_ms"):
+        assert set(summary[key]) >= {"bf16", "fp8"}
+        assert set(summary[key]["bf16"]) == {"1", "4", "8"}
+    assert all(ms > 0 for ms in summary["step_ms"]["fp8"].values())
+    assert summary["hf_tokens_per_s"] > 0 and summary["ours_tokens_per_s"] > 0
+    (level,) = summary["server"]
+    assert level["sessions"] == 2 and level["ok"] and "ttfb_p95_ms" in level
+    parity = doc["steps"]["bf16"]["parity"]
+    assert parity["graph_vs_eager"]["identical"]  # float32 on the CPU: the same tokens
+    assert parity["uncaptured_vs_captured"]["identical"]
