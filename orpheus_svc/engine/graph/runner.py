@@ -132,6 +132,9 @@ class GraphRunner:
         """One CUDA graph per bucket, into one memory pool (module docstring)."""
         dev = self.device
         torch.cuda.synchronize(dev)
+        # torch.cuda.graph empties the allocator's cache before each capture: empty it first
+        # too, so the difference below is what the graphs hold (it read negative before)
+        torch.cuda.empty_cache()
         t0, reserved0 = time.perf_counter(), torch.cuda.memory_reserved(dev)
         pool = torch.cuda.graph_pool_handle()
         pad = np.zeros((len(INPUT_ROWS), self.buckets[-1]), np.int64)
