@@ -16,7 +16,8 @@
 #    SEQ: about (SEQ - prompt) / 82 seconds of audio per segment).
 #
 # Writes OUT_DIR/gpu-engine.json, OUT_DIR/summary.json (with the server's rows),
-# OUT_DIR/serve.summary.json, OUT_DIR/serve.txt and OUT_DIR/server-tail.log. PYTHON (python3)
+# OUT_DIR/serve.summary.json, OUT_DIR/serve.txt, OUT_DIR/server-steps.txt (the engine's own
+# step timings while serving) and OUT_DIR/server-tail.log. PYTHON (python3)
 # must have torch with CUDA and the server's dependencies; the checkout is used from
 # PYTHONPATH, not installed. SECTIONS picks the bench's sections; SERVE=0 skips step 2.
 set -uo pipefail
@@ -98,6 +99,9 @@ s = status('localhost:$PORT', timeout=1); sys.exit(0 if s and s.get('serving') e
     --server-pid "$SERVER_PID" --no-raw \
     --label "graph backend, weights $QUANT $GEMM, CUDA graphs, Orpheus-3B shapes (random weights)" \
     --output "$OUT_DIR/serve.summary.json" 2>&1 | tail -12 | tee "$OUT_DIR/serve.txt"
+  # the graph engine's step timings every 10 s (engine/graph/timing.py): device time per
+  # step in the server against the bench's, and the device's idle time between steps
+  grep -a "graph engine, last" "$OUT_DIR/server.log" > "$OUT_DIR/server-steps.txt"
   tail -60 "$OUT_DIR/server.log" > "$OUT_DIR/server-tail.log"
   rm -f "$OUT_DIR/server.log"
 fi

@@ -17,6 +17,8 @@ keeps every position inside the slot (core/prompt.py fit_to_slot).
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Sequence
 
 import numpy as np
@@ -24,6 +26,11 @@ import numpy as np
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult
 from orpheus_svc.engine.graph.runner import GraphRunner, Launch
 from orpheus_svc.engine.torch.llama import SlotLlama
+
+log = logging.getLogger(__name__)
+
+# How often the step timings (engine/graph/timing.py) go to the log while steps run.
+TIMING_LOG_S = 10.0
 
 
 class GraphBackend:
@@ -45,11 +52,16 @@ class GraphBackend:
         if len(d):
             decode = np.stack([d.slots, d.position, d.frame_position,
                                d.stop_allowed.astype(np.int64), d.num_generated])
-        return tuple(r.gen_id for r in plan.prefill), self.runner.launch(prefill, decode)
+        ahead = bool(len(d)) and int(d.last_token[0]) == -1  # Scheduler.schedule_ahead's
+        return (tuple(r.gen_id for r in plan.prefill),
+                self.runner.launch(prefill, decode, ahead=ahead))
 
     def collect(self, launched: tuple[tuple[int, ...], Launch]) -> StepResult:
         prefill_ids, launch = launched
         first, decode = self.runner.collect(launch)
+        now = time.monotonic()
+        if now - self.runner.times.started >= TIMING_LOG_S:
+            log.info(self.runner.times.report(now))
         return StepResult(tokens={g: (int(t),) for g, t in zip(prefill_ids, first)},
                           decode_tokens=decode if launch.num_decode else None)
 
