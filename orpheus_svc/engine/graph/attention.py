@@ -32,10 +32,13 @@ Triton's interpreter, TRITON_INTERPRET=1, in the tests).
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
 import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
 
 BLOCK_N = 64      # keys per inner iteration
 GROUP_PAD = 16    # query rows per program (tl.dot needs >= 16)
@@ -184,3 +187,36 @@ class DecodeAttention:
 
 def triton_next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
+
+
+def triton_kernel_works(model) -> bool:
+    """Whether the Triton decode attention compiles here for `model` (a SlotLlama: its
+    shapes, device and dtype) and matches its reference on random data (the start-up check
+    of kernel "auto"). A kernel that does not compile falls back to the torch reference with
+    an error in the log; one that compiles and computes something else stops start-up: it
+    must never serve."""
+    spec, dev = model.spec, model.device
+    b, seq = 3, 200
+    try:
+        gen = torch.Generator(device=dev).manual_seed(0)
+        shape = (b + 1, spec.num_key_value_heads, seq, spec.head_dim)
+        kc = torch.randn(shape, device=dev, generator=gen).to(model.dtype)
+        vc = torch.randn(shape, device=dev, generator=gen).to(model.dtype)
+        q = torch.randn((b, spec.num_attention_heads, spec.head_dim), device=dev,
+                        generator=gen).to(model.dtype)
+        slots = torch.tensor([3, 0, 1], device=dev)
+        lens = torch.tensor([1, 77, seq], device=dev)
+        att = DecodeAttention(b, spec.num_attention_heads, spec.num_key_value_heads,
+                              spec.head_dim, 4, dev, model.dtype)
+        got = att(q, kc, vc, slots, lens).float()
+    except Exception:  # noqa: BLE001 - any compile or launch failure
+        log.exception("graph engine: the Triton decode attention kernel failed to run here; "
+                      "using the torch reference attention (slower: its cost follows "
+                      "max_seq_len, not each row's length)")
+        return False
+    ref = decode_attention_reference(q.float(), kc.float(), vc.float(), slots, lens)
+    err = float((got - ref).norm() / ref.norm())
+    if not err < 2e-2:
+        raise RuntimeError(f"the Triton decode attention kernel disagrees with its reference "
+                           f"(relative error {err:.3g}): refusing to serve with it")
+    return True

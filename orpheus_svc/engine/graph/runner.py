@@ -27,7 +27,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from orpheus_svc.engine.graph.attention import DecodeAttention, decode_attention_reference, splits_for
+from orpheus_svc.engine.graph.attention import (DecodeAttention, decode_attention_reference,
+                                                splits_for, triton_kernel_works)
 from orpheus_svc.engine.graph.buckets import INPUT_ROWS, batch_buckets, bucket_for, pack_inputs
 from orpheus_svc.engine.graph.step import SlotState, choose_tokens, decode_step
 from orpheus_svc.engine.graph.timing import StepTimes
@@ -48,38 +49,6 @@ class Launch:
     start: object | None = None  # timing event before the step's first copy (CUDA)
     ahead: bool = False          # launched before the previous step was read
     host_ms: float = 0.0         # the engine thread's time inside launch()
-
-
-def triton_kernel_works(model: SlotLlama) -> bool:
-    """Whether the Triton decode attention compiles here and matches its reference on
-    random data (start-up check for kernel "auto"). A kernel that does not compile falls
-    back to the torch reference with an error in the log; one that compiles and computes
-    something else stops start-up: it must never serve."""
-    spec, dev = model.spec, model.device
-    b, seq = 3, 200
-    try:
-        gen = torch.Generator(device=dev).manual_seed(0)
-        shape = (b + 1, spec.num_key_value_heads, seq, spec.head_dim)
-        kc = torch.randn(shape, device=dev, generator=gen).to(model.dtype)
-        vc = torch.randn(shape, device=dev, generator=gen).to(model.dtype)
-        q = torch.randn((b, spec.num_attention_heads, spec.head_dim), device=dev,
-                        generator=gen).to(model.dtype)
-        slots = torch.tensor([3, 0, 1], device=dev)
-        lens = torch.tensor([1, 77, seq], device=dev)
-        att = DecodeAttention(b, spec.num_attention_heads, spec.num_key_value_heads,
-                              spec.head_dim, 4, dev, model.dtype)
-        got = att(q, kc, vc, slots, lens).float()
-    except Exception:  # noqa: BLE001 - any compile or launch failure
-        log.exception("graph engine: the Triton decode attention kernel failed to run here; "
-                      "using the torch reference attention (slower: its cost follows "
-                      "max_seq_len, not each row's length)")
-        return False
-    ref = decode_attention_reference(q.float(), kc.float(), vc.float(), slots, lens)
-    err = float((got - ref).norm() / ref.norm())
-    if not err < 2e-2:
-        raise RuntimeError(f"the Triton decode attention kernel disagrees with its reference "
-                           f"(relative error {err:.3g}): refusing to serve with it")
-    return True
 
 
 class GraphRunner:
