@@ -35,9 +35,10 @@ TIMING_LOG_S = 10.0
 
 class GraphBackend:
     def __init__(self, model: SlotLlama, max_batch_size: int, *, graphs: bool,
-                 kernel: str = "auto", buckets: Sequence[int] | None = None) -> None:
+                 kernel: str = "auto", buckets: Sequence[int] | None = None,
+                 fused: str = "auto") -> None:
         self.runner = GraphRunner(model, max_batch_size, graphs=graphs, kernel=kernel,
-                                  buckets=buckets)
+                                  buckets=buckets, fused=fused)
         self.model = model
         self.capabilities = BackendCapabilities(
             name="graph", num_slots=model.num_slots, max_seq_len=model.max_seq_len,

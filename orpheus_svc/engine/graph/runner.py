@@ -30,6 +30,7 @@ import torch
 from orpheus_svc.engine.graph.attention import (DecodeAttention, decode_attention_reference,
                                                 splits_for, triton_kernel_works)
 from orpheus_svc.engine.graph.buckets import INPUT_ROWS, batch_buckets, bucket_for, pack_inputs
+from orpheus_svc.engine.graph.fused import TorchOps, TritonOps, triton_ops_work
 from orpheus_svc.engine.graph.step import SlotState, choose_tokens, decode_step
 from orpheus_svc.engine.graph.timing import StepTimes
 from orpheus_svc.engine.torch.llama import SlotLlama
@@ -53,10 +54,13 @@ class Launch:
 
 class GraphRunner:
     def __init__(self, model: SlotLlama, max_batch: int, *, graphs: bool,
-                 kernel: str = "auto", buckets: Sequence[int] | None = None) -> None:
+                 kernel: str = "auto", buckets: Sequence[int] | None = None,
+                 fused: str = "auto") -> None:
         """model: a SlotLlama with one spare slot (the dummy). graphs: capture CUDA graphs
         (CUDA only). kernel: decode attention, "triton" | "torch" | "auto" (Triton on CUDA).
-        buckets: the batch sizes to capture (default: buckets.batch_buckets(max_batch))."""
+        buckets: the batch sizes to capture (default: buckets.batch_buckets(max_batch)).
+        fused: the step's small operations (fused.py), "triton" | "torch" | "auto" (Triton on
+        CUDA when its start-up check passes)."""
         self.model = model
         self.device = device = model.device
         if model.k_cache[0].shape[0] != model.num_slots + 1:
@@ -69,6 +73,11 @@ class GraphRunner:
         if kernel == "auto":
             kernel = "triton" if cuda and triton_kernel_works(model) else "torch"
         self.kernel = kernel
+        if fused == "auto":
+            fused = "triton" if cuda and triton_ops_work(model) else "torch"
+        self.ops = {"triton": TritonOps, "torch": TorchOps}[fused]
+        log.info("graph engine: decode attention %s, small operations %s, CUDA graphs %s",
+                 self.kernel, self.ops.name, "on" if graphs else "off")
         width = self.buckets[-1]
         self.ints = torch.zeros((len(INPUT_ROWS), width), dtype=torch.long, device=device)
         self.out = torch.zeros((width,), dtype=torch.long, device=device)
@@ -101,7 +110,7 @@ class GraphRunner:
     @torch.inference_mode()
     def _run(self, bucket: int) -> None:
         decode_step(self.model, self.state, self.ints[:, :bucket], self._attend[bucket],
-                    self.out[:bucket])
+                    self.out[:bucket], self.ops)
 
     def capture(self) -> None:
         """One CUDA graph per bucket, into one memory pool (module docstring)."""

@@ -8,8 +8,9 @@ the data, so one CUDA graph per batch bucket can hold all of it (engine/graph/ru
       seen     [S+1, 7, 4096]  audio ids the slot's generation emitted (repetition penalty)
       params   [3, S+1] temperature, top_p, penalty; seeds [S+1] (set at prefill)
 
-    forward   ids = last_ids[slots]; the Llama decode forward (SlotLlama's blocks, K/V
-              written at (slot, pos), attention by `attend`, a length-aware kernel)
+    forward   ids = last_ids[slots]; the Llama decode forward (SlotLlama's weights and
+              arithmetic; RoPE, the K/V writes at (slot, pos), norms and SiLU fused where
+              `ops` is fused.py's TritonOps; attention by `attend`, a length-aware kernel)
     choose    audio logits of every row's frame position from the 7 x 4096 audio rows of
               the head (one GEMM for all rows, then a gather), the stop logit where the
               grammar allows it, repetition penalty, temperature, top-p and the
@@ -27,6 +28,7 @@ from typing import Callable
 import torch
 
 from orpheus_svc.core.tokens import AUDIO_BASE, CODES_PER_POSITION, END_OF_SPEECH_ID, FRAME_TOKENS
+from orpheus_svc.engine.graph.fused import TorchOps
 from orpheus_svc.engine.torch.llama import SlotLlama
 from orpheus_svc.engine.torch.sampling import (
     STOP_COLUMN,
@@ -56,21 +58,27 @@ class SlotState:
 
 
 def decode_hidden(model: SlotLlama, ids: torch.Tensor, slots: torch.Tensor, pos: torch.Tensor,
-                  attend: Attend) -> torch.Tensor:
+                  attend: Attend, ops=TorchOps) -> torch.Tensor:
     """Final-norm hidden state [B, hidden] of one token per row, fed at KV index pos of its
-    slot (the new K/V are written there first, then attended with lens = pos + 1)."""
+    slot (the new K/V are written there first, then attended with lens = pos + 1): the
+    arithmetic of SlotLlama's decode, with its small operations from `ops` (fused.py)."""
+    spec = model.spec
+    eps, heads, kv_heads = spec.rms_norm_eps, spec.num_attention_heads, spec.num_key_value_heads
     bsz = ids.shape[0]
     lens = pos + 1
-    x = model.embed[ids].unsqueeze(1)
-    for li, layer in enumerate(model.layers):
-        def attention(h, li=li, layer=layer):
-            q, k, v = model._qkv(layer, h, pos[:, None])
-            kc, vc = model.k_cache[li], model.v_cache[li]
-            kc[slots, :, pos] = k[:, :, 0]
-            vc[slots, :, pos] = v[:, :, 0]
-            return attend(q[:, :, 0].contiguous(), kc, vc, slots, lens).reshape(bsz, 1, -1)
-        x = model._block(layer, x, attention)
-    return model._rms(x[:, 0], model.final_norm)
+    layers = model.layers
+    x = model.embed[ids]
+    h = ops.rms_norm(x, layers[0]["in_norm"], eps)
+    for li, layer in enumerate(layers):
+        kc, vc = model.k_cache[li], model.v_cache[li]
+        q = ops.rope_qkv(layer["qkv"](h), model.cos, model.sin, pos, slots, kc, vc, heads,
+                         kv_heads)
+        o = attend(q, kc, vc, slots, lens).reshape(bsz, -1)
+        x, h = ops.add_rms_norm(x, layer["o"](o), layer["post_norm"], eps)
+        after = layers[li + 1]["in_norm"] if li + 1 < len(layers) else model.final_norm
+        x, h = ops.add_rms_norm(x, layer["down"](ops.silu_mul(layer["gate_up"](h))), after,
+                                eps)
+    return h
 
 
 def choose_tokens(model: SlotLlama, state: SlotState, hidden: torch.Tensor, slots: torch.Tensor,
@@ -99,9 +107,9 @@ def choose_tokens(model: SlotLlama, state: SlotState, hidden: torch.Tensor, slot
 
 
 def decode_step(model: SlotLlama, state: SlotState, ints: torch.Tensor, attend: Attend,
-                out: torch.Tensor) -> None:
+                out: torch.Tensor, ops=TorchOps) -> None:
     """One decode step over the rows of `ints` ([5, B]: slots, pos, fpos, stop_ok, counter);
     the chosen ids go to `out` ([B])."""
     slots, pos, fpos, stop_ok, counter = ints.unbind(0)
-    hidden = decode_hidden(model, state.last_ids[slots], slots, pos, attend)
+    hidden = decode_hidden(model, state.last_ids[slots], slots, pos, attend, ops)
     out.copy_(choose_tokens(model, state, hidden, slots, fpos, stop_ok, counter))

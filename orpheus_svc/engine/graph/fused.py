@@ -1,0 +1,241 @@
+"""The decode step's small operations, fused: one kernel where eager torch launches several.
+
+A decode step at small batches is dominated by kernel count, not bytes: eager torch runs
+about 40 kernels per layer (RMSNorm alone is 8: cast, square, mean, add, rsqrt, multiply,
+cast, weight), 1,100 per step, and at a few microseconds each they are most of the step's
+fixed cost (BENCHMARKS.md, "The graph engine on a GPU": 4.2 ms at batch 1 against a 1.6 ms
+floor). Per layer the fused step runs:
+
+    qkv GEMM -> rope_qkv (RoPE on q and k, k and v written into the slot's KV)
+             -> attention (2 kernels) -> o GEMM -> add_rms_norm (residual + post-norm)
+             -> gate/up GEMM -> silu_mul -> down GEMM -> add_rms_norm (residual + next norm)
+
+Two implementations of the same functions: `TorchOps`, plain torch with the arithmetic of
+engine/torch/llama.py (the CPU path and the reference), and `TritonOps`, Triton kernels
+written for this project (CUDA; checked against TorchOps at start-up, and in the tests
+through Triton's interpreter). Each kernel computes in float32 and rounds once, where eager
+torch rounds after each op, so their results differ in the last bits of bf16.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+
+class TorchOps:
+    """The fused operations in plain torch, with SlotLlama's arithmetic."""
+
+    name = "torch"
+
+    @staticmethod
+    def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * xf.to(x.dtype)
+
+    @classmethod
+    def add_rms_norm(cls, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x + delta, rms_norm(x + delta))."""
+        x = x + delta
+        return x, cls.rms_norm(x, weight, eps)
+
+    @staticmethod
+    def rope_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor,
+                 slots: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 heads: int, kv_heads: int) -> torch.Tensor:
+        """RoPE on q and k at each row's position; k and v written at (slot, :, pos); q out
+        as [B, heads, D]."""
+        bsz = qkv.shape[0]
+        d = k_cache.shape[-1]
+        q = qkv[:, :heads * d].view(bsz, heads, d)
+        k = qkv[:, heads * d:(heads + kv_heads) * d].view(bsz, kv_heads, d)
+        v = qkv[:, (heads + kv_heads) * d:].view(bsz, kv_heads, d)
+        c, s = cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)
+
+        def rotate(x):
+            a, b = x.chunk(2, dim=-1)
+            return x * c + torch.cat((-b, a), dim=-1) * s
+        k_cache[slots, :, pos] = rotate(k)
+        v_cache[slots, :, pos] = v
+        return rotate(q).contiguous()
+
+    @staticmethod
+    def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+
+_KERNELS = None
+
+
+def _kernels():
+    """The Triton kernels, compiled on first use (Triton is imported only here)."""
+    global _KERNELS
+    if _KERNELS is not None:
+        return _KERNELS
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add_rms_kernel(X, Delta, W, Out, stride_x, stride_d, stride_o, n, eps,
+                       HAS_DELTA: tl.constexpr, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n
+        x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0)
+        if HAS_DELTA:
+            d = tl.load(Delta + row * stride_d + cols, mask=mask, other=0.0)
+            x = (x.to(tl.float32) + d.to(tl.float32)).to(X.dtype.element_ty)
+            tl.store(X + row * stride_x + cols, x, mask=mask)  # the residual, in place
+        xf = x.to(tl.float32)
+        rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, 0) / n + eps)
+        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        y = (xf * rstd).to(X.dtype.element_ty).to(tl.float32) * w
+        tl.store(Out + row * stride_o + cols, y.to(Out.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def rope_qkv_kernel(QKV, Cos, Sin, Pos, Slots, KC, VC, QOut, stride_qkv, stride_tab,
+                        stride_ks, stride_kh, stride_kn, stride_vs, stride_vh, stride_vn,
+                        stride_qb, stride_qh, HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
+                        D: tl.constexpr):
+        b = tl.program_id(0)
+        h = tl.program_id(1)  # 0..HEADS-1: q heads; then kv heads
+        half = tl.arange(0, D // 2)
+        pos = tl.load(Pos + b)
+        c1 = tl.load(Cos + pos * stride_tab + half).to(tl.float32)
+        c2 = tl.load(Cos + pos * stride_tab + D // 2 + half).to(tl.float32)
+        s1 = tl.load(Sin + pos * stride_tab + half).to(tl.float32)
+        s2 = tl.load(Sin + pos * stride_tab + D // 2 + half).to(tl.float32)
+        base = QKV + b * stride_qkv + h * D
+        x1 = tl.load(base + half).to(tl.float32)
+        x2 = tl.load(base + D // 2 + half).to(tl.float32)
+        r1 = x1 * c1 - x2 * s1  # x * cos + rotate_half(x) * sin, rotate_half = (-x2, x1)
+        r2 = x2 * c2 + x1 * s2
+        if h < HEADS:
+            out = QOut + b * stride_qb + h * stride_qh
+            tl.store(out + half, r1.to(QOut.dtype.element_ty))
+            tl.store(out + D // 2 + half, r2.to(QOut.dtype.element_ty))
+        else:
+            g = h - HEADS
+            slot = tl.load(Slots + b).to(tl.int64)
+            kdst = KC + slot * stride_ks + g * stride_kh + pos * stride_kn
+            tl.store(kdst + half, r1.to(KC.dtype.element_ty))
+            tl.store(kdst + D // 2 + half, r2.to(KC.dtype.element_ty))
+            vsrc = QKV + b * stride_qkv + (HEADS + KV_HEADS + g) * D
+            vdst = VC + slot * stride_vs + g * stride_vh + pos * stride_vn
+            tl.store(vdst + half, tl.load(vsrc + half))
+            tl.store(vdst + D // 2 + half, tl.load(vsrc + D // 2 + half))
+
+    @triton.jit
+    def silu_mul_kernel(GU, Out, stride_gu, stride_o, n, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        mask = cols < n
+        g = tl.load(GU + row * stride_gu + cols, mask=mask, other=0.0).to(tl.float32)
+        u = tl.load(GU + row * stride_gu + n + cols, mask=mask, other=0.0).to(tl.float32)
+        y = g * tl.sigmoid(g) * u
+        tl.store(Out + row * stride_o + cols, y.to(Out.dtype.element_ty), mask=mask)
+
+    _KERNELS = (add_rms_kernel, rope_qkv_kernel, silu_mul_kernel)
+    return _KERNELS
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+class TritonOps:
+    """The fused operations as Triton kernels (module docstring). Outputs are fresh tensors
+    (inside a CUDA graph they come from its pool); add_rms_norm updates x in place."""
+
+    name = "triton"
+
+    @staticmethod
+    def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return TritonOps._norm(x, None, weight, eps)
+
+    @staticmethod
+    def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, TritonOps._norm(x, delta, weight, eps)
+
+    @staticmethod
+    def _norm(x, delta, weight, eps):
+        add_rms_kernel, _, _ = _kernels()
+        out = torch.empty_like(x)
+        n = x.shape[-1]
+        add_rms_kernel[(x.shape[0],)](
+            x, x if delta is None else delta, weight, out, x.stride(0),
+            0 if delta is None else delta.stride(0), out.stride(0), n, eps,
+            HAS_DELTA=delta is not None, BLOCK=_pow2(n), num_warps=8 if n > 2048 else 4)
+        return out
+
+    @staticmethod
+    def rope_qkv(qkv, cos, sin, pos, slots, k_cache, v_cache, heads, kv_heads):
+        _, rope_qkv_kernel, _ = _kernels()
+        bsz, d = qkv.shape[0], k_cache.shape[-1]
+        q = torch.empty((bsz, heads, d), device=qkv.device, dtype=qkv.dtype)
+        rope_qkv_kernel[(bsz, heads + kv_heads)](
+            qkv, cos, sin, pos, slots, k_cache, v_cache, q, qkv.stride(0), cos.stride(0),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), q.stride(0), q.stride(1),
+            HEADS=heads, KV_HEADS=kv_heads, D=d, num_warps=1)
+        return q
+
+    @staticmethod
+    def silu_mul(gate_up):
+        _, _, silu_mul_kernel = _kernels()
+        bsz, n = gate_up.shape[0], gate_up.shape[1] // 2
+        out = torch.empty((bsz, n), device=gate_up.device, dtype=gate_up.dtype)
+        block = 1024
+        silu_mul_kernel[(bsz, -(-n // block))](gate_up, out, gate_up.stride(0), out.stride(0),
+                                                n, BLOCK=block, num_warps=4)
+        return out
+
+
+def triton_ops_work(model, tolerance: float = 2e-2) -> bool:
+    """Whether TritonOps compile here and agree with TorchOps on random data shaped like
+    `model` (a SlotLlama): the start-up check. A compile failure falls back to TorchOps with
+    an error in the log; a kernel that computes something else stops start-up."""
+    spec, dev, dt = model.spec, model.device, model.dtype
+    g = torch.Generator(device=dev).manual_seed(0)
+    h, d = spec.hidden_size, spec.head_dim
+    heads, kvh = spec.num_attention_heads, spec.num_key_value_heads
+
+    def rand(*shape):
+        return torch.randn(shape, device=dev, generator=g).to(dt)
+    x, delta, w = rand(3, h), rand(3, h), rand(h)
+    qkv = rand(3, (heads + 2 * kvh) * d)
+    cos, sin = model.cos, model.sin
+    pos = torch.tensor([0, 5, cos.shape[0] - 1], device=dev)
+    slots = torch.tensor([2, 0, 1], device=dev)
+    kc, vc = rand(3, kvh, cos.shape[0], d), rand(3, kvh, cos.shape[0], d)
+    kc2, vc2 = kc.clone(), vc.clone()
+    gu = rand(3, 2 * spec.intermediate_size)
+    try:
+        got = [TritonOps.rms_norm(x, w, spec.rms_norm_eps),
+               TritonOps.add_rms_norm(x.clone(), delta, w, spec.rms_norm_eps)[1],
+               TritonOps.rope_qkv(qkv, cos, sin, pos, slots, kc, vc, heads, kvh),
+               TritonOps.silu_mul(gu)]
+    except Exception:  # noqa: BLE001 - any compile or launch failure
+        log.exception("graph engine: the fused Triton kernels failed to run here; the decode "
+                      "step uses plain torch for them (more kernels per step)")
+        return False
+    ref = [TorchOps.rms_norm(x, w, spec.rms_norm_eps),
+           TorchOps.add_rms_norm(x, delta, w, spec.rms_norm_eps)[1],
+           TorchOps.rope_qkv(qkv, cos, sin, pos, slots, kc2, vc2, heads, kvh),
+           TorchOps.silu_mul(gu)]
+    pairs = list(zip(got, ref)) + [(kc, kc2), (vc, vc2)]
+    for name, (a, b) in zip(("rms_norm", "add_rms_norm", "rope_qkv", "silu_mul", "k cache",
+                             "v cache"), pairs):
+        err = float((a.float() - b.float()).norm() / b.float().norm())
+        if not err < tolerance:
+            raise RuntimeError(f"the fused Triton kernel {name} disagrees with torch "
+                               f"(relative error {err:.3g}): refusing to serve with it")
+    return True
