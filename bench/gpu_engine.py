@@ -17,9 +17,10 @@ Sections (each its own key; one that fails records its error and the rest go on)
   parity     bf16, batch 8, 200 steps, the same seeds: graph (captured) against eager, the
              same step uncaptured against captured, and the torch attention in the graph's
              step against eager: first differing step and the share of identical tokens
-  steps      per weight dtype (bf16, fp8) and batch: the graph step (launch + read, one at
-             a time), the run-ahead period (next step launched before this one is read),
-             the graph's device time alone, and the eager reference step; the paper floor
+  steps      per weight variant (DTYPES: bf16, bf16 without the fused kernels, fp8 rowwise
+             and tensorwise) and batch: the graph step (launch + read, one at a time), the
+             run-ahead period (next step launched before this one is read), the graph's
+             device time alone, and the eager reference step; the paper floor
   fp8        fp8 against bf16 on the same weights: logits error after a prefill, token
              agreement over the parity run (random weights: see the note in the JSON)
   hf         transformers' LlamaForCausalLM (Orpheus-3B config, bf16, random init),
@@ -317,7 +318,11 @@ def floor_ms(spec, dtype_name: str, batch: int, context: int, bandwidth_gbs: flo
 
 
 # weight dtypes timed by `steps`: name -> (quantization, fp8 gemm)
-DTYPES = {"bf16": ("none", "rowwise"), "fp8": ("fp8", "rowwise"), "fp8t": ("fp8", "tensorwise")}
+# (quantization, fp8 gemm, the step's small operations: engine/graph/fused.py)
+DTYPES = {"bf16": ("none", "rowwise", "auto"), "bf16u": ("none", "rowwise", "torch"),
+          "fp8": ("fp8", "rowwise", "auto"), "fp8t": ("fp8", "tensorwise", "auto")}
+# their names in summary.json (fp8 and fp8t: the faster is "fp8", see summary())
+SUMMARY_NAMES = {"bf16": "bf16", "bf16u": "bf16_unfused", "fp8": "fp8", "fp8t": "fp8t"}
 
 
 def steps(device, tiny, batches, context, steps_n, bandwidth, results, dtypes=("bf16", "fp8")
@@ -334,7 +339,7 @@ def steps(device, tiny, batches, context, steps_n, bandwidth, results, dtypes=("
     prefill_logits = {}
     parity_tokens = {}
     for qname in dtypes:
-        quant, gemm = DTYPES[qname]
+        quant, gemm, fused = DTYPES[qname]
         t0 = time.perf_counter()
         model = _model(tiny, device, dtype, quant, slots, seq, gemm)
         r: dict = {"weight_bytes": model.weight_bytes, "kv_cache_gib":
@@ -343,7 +348,8 @@ def steps(device, tiny, batches, context, steps_n, bandwidth, results, dtypes=("
         buckets = sorted(set(batches) | {8})
         t = time.perf_counter()
         # only the buckets timed here (the server captures all of them)
-        graph = GraphBackend(model, max(buckets), graphs=cuda, buckets=buckets)
+        graph = GraphBackend(model, max(buckets), graphs=cuda, buckets=buckets, fused=fused)
+        r["fused"] = graph.runner.ops.name
         r["capture_s"] = round(time.perf_counter() - t, 2)
         r["capture_mib"] = round(graph.runner.capture_bytes / 2**20, 1)
         r["build_s"] = round(time.perf_counter() - t0, 2)
@@ -507,11 +513,12 @@ def snac(device, windows=(16, 64), streams: int = 256) -> dict:
 
                 def call():
                     codec.decode_latents(z, keep=(lo, lo + chunk * HOP))
-                for _ in range(3):
+                cuda = device.type == "cuda"  # the dry run only checks the code path
+                for _ in range(3 if cuda else 1):
                     call()
                 _sync(device)
                 times = []
-                for _ in range(10):
+                for _ in range(10 if cuda else 2):
                     t = time.perf_counter()
                     call()
                     _sync(device)
@@ -541,14 +548,18 @@ def summary(doc: dict) -> dict:
         big = max(st[fp8[0]]["graph"])
         best = min(fp8, key=lambda q: st[q]["graph"][big]["step_ms"])
         out["fp8_gemm"] = DTYPES[best][1]
-    for q in ("bf16", "fp8", "fp8t"):
+    out["fused"] = {SUMMARY_NAMES[q]: st[q].get("fused") for q in DTYPES if st.get(q)}
+    for q in ("bf16", "bf16u", "fp8", "fp8t"):
         r = st.get(q) or {}
+        if q == "bf16u" and not r:
+            continue
         g = r.get("graph", {})
-        out["step_ms"][q] = {b: v["step_ms"] for b, v in g.items()}
-        out["ahead_ms"][q] = {b: v["ahead_ms"] for b, v in g.items()}
-        out["device_ms"][q] = {b: v.get("device_ms") for b, v in g.items()}
-        out["eager_step_ms"][q] = r.get("eager_ms", {})
-        out["floor_ms"][q] = r.get("floor_ms", {})
+        name = SUMMARY_NAMES[q]
+        out["step_ms"][name] = {b: v["step_ms"] for b, v in g.items()}
+        out["ahead_ms"][name] = {b: v["ahead_ms"] for b, v in g.items()}
+        out["device_ms"][name] = {b: v.get("device_ms") for b, v in g.items()}
+        out["eager_step_ms"][name] = r.get("eager_ms", {})
+        out["floor_ms"][name] = r.get("floor_ms", {})
     if fp8 and best == "fp8t":  # name the faster one fp8, keep the other under its own name
         for key in ("step_ms", "ahead_ms", "device_ms", "eager_step_ms", "floor_ms"):
             out[key]["fp8_rowwise"] = out[key].pop("fp8")
@@ -574,7 +585,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hf-batch", type=int, default=64)
     ap.add_argument("--snac-windows", default="16,64", help="windows per SNAC call timed")
     ap.add_argument("--sections", default="env,kernel,fp8gemm,steps,hf,snac")
-    ap.add_argument("--dtypes", default="bf16,fp8,fp8t", help=f"of {', '.join(DTYPES)}")
+    ap.add_argument("--dtypes", default="bf16,bf16u,fp8,fp8t",
+                    help=f"of {', '.join(DTYPES)} (bf16u: bf16 without the fused kernels)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--write-checkpoint", metavar="DIR",
                     help="also write a random bf16 checkpoint of these shapes to DIR (HF layout)")
