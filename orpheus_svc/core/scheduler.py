@@ -296,8 +296,8 @@ class Scheduler:
         by length. Two things lag one step: a row that `plan`'s token stops (the stop id)
         is in it all the same, and update() drops its extra token (its slot holds another
         generation, or none, by then); and a slot or budget room that `plan`'s ends free
-        is used one step later. Else None: the engine collects
-        `plan` and calls schedule() as usual. Nothing is admitted or released here."""
+        is used one step later. Else None: the engine collects `plan` and calls schedule()
+        as usual. Nothing is admitted or released here."""
         if (self._cancelled or self._waiting or self._admits_deferred(now)
                 or self.pool.num_draining or self.settings.max_ahead_seconds > 0
                 or len(self._candidates) > self.settings.max_batch_size):

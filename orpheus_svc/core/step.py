@@ -14,7 +14,8 @@ capabilities in one place (engine/loop.py, effective_settings) instead of each b
 rewriting them.
 
 Implemented by engine/torch (retry_safe), engine/graph (runs_ahead), engine/sim
-(retry_safe) and engine/trtllm (streams_deltas, confirms_release). Pure Python and numpy: no torch, no grpc.
+(retry_safe) and engine/trtllm (streams_deltas, confirms_release). Pure Python and numpy:
+no torch, no grpc.
 """
 
 from __future__ import annotations

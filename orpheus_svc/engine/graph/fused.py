@@ -24,6 +24,8 @@ import logging
 import torch
 import torch.nn.functional as F
 
+from orpheus_svc.engine.torch.llama import apply_rope, rms_norm
+
 log = logging.getLogger(__name__)
 
 
@@ -32,11 +34,7 @@ class TorchOps:
 
     name = "torch"
 
-    @staticmethod
-    def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-        return weight * xf.to(x.dtype)
+    rms_norm = staticmethod(rms_norm)
 
     @classmethod
     def add_rms_norm(cls, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
@@ -57,13 +55,9 @@ class TorchOps:
         k = qkv[:, heads * d:(heads + kv_heads) * d].view(bsz, kv_heads, d)
         v = qkv[:, (heads + kv_heads) * d:].view(bsz, kv_heads, d)
         c, s = cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)
-
-        def rotate(x):
-            a, b = x.chunk(2, dim=-1)
-            return x * c + torch.cat((-b, a), dim=-1) * s
-        k_cache[slots, :, pos] = rotate(k)
+        k_cache[slots, :, pos] = apply_rope(k, c, s)
         v_cache[slots, :, pos] = v
-        return rotate(q).contiguous()
+        return apply_rope(q, c, s).contiguous()
 
     @staticmethod
     def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:

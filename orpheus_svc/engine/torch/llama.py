@@ -71,6 +71,18 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-b, a), dim=-1)
 
 
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding (Llama's rotate-half form); cos and sin broadcast against x."""
+    return x * cos + _rotate_half(x) * sin
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Llama's RMSNorm: normalised in float32, cast back, then scaled by the weight."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
 class SlotLlama:
     """Llama forward passes over a KV slot pool. Not thread-safe: one owner (the engine thread)."""
 
@@ -132,8 +144,9 @@ class SlotLlama:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of weights one decode step reads (layers, norms, the audio rows of the head
-        are counted in full as the whole head; the embedding gather is not counted)."""
+        """Bytes of the layers, the norms and the whole LM head, as issue 28's floor counts
+        them (a decode step reads only the head's 28,672 audio rows and its stop row, and
+        gathers a few embedding rows, not counted)."""
         tensors = [self.final_norm, self.lm_head]
         total = sum(t.numel() * t.element_size() for t in tensors)
         for layer in self.layers:
@@ -153,9 +166,7 @@ class SlotLlama:
         return sdpa_kernel(self.sdpa_kernels)
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.spec.rms_norm_eps)
-        return weight * xf.to(x.dtype)
+        return rms_norm(x, weight, self.spec.rms_norm_eps)
 
     def _qkv(self, layer: dict, x: torch.Tensor, positions: torch.Tensor):
         """x [B, T, H], positions [B, T] -> q [B, nh, T, hd], k, v [B, kvh, T, hd]."""
@@ -167,8 +178,7 @@ class SlotLlama:
         k = qkv[..., nq:nq + nkv].view(bsz, t, s.num_key_value_heads, s.head_dim).transpose(1, 2)
         v = qkv[..., nq + nkv:].view(bsz, t, s.num_key_value_heads, s.head_dim).transpose(1, 2)
         cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         return q, k, v
 
     def _block(self, layer: dict, x: torch.Tensor, attend) -> torch.Tensor:
