@@ -147,7 +147,8 @@ def kernel(device, tiny: bool, batches, context: int) -> dict:
     spec = demo_spec() if tiny else orpheus_3b_spec()
     h, kvh, d = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
-    out = {"rel_error": {}, "triton_ms": {}, "sdpa_span_ms": {}}
+    out = {"rel_error": {}, "triton_ms": {}, "sdpa_span_ms": {},
+           "uniforms_equal_host": _uniforms_equal_host(device)}
     if device.type != "cuda":
         out["note"] = "no Triton kernel runs on the CPU here (tests run it in Triton's interpreter)"
         return out
@@ -175,6 +176,19 @@ def kernel(device, tiny: bool, batches, context: int) -> dict:
                 lambda: torch.nn.functional.scaled_dot_product_attention(qg, keys, values), device)
         del kc, vc
     return out
+
+
+def _uniforms_equal_host(device) -> bool:
+    """The graph's counter-based uniforms (int64 arithmetic on `device`) equal the eager
+    backend's (numpy uint64) bit for bit: the same seed draws the same token on both."""
+    from orpheus_svc.engine.torch.sampling import int64_bits, splitmix_uniform, splitmix_uniform_t
+
+    rng = np.random.default_rng(1)
+    seeds = rng.integers(0, 2**64, size=100000, dtype=np.uint64)
+    counters = rng.integers(0, 2**64, size=100000, dtype=np.uint64)
+    dev = splitmix_uniform_t(torch.from_numpy(int64_bits(seeds)).to(device),
+                             torch.from_numpy(int64_bits(counters)).to(device))
+    return bool(np.array_equal(dev.cpu().numpy(), splitmix_uniform(seeds, counters)))
 
 
 def _time_cuda(fn, device, warmup=3, repeat=20) -> float:

@@ -131,3 +131,33 @@ def test_candidate_shortcut_samples_exactly_like_the_full_sort(seed, top_p, scal
     finally:
         S.NUCLEUS_CANDIDATES = saved
     assert fast == full
+
+
+def test_the_device_uniforms_are_the_host_uniforms_bit_for_bit():
+    """splitmix_uniform_t (int64 tensors, no host sync: the graph engine's) against the
+    numpy uint64 original, over the whole 64-bit range of seeds and counters."""
+    from orpheus_svc.engine.torch.sampling import int64_bits, splitmix_uniform_t
+    rng = np.random.default_rng(0)
+    seeds = rng.integers(0, 2**64, size=20000, dtype=np.uint64)
+    counters = rng.integers(0, 2**64, size=20000, dtype=np.uint64)
+    seeds[:3], counters[:3] = [0, 2**64 - 1, 2**63], [0, 2**64 - 1, 1]
+    host = splitmix_uniform(seeds, counters)
+    dev = splitmix_uniform_t(torch.from_numpy(int64_bits(seeds)),
+                             torch.from_numpy(int64_bits(counters))).numpy()
+    assert dev.dtype == np.float64 and np.array_equal(dev, host)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.floats(0.05, 1.0), st.floats(0.05, 3.0))
+def test_branch_free_columns_are_the_columns(seed, top_p, scale):
+    """choose_columns without asking the host which rows need the full sort (what a CUDA
+    graph holds) picks the same columns, also when some rows' nucleus is past the top 128."""
+    from orpheus_svc.engine.torch.sampling import choose_columns
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(6, 4097, generator=g) * scale
+    logits[0] = 0.0  # flat: its nucleus needs the full sort
+    temp = torch.tensor([1.0, 0.6, 0.0, 1.3, 0.9, 0.2])
+    u = torch.rand(6, generator=g)
+    top = torch.full((6,), top_p)
+    assert torch.equal(choose_columns(logits, temp, top, u),
+                       choose_columns(logits, temp, top, u, branch_free=True))
