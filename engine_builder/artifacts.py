@@ -33,8 +33,10 @@ def check_packages(backend: str) -> None:
         try:
             importlib.import_module(name)
         except Exception as exc:  # ImportError, or a broken CUDA install raising at import
-            pip = {"tensorrt_llm": "tensorrt-llm~=1.2.0", "modelopt": "nvidia-modelopt[torch]",
-                   "transformers": "transformers"}[name]
+            # ModelOpt and transformers at the versions TensorRT-LLM 1.2 pins (the extra):
+            # an unpinned ModelOpt breaks the FP8 export
+            pip = {"tensorrt_llm": "tensorrt-llm~=1.2.0", "modelopt": "orpheus-svc[build]",
+                   "transformers": "orpheus-svc[build]"}[name]
             raise BuildEnvironmentError(
                 f"--backend {backend} needs the {name} package ({exc.__class__.__name__}: "
                 f"{exc}); pip install '{pip}'") from exc

@@ -103,8 +103,9 @@ class EngineConfig:
     trtllm_engine_dir: str | None = None
     trtllm_kv_free_gpu_fraction: float = 0.9
     trtllm_grammar_mask: bool = True  # audio-grammar logits processor (tokens are validated anyway)
-    # TensorRT-LLM PyTorch backend's overlap scheduler: auto = off while the grammar mask is
-    # on (the two cannot be combined; docs/tensorrt-llm.md), on otherwise | on | off
+    # TensorRT-LLM PyTorch backend's overlap scheduler. auto | off: off, since every request's
+    # logits processor (repetition penalty, grammar mask) needs the last token, which the
+    # overlap scheduler hands it a step late (docs/tensorrt-llm.md); on: refused at start-up
     trtllm_overlap_scheduler: str = "auto"
     # sim
     sim_profile: str = "h100-fp8"

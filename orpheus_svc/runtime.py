@@ -70,10 +70,16 @@ class FrontRuntime:
     device: Any
     # The served model's voices (models/voices.py): validation, ListVoices, the default.
     voices: VoiceRegistry = field(default_factory=english_registry)
+    # Why the engine cannot honour a client's seed (BackendCapabilities.seed_refusal); None:
+    # it can, or (a split front-end) this side does not know and the backend refuses it.
+    seed_refusal: str | None = None
 
     def request(self, session_id: str, segment_index: int, voice: str, text: str,
                 sampling: SamplingParams | None = None) -> GenerationRequest:
-        """A GenerationRequest for one segment (prompt ids and token budget from the text)."""
+        """A GenerationRequest for one segment (prompt ids and token budget from the text).
+        ValueError (the caller's INVALID_ARGUMENT) for a seed the engine would ignore."""
+        if sampling is not None and sampling.seed is not None and self.seed_refusal:
+            raise ValueError(f"sampling.seed: {self.seed_refusal}")
         prompt = tuple(build_prompt(self.encode, voice, text))
         s = self.config.sampling
         sampling = sampling or SamplingParams(s.temperature, s.top_p, s.repetition_penalty)
@@ -183,6 +189,7 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
     return Runtime(config=config, engine=engine, flusher=flusher, router=router, encode=encode,
                    model_name=model_name, is_demo=is_demo, device=device,
                    voices=_voices(config, model_dir),
+                   seed_refusal=backend.capabilities.seed_refusal,
                    tokenizer_file=_tokenizer_file(config, model_dir))
 
 

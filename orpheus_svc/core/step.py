@@ -223,7 +223,11 @@ class BackendCapabilities:
         step on the device and returns, and collect(handle) -> StepResult, which waits
         for it. It keeps each decode row's last token on the device, so EngineLoop may
         launch the next step (Scheduler.schedule_ahead: rows advanced by one token, their
-        last_token -1) before it collects this one (docs/architecture.md, "Run-ahead")."""
+        last_token -1) before it collects this one (docs/architecture.md, "Run-ahead").
+    seed_refusal: why a client's per-request seed (SamplingParams.seed) cannot be honoured,
+        naming what ignores it; None when it is (every backend but TensorRT-LLM's PyTorch
+        runtime). The edge refuses such a request (runtime.FrontRuntime.request) rather
+        than drop the seed silently."""
 
     name: str
     num_slots: int
@@ -232,6 +236,7 @@ class BackendCapabilities:
     streams_deltas: bool = False
     confirms_release: bool = False
     runs_ahead: bool = False
+    seed_refusal: str | None = None
 
 
 class Backend(Protocol):

@@ -6,7 +6,8 @@ SamplingParams, llmapi.KvCacheConfig, _tensorrt_engine.LLM). Each LLM(...) call 
 StandInLLM that keeps its keyword arguments and streams through ExecutorReplay with the
 timing those arguments ask for: the PyTorch LLM runs its overlap scheduler unless
 disable_overlap_scheduler=True (TensorRT-LLM's default is on); the TensorRT engine LLM
-has none. The GPU probe is replaced too, and records whether it was reached.
+has none. The GPU probe is replaced too, and records whether it was reached, and so is the version
+lookup in the package metadata (it answers the stand-in's __version__).
 """
 
 from __future__ import annotations
@@ -56,4 +57,6 @@ def install(monkeypatch) -> FakeTrtllm:
         return GpuInfo("stand-in H100", (9, 0))
 
     monkeypatch.setattr("orpheus_svc.engine.trtllm.build.require_fp8_gpu", gpu)
+    monkeypatch.setattr("orpheus_svc.engine.trtllm.build.installed_version",
+                        lambda: root.__version__)
     return fake

@@ -8,6 +8,7 @@ from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.trtllm.build import sampling_kwargs
 from orpheus_svc.engine.trtllm.backend import TrtllmBackend
+from orpheus_svc.engine.trtllm.processor import RequestLogitsProcessor
 from orpheus_svc.engine.trtllm.stream import StreamBridge
 from tests.engine.harness import Collector, RecordingFlusher
 
@@ -52,7 +53,7 @@ def test_sessions_beyond_the_slots_all_finish_with_their_frames_and_never_overfi
         backend.close()
 
 
-def test_sampling_params_carry_the_request_and_the_stop_id():
+def test_sampling_params_carry_the_request_and_the_stop_id_and_never_the_penalty():
     req = GenerationRequest(session_id="s", segment_index=0, prompt_ids=PROMPT, max_tokens=700,
                             sampling=SamplingParams(temperature=0.5, top_p=0.9,
                                                     repetition_penalty=1.2))
@@ -61,12 +62,18 @@ def test_sampling_params_carry_the_request_and_the_stop_id():
     gen = Generation(gen_id=1, request=req, arrival=0.0, seed=1234)
     marker = object()
     kw = sampling_kwargs(gen.row(), marker)
+    processor = kw.pop("logits_processor")
+    # TensorRT-LLM 1.2's default sampler would ignore repetition_penalty (and a later one
+    # would apply it on top of ours): the request's own processor carries it instead.
     assert kw == dict(end_id=128258, pad_id=128263, max_tokens=700, temperature=0.5, top_p=0.9,
-                      repetition_penalty=1.2, seed=1234, detokenize=False,
-                      logits_processor=marker)
+                      seed=1234, detokenize=False)
+    assert isinstance(processor, RequestLogitsProcessor) and processor.grammar is marker
+    assert (processor.penalty.prompt_len, processor.penalty.penalty) == (len(PROMPT), 1.2)
     greedy = dataclasses.replace(req, sampling=SamplingParams(temperature=0.0))
     kw = sampling_kwargs(Generation(gen_id=2, request=greedy, arrival=0.0, seed=1).row())
-    assert kw["top_k"] == 1 and "temperature" not in kw and "logits_processor" not in kw
+    assert kw["top_k"] == 1 and "temperature" not in kw
+    assert kw["logits_processor"].grammar is None  # mask off: the penalty still goes along
+    assert kw["logits_processor"].penalty.penalty == 1.1  # Orpheus's default
     assert isinstance(_params(sampling_kwargs, gen.row()), Params)
 
 

@@ -1,5 +1,6 @@
-"""The grammar mask and TensorRT-LLM's overlap scheduler: the shipped configuration never
-combines them, the combination is refused at start-up, and the stand-in shows why."""
+"""Our logits processor and TensorRT-LLM's overlap scheduler: the shipped configuration never
+combines them, the combination is refused at start-up, and the stand-in shows why. Also what
+the real build path sends with each request, and the seeds it refuses."""
 
 import dataclasses
 
@@ -12,6 +13,7 @@ from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.trtllm.build import build_trtllm_backend
 from orpheus_svc.engine.trtllm.grammar import AudioGrammarLogitsProcessor
 from orpheus_svc.engine.trtllm.manifest import FORMAT_CHECKPOINT, FORMAT_ENGINE
+from orpheus_svc.engine.trtllm.processor import RequestLogitsProcessor
 from orpheus_svc.engine.trtllm.startup import TrtllmStartupError
 from tests.engine.harness import Collector, RecordingFlusher
 
@@ -28,8 +30,9 @@ def _config(engine_dir, **engine):
     return dataclasses.replace(Config(), engine=e)
 
 
-def _run(backend, engine_cfg, n, max_tokens):
-    """n generations through the real EngineLoop; returns (Finish by id, flusher, stats)."""
+def _run(backend, engine_cfg, n, max_tokens, seed=None):
+    """n generations through the real EngineLoop; returns (Finish by id, flusher, stats).
+    `seed`: the client's seed of generation i is seed + i (None: the engine picks them)."""
     events = Collector()
     flusher = RecordingFlusher(events)
     core = EngineLoop(backend, flusher, events, settings=engine_cfg.scheduler_settings(),
@@ -38,7 +41,8 @@ def _run(backend, engine_cfg, n, max_tokens):
     try:
         ids = [core.submit(GenerationRequest(session_id=f"s{i}", segment_index=0,
                                              prompt_ids=PROMPT, max_tokens=max_tokens,
-                                             sampling=SamplingParams(seed=i)))
+                                             sampling=SamplingParams(
+                                                 seed=None if seed is None else seed + i)))
                for i in range(n)]
         events.wait_for(lambda ev: events.ended(ids))
         return events.finishes(), flusher, core.stats()
@@ -69,7 +73,10 @@ def test_the_shipped_configuration_holds_the_grammar_over_hundreds_of_tokens(
     (llm,) = fake.llms
     assert len(llm.requests) == 2
     for req in llm.requests:  # every request carried the mask, and it ran without lag
-        assert isinstance(req.params.kwargs["logits_processor"], AudioGrammarLogitsProcessor)
+        processor = req.params.kwargs["logits_processor"]
+        assert isinstance(processor, RequestLogitsProcessor)
+        assert isinstance(processor.grammar, AudioGrammarLogitsProcessor)
+        assert processor.penalty.penalty == 1.1 and "repetition_penalty" not in req.params.kwargs
     assert stats.grammar_violations == 0
     for gen_id, ev in fin.items():
         assert ev.reason in ("stop", "length"), ev
@@ -90,11 +97,37 @@ def test_the_mask_with_the_overlap_scheduler_is_refused_before_any_gpu_work(
     assert fake.gpu_probes == 0 and fake.llms == []
 
 
-def test_without_the_mask_the_overlap_scheduler_stays_on(tmp_path, monkeypatch):
+def test_without_the_mask_the_overlap_scheduler_stays_off_for_the_penalty(tmp_path, monkeypatch):
     fake = fake_trtllm.install(monkeypatch)
-    build_trtllm_backend(_config(_artifact(tmp_path, fmt=FORMAT_CHECKPOINT),
+    build_trtllm_backend(_config(_artifact(tmp_path / "a", fmt=FORMAT_CHECKPOINT),
                                  trtllm_grammar_mask=False))
-    assert fake.llms[0].llm_kwargs["disable_overlap_scheduler"] is False
+    assert fake.llms[0].llm_kwargs["disable_overlap_scheduler"] is True
+    with pytest.raises(TrtllmStartupError, match="the repetition penalty would hit another"):
+        build_trtllm_backend(_config(_artifact(tmp_path / "b", fmt=FORMAT_CHECKPOINT),
+                                     trtllm_grammar_mask=False, trtllm_overlap_scheduler="on"))
+
+
+def test_a_clients_seed_on_the_pytorch_runtime_ends_with_the_reason_not_silently(
+        tmp_path, monkeypatch):
+    fake = fake_trtllm.install(monkeypatch)
+    cfg = _config(_artifact(tmp_path, fmt=FORMAT_CHECKPOINT), max_sessions=2, max_batch_size=2)
+    backend, _ = build_trtllm_backend(cfg)
+    assert "TensorRT-LLM 1.2.0 does not honour a per-request seed" in \
+        backend.capabilities.seed_refusal
+    fin, _, _ = _run(backend, cfg.engine, n=1, max_tokens=70, seed=5)
+    (ev,) = fin.values()
+    assert ev.reason == "error" and ev.error.startswith("sampling.seed: TensorRT-LLM 1.2.0 ")
+    assert fake.llms[0].requests == []  # never reached TensorRT-LLM
+
+
+def test_a_tensorrt_engine_takes_the_clients_seed(tmp_path, monkeypatch):
+    fake = fake_trtllm.install(monkeypatch)
+    cfg = _config(_artifact(tmp_path, fmt=FORMAT_ENGINE), max_sessions=2, max_batch_size=2)
+    backend, _ = build_trtllm_backend(cfg)
+    assert backend.capabilities.seed_refusal is None
+    fin, _, _ = _run(backend, cfg.engine, n=2, max_tokens=70, seed=5)
+    assert sorted(r.params.kwargs["seed"] for r in fake.llms[0].requests) == [5, 6]
+    assert all(ev.reason in ("stop", "length") for ev in fin.values())
 
 
 def test_the_tensorrt_engine_gets_no_overlap_argument_and_refuses_on(tmp_path, monkeypatch):

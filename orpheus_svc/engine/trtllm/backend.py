@@ -20,7 +20,9 @@ slots, with no second gate here. step(plan) does three things, in this order:
                 prompt + max_tokens against max_seq_len never refuses a request; a prompt
                 that does not fit ends the generation with the reason without reaching
                 TensorRT-LLM (EngineLoop's admission has already refused it with
-                INVALID_ARGUMENT)
+                INVALID_ARGUMENT). A client's seed where TensorRT-LLM would ignore it
+                (seed_refusal) ends the generation with that reason too: the edge refuses
+                it first (runtime.FrontRuntime.request), this catches any other caller
     3. collect  the token deltas that arrived since the last step, in arrival order, for
                 the generations in the plan; when none are ready, wait up to wait_s for
                 the next one (no busy spin; returns as soon as a delta arrives)
@@ -83,14 +85,16 @@ class TrtllmBackend:
     def __init__(self, streams: Streams, make_params: Callable[[StepRow], Any], *,
                  num_slots: int, max_seq_len: int, wait_s: float = 0.01,
                  abort_grace_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
-                 on_close: Callable[[], None] | None = None) -> None:
+                 on_close: Callable[[], None] | None = None,
+                 seed_refusal: str | None = None) -> None:
         if num_slots < 1:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}")
         self.num_slots = num_slots
         self.max_seq_len = max_seq_len
         self.capabilities = BackendCapabilities(name="trtllm", num_slots=num_slots,
                                                 max_seq_len=max_seq_len, streams_deltas=True,
-                                                confirms_release=True)
+                                                confirms_release=True,
+                                                seed_refusal=seed_refusal)
         self._bridge = streams
         self._make_params = make_params
         self._wait_s = wait_s
@@ -190,7 +194,7 @@ class TrtllmBackend:
         for row in prefill:  # scheduler priority order: the first waiting ones go first
             if row.gen_id in self._requests:
                 continue  # already submitted (it stays "prefill" until its first token)
-            if not self._fits(row, result):
+            if not self._fits(row, result) or not self._seed_honoured(row, result):
                 continue
             try:
                 params = self._make_params(row)
@@ -215,6 +219,15 @@ class TrtllmBackend:
             self.counters["errors"] += 1
             return False
         return True
+
+    def _seed_honoured(self, row: StepRow, result: StepResult) -> bool:
+        """False (and the reason) for a client's seed that TensorRT-LLM would ignore."""
+        refusal = self.capabilities.seed_refusal
+        if refusal is None or row.request.sampling.seed is None:
+            return True
+        result.errors[row.gen_id] = f"sampling.seed: {refusal}"
+        self.counters["errors"] += 1
+        return False
 
     def _abort(self, s: _LiveRequest) -> None:
         if s.done or s.aborted_at is not None:

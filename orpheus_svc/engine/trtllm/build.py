@@ -9,16 +9,19 @@ orpheus_manifest.json says which kind):
     fp8-hf-checkpoint   tensorrt_llm.LLM                     (PyTorch backend, the default in 1.2)
 
 Start-up checks run cheapest first and each names the missing piece: engine dir and
-manifest; TensorRT-LLM's rules for the configured combination (trtllm_rules.plan_llm:
-features, runtime, limits; all problems in one error, before any GPU work); the
-tokenizer; the tensorrt_llm package, a CUDA GPU, and FP8 support (compute capability
-8.9+); that TensorRT-LLM's worker process can import the grammar processor. tensorrt_llm
-is imported only inside these functions, so this module imports on any machine.
+manifest; TensorRT-LLM's rules for the configured combination and installed version
+(rules.plan_llm: features, runtime, limits, penalty, seed; all problems in one error,
+before any GPU work); the tokenizer; the tensorrt_llm package, a CUDA GPU, and FP8
+support (compute capability 8.9+); that TensorRT-LLM's worker process can import our
+logits processor. tensorrt_llm is imported only inside these functions, so this module
+imports on any machine.
 
 Requests go in as prompt token ids (no tokenizer inside TensorRT-LLM, no detokenization)
-with SamplingParams(end_id=128258, temperature, top_p, repetition_penalty, max_tokens,
-seed) and, unless engine.trtllm_grammar_mask is false, the audio-grammar logits processor;
-with the mask on, the PyTorch backend's overlap scheduler is off (trtllm_rules).
+with SamplingParams(end_id=128258, temperature, top_p, max_tokens, seed) and our logits
+processor (processor.py): the repetition penalty, which TensorRT-LLM 1.2's default sampler
+ignores (so repetition_penalty is never sent), and, unless engine.trtllm_grammar_mask is
+false, the audio-grammar mask; the PyTorch backend's overlap scheduler is off (rules.py).
+A client's seed is refused where TensorRT-LLM would ignore it (LlmPlan.seed_refusal).
 
 Scheduler settings: the backend says it streams deltas (BackendCapabilities), and EngineLoop
 derives the settings from that (engine/loop.py, effective_settings): every running generation
@@ -36,11 +39,14 @@ from orpheus_svc.core.step import StepRow
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, PAD_ID
 
 from orpheus_svc.engine.trtllm.backend import TrtllmBackend
+from orpheus_svc.engine.trtllm.grammar import AudioGrammarLogitsProcessor
 from orpheus_svc.engine.trtllm.manifest import KV_DTYPE_BYTES, Manifest, kv_cache_bytes
+from orpheus_svc.engine.trtllm.processor import RequestLogitsProcessor, request_processor
 from orpheus_svc.engine.trtllm.rules import LlmPlan, plan_llm
 from orpheus_svc.engine.trtllm.startup import (
     TrtllmStartupError,
     artifact_dir,
+    installed_version,
     load_encoder,
     load_manifest,
     require_fp8_gpu,
@@ -53,21 +59,23 @@ log = logging.getLogger(__name__)
 __all__ = ["TrtllmBackend", "TrtllmStartupError", "build_trtllm_backend", "sampling_kwargs"]
 
 
-def sampling_kwargs(row: StepRow, grammar: Any | None = None) -> dict[str, Any]:
+def sampling_kwargs(row: StepRow, grammar: AudioGrammarLogitsProcessor | None = None
+                    ) -> dict[str, Any]:
     """SamplingParams keyword arguments for one generation (TensorRT-LLM 1.2 names).
     max_tokens is the request's, which the scheduler has already fitted to the slot
-    (core.prompt.fit_to_slot)."""
-    s = row.request.sampling
+    (core.prompt.fit_to_slot). No repetition_penalty: the request's own logits processor
+    applies it (processor.py); `grammar` is the shared mask, or None when it is off."""
+    req = row.request
+    s = req.sampling
     kw: dict[str, Any] = dict(end_id=END_OF_SPEECH_ID, pad_id=PAD_ID,
-                              max_tokens=row.request.max_tokens, top_p=s.top_p,
-                              repetition_penalty=s.repetition_penalty, seed=row.seed,
+                              max_tokens=req.max_tokens, top_p=s.top_p, seed=row.seed,
                               detokenize=False)
     if s.temperature > 0:
         kw["temperature"] = s.temperature
     else:  # TensorRT-LLM wants temperature > 0; greedy is top_k = 1
         kw["top_k"] = 1
-    if grammar is not None:
-        kw["logits_processor"] = grammar
+    kw["logits_processor"] = request_processor(len(req.prompt_ids), s.repetition_penalty,
+                                               grammar)
     return kw
 
 
@@ -78,16 +86,14 @@ def build_trtllm_backend(config: Any) -> tuple[TrtllmBackend, Callable[[str], li
     e = config.engine
     path = artifact_dir(e)
     manifest = load_manifest(path)
-    plan = plan_llm(manifest, e)  # TensorRT-LLM's rules, before any GPU work
+    # TensorRT-LLM's rules for this configuration and version, before any GPU work
+    plan = plan_llm(manifest, e, installed_version())
     encode = load_encoder(path, config.model.path)
     require_tensorrt_llm()
     gpu = require_fp8_gpu()
-    grammar = None
-    if plan.grammar_mask:
-        from orpheus_svc.engine.trtllm.grammar import AudioGrammarLogitsProcessor
-        grammar = AudioGrammarLogitsProcessor()
-        # Before the LLM starts its worker: that process unpickles the processor.
-        ensure_worker_can_import(AudioGrammarLogitsProcessor.__module__)
+    grammar = AudioGrammarLogitsProcessor() if plan.grammar_mask else None
+    # Before the LLM starts its worker: that process unpickles every request's processor.
+    ensure_worker_can_import(RequestLogitsProcessor.__module__)
     for note in plan.notes:
         log.info("trtllm backend: %s", note)
     llm = _open_llm(plan, manifest, path, e)
@@ -97,7 +103,8 @@ def build_trtllm_backend(config: Any) -> tuple[TrtllmBackend, Callable[[str], li
 
     make_params = partial(_make_params, SamplingParams, grammar)
     backend = TrtllmBackend(StreamBridge(llm), make_params, num_slots=e.max_sessions,
-                            max_seq_len=e.max_seq_len, on_close=llm.shutdown)
+                            max_seq_len=e.max_seq_len, on_close=llm.shutdown,
+                            seed_refusal=plan.seed_refusal)
     _log_start(manifest, path, e, gpu, plan)
     return backend, encode
 
@@ -132,9 +139,10 @@ def _log_start(manifest: Manifest, path: Path, e: Any, gpu: Any, plan: LlmPlan) 
                           kv_heads=spec.num_key_value_heads, head_dim=spec.head_dim,
                           max_seq_len=e.max_seq_len, dtype_bytes=KV_DTYPE_BYTES.get(kv_dtype, 2))
     log.info("trtllm backend: %s from %s on %s (%s); %d slots x %d tokens need %.2f GiB of "
-             "%s KV cache (pool: %.0f%% of free GPU memory); audio grammar %s; overlap "
-             "scheduler %s",
+             "%s KV cache (pool: %.0f%% of free GPU memory); audio grammar %s; repetition "
+             "penalty by our logits processor; per-request seeds %s; overlap scheduler %s",
              manifest.format, path, gpu.name, gpu.sm, e.max_sessions, e.max_seq_len,
              need / 2**30, kv_dtype, 100 * e.trtllm_kv_free_gpu_fraction,
              "masked by a logits processor and validated" if plan.grammar_mask
-             else "validated only", "on" if plan.overlap_scheduler else "off")
+             else "validated only", "refused" if plan.seed_refusal else "honoured",
+             "on" if plan.overlap_scheduler else "off")

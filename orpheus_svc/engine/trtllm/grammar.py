@@ -19,18 +19,20 @@ state and does not care whether `token_ids` includes the prompt:
 
     allowed ids at position p: grammar.position_id_range(p)   (+ 128258 where legal)
 
-Everything else is set to -inf, so sampling (temperature, top-p, repetition penalty) runs
-over legal ids only: the same constraint the torch backend applies by slicing its LM head.
+Everything else is set to -inf, so sampling (temperature, top-p) runs over legal ids only:
+the same constraint the torch backend applies by slicing its LM head. The repetition
+penalty is ours too (penalty.py); processor.py runs both for every request.
 Our scheduler's FrameParser still validates every token (and counts violations), so a
 processor that is not applied shows up in the status RPC instead of as corrupt audio.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from orpheus_svc.core.grammar import position_id_range, state_after_token
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, FRAME_TOKENS
+from orpheus_svc.engine.trtllm.cuda_stream import on_stream
 
 # Row of the mask table for "position 0, stop allowed" (rows 0..6 are positions 0..6).
 _BOUNDARY_WITH_STOP = FRAME_TOKENS
@@ -56,19 +58,13 @@ class AudioGrammarLogitsProcessor:
 
     def __call__(self, req_id: int, logits: Any, token_ids: list[list[int]],
                  stream_ptr: int | None, client_id: int | None) -> None:
-        import torch
+        with on_stream(stream_ptr):
+            self.mask(logits, token_ids[0] if token_ids else [])
 
-        seq = token_ids[0] if token_ids else None
-        position, stop = state_after_token(seq[-1] if seq else None)
+    def mask(self, logits: Any, token_ids: Sequence[int]) -> None:
+        """Mask `logits` in place (on the current stream) for the token after `token_ids`."""
+        position, stop = state_after_token(token_ids[-1] if token_ids else None)
         row = _BOUNDARY_WITH_STOP if stop else position
-        if stream_ptr is None:
-            self._apply(logits, row)
-            return
-        # The TensorRT backend hands us its stream; work queued elsewhere would race it.
-        with torch.cuda.stream(torch.cuda.ExternalStream(stream_ptr)):
-            self._apply(logits, row)
-
-    def _apply(self, logits: Any, row: int) -> None:
         blocked = self._table(logits.device, logits.shape[-1])[row]
         logits.masked_fill_(blocked, float("-inf"))
 

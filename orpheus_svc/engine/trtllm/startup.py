@@ -4,6 +4,8 @@
     load_manifest     it holds orpheus_manifest.json (written by orpheus-build-engine)
     (trtllm_rules.plan_llm checks the configured combination and limits in one place)
     load_encoder      a tokenizer.json for prompts (the artifact's, else model.path's)
+    installed_version the tensorrt_llm version from its package metadata (no import), for
+                      the rules that depend on it
     require_tensorrt_llm / require_fp8_gpu
                       the package imports; a CUDA GPU of compute capability 8.9+ is visible
 
@@ -68,6 +70,17 @@ def load_encoder(path: Path, model_path: str | None) -> Callable[[str], list[int
     raise TrtllmStartupError(
         f"no tokenizer.json in engine.trtllm_engine_dir ({path}) or model.path "
         f"({model_path!r}): copy the Orpheus tokenizer.json next to the engine")
+
+
+def installed_version() -> str | None:
+    """The installed tensorrt_llm's version from its distribution metadata, without importing
+    it (that takes seconds and needs CUDA); None when it is not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("tensorrt_llm")  # matches tensorrt-llm too (normalised)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def require_tensorrt_llm() -> Any:

@@ -7,7 +7,8 @@ included) is pickled by the proxy and unpickled by that worker from a ZeroMQ que
 (HMAC-signed plain pickle). So:
 
   * the processor's class is imported by module path in the worker: the worker must be
-    able to import orpheus_svc.engine.trtllm.grammar. It is started by a fresh
+    able to import orpheus_svc.engine.trtllm.processor (and with it the grammar mask
+    and the repetition penalty). It is started by a fresh
     interpreter with this process's environment, so what this process found through its
     working directory or a sys.path edit is not necessarily there. ensure_worker_can_import
     checks exactly that (a fresh interpreter, an empty working directory, our environment)
@@ -51,10 +52,10 @@ def ensure_worker_can_import(module: str, env: MutableMapping[str, str] | None =
     ok, err = _probe(module, env, run)
     if not ok:
         raise TrtllmStartupError(
-            f"TensorRT-LLM's worker process could not import {module} (the audio-grammar "
-            f"logits processor), even with {root} on PYTHONPATH: {err}. Install orpheus-svc "
-            f"into the environment that runs the server, or set engine.trtllm_grammar_mask "
-            f"false")
+            f"TensorRT-LLM's worker process could not import {module} (the logits "
+            f"processor every request carries: repetition penalty and audio-grammar mask), "
+            f"even with {root} on PYTHONPATH: {err}. Install orpheus-svc into the "
+            f"environment that runs the server")
     log.info("added %s to PYTHONPATH so TensorRT-LLM's worker process can import %s",
              root, module)
     return root
