@@ -234,3 +234,48 @@ def test_the_graph_backend_refuses_a_model_without_its_dummy_slot():
         GraphBackend(_model(False), 4, graphs=False)
     with pytest.raises(ValueError, match="CUDA"):
         GraphBackend(_model(True), 4, graphs=True)
+
+
+def _flaky_run(fail_on):
+    """Two requests, one after the other, through a graph backend whose launch raises for
+    the plans `fail_on(plan, calls so far)` picks; their finishes and how many failed."""
+    backend = _graph()
+    launch, calls, failed = backend.launch, [], []
+
+    def flaky(plan):
+        calls.append(plan)
+        if fail_on(plan, len(calls)):
+            failed.append(plan)
+            raise RuntimeError("device fault")
+        return launch(plan)
+    backend.launch = flaky
+    events = Collector()
+    core = EngineLoop(backend, RecordingFlusher(events), events, seed=1)
+    core.start()
+    try:
+        first = core.submit(_request(0, 30))
+        events.wait_for(lambda ev: events.ended([first]))
+        second = core.submit(_request(1, 12))
+        events.wait_for(lambda ev: events.ended([second]))
+    finally:
+        core.stop()
+    return events.finish(first), events.finish(second), len(failed)
+
+
+def test_a_failed_launch_fails_its_rows_and_the_engine_goes_on():
+    """A run-ahead backend's launch that raises fails the generations of that step with an
+    internal error (not retry_safe: no partial re-run), and the engine serves the next."""
+    first, second, failed = _flaky_run(lambda plan, n: n == 1)  # the first one's prefill
+    assert failed == 1
+    assert first.reason == "error" and "internal error" in first.error
+    assert (second.reason, second.num_generated) == ("length", 12)
+
+
+def test_a_failed_launch_ahead_runs_that_step_after_the_one_before():
+    """A step launched ahead that fails to launch is planned again by schedule() once the
+    step before it is read: its generation loses nothing."""
+    first, second, failed = _flaky_run(
+        lambda plan, n: n == 5 and len(plan.decode) and (plan.decode.last_token == -1).all())
+    assert failed == 1
+    assert (first.reason, first.num_generated) == ("length", 30)
+    assert (second.reason, second.num_generated) == ("length", 12)
