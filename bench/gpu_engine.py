@@ -515,19 +515,25 @@ def snac(device, windows=(16, 64), streams: int = 256) -> dict:
     windows_per_s = streams * (1 / FRAME_SECONDS) * 4 / chunk  # steady state
     out = {"streams": streams, "window_steps": steps_, "kept_steps": chunk,
            "windows_per_s": round(windows_per_s, 1), "ms": {}, "gpu_share_at_streams": {}}
+    cuda = device.type == "cuda"  # the dry run only checks the code path
+    variants = [("fp32", torch.float32, False), ("bf16", torch.bfloat16, False)]
+    if cuda:  # cuDNN's autotuner: the flusher's window shapes repeat
+        variants += [("fp32_cudnn_benchmark", torch.float32, True),
+                     ("bf16_cudnn_benchmark", torch.bfloat16, True)]
+    lo = ctx * HOP
+    pcm = {}
     with tempfile.TemporaryDirectory() as d:
         path = write_random_snac(Path(d) / "snac", seed=3)
-        for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        for name, dt, autotune in variants:
+            torch.backends.cudnn.benchmark = autotune
             codec = load_snac(path, device=device, dtype=dt, noise=True)
             rng = np.random.default_rng(0)
             for w in windows:
                 batch = [rng.integers(0, 4096, size=(frames, 7)) for _ in range(w)]
-                lo = ctx * HOP
                 z = codec.latents(batch)[..., :steps_]
 
                 def call():
                     codec.decode_latents(z, keep=(lo, lo + chunk * HOP))
-                cuda = device.type == "cuda"  # the dry run only checks the code path
                 for _ in range(3 if cuda else 1):
                     call()
                 _sync(device)
@@ -540,10 +546,17 @@ def snac(device, windows=(16, 64), streams: int = 256) -> dict:
                 ms = _median(times)
                 out["ms"][f"{name}_{w}x{steps_}steps"] = ms
                 out["gpu_share_at_streams"][f"{name}_{w}"] = round(windows_per_s * ms / w / 1000, 3)
+            if not autotune:  # the same windows without noise, to compare the dtypes' PCM
+                pcm[name] = codec.decode_latents(z, keep=(lo, lo + chunk * HOP), noise=False)
             del codec
+    torch.backends.cudnn.benchmark = False
+    ref, low = pcm["fp32"].astype(np.float64), pcm["bf16"].astype(np.float64)
+    out["bf16_snr_db_vs_fp32"] = round(float(10 * np.log10(np.sum(ref ** 2)
+                                                           / max(np.sum((low - ref) ** 2), 1e-30))), 1)
     out["note"] = ("steady-state 16-frame chunks only (the first chunks of each utterance are "
                    "smaller and cost more per frame); eager codec, as the flusher runs it; "
-                   "share = GPU seconds per second for `streams` real-time streams")
+                   "share = GPU seconds per second for `streams` real-time streams; the SNR "
+                   "is on random-init weights (indicative only)")
     return out
 
 
