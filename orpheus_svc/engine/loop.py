@@ -326,8 +326,10 @@ class EngineLoop:
             self._launch_ahead(plan)
             return self._finish_step(plan, self._collect(plan, handle))
         plan = self._scheduler.schedule(self._clock())
-        if plan.admitted or plan.released:
+        if plan.admitted or plan.released or plan.refused:
             self._stats_stale = True
+        for gen, reason in plan.refused:
+            events.add(Rejected(gen.gen_id, reason=reason))
         for gen in plan.admitted:
             events.add(Admitted(gen.gen_id, gen.slot))
         if plan.admitted:
