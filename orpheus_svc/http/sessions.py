@@ -93,6 +93,7 @@ async def run_session(state: ServerState, options: SessionOptions, inputs: Async
             call.writing_since = loop.time()  # the watchdog's stalled-consumer clock
             yield out
             call.writing_since = None
+            call.writes += 1
     except SessionError as exc:
         outcome = exc.cause or exc.code
         log.info("session refused", session_id=session.session_id, code=exc.code, reason=exc.message)
@@ -100,8 +101,10 @@ async def run_session(state: ServerState, options: SessionOptions, inputs: Async
     except BaseException:
         outcome = call.cut_by or "cancelled"
         if call.cut_by:
+            reason = (call.stall_reason(state.config.session.stalled_consumer_timeout_seconds)
+                      if call.stalled else "idle (session.idle_timeout_seconds)")
             log.warning("call ended", rpc=rpc, session_id=session.session_id,
-                        status="DEADLINE_EXCEEDED", reason=f"{call.cut_by} (session timeouts)")
+                        status="DEADLINE_EXCEEDED", reason=reason)
         raise
     finally:
         await outputs.aclose()  # cancels generations still running: slots freed next step
