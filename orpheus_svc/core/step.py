@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Protocol, Sequence
 import numpy as np
 
 if TYPE_CHECKING:
-    from .generation import GenerationRequest
+    from .request import GenerationRequest
 
 
 class StepRow(NamedTuple):
