@@ -34,7 +34,7 @@ def _overrides(args: argparse.Namespace) -> dict:
     shortcuts = {"profile": "profile", "model": "model.path", "snac": "model.snac",
                  "backend": "engine.backend", "device": "model.device",
                  "host": "server.host", "port": "server.port",
-                 "sim_profile": "engine.sim_profile"}
+                 "sim_profile": "engine.sim_profile", **SECURITY_FLAGS}
     for attr, dotted in shortcuts.items():
         value = getattr(args, attr, None)
         if value is not None:
@@ -42,21 +42,52 @@ def _overrides(args: argparse.Namespace) -> dict:
     return out
 
 
+# The security shortcuts: flag dest -> setting (docs/security.md).
+SECURITY_FLAGS = {"tls_cert": "server.tls_cert_file", "tls_key": "server.tls_key_file",
+                  "tls_client_ca": "server.tls_client_ca_file",
+                  "api_keys_file": "server.api_keys_file"}
+
+SERVE_EPILOG = """\
+security: everything is off by default, so the server speaks plaintext gRPC and admits
+every caller. For anything reachable from another host, turn on TLS (--tls-cert and
+--tls-key, i.e. server.tls_cert_file and server.tls_key_file; no plaintext port is then
+opened), mTLS (--tls-client-ca, server.tls_client_ca_file) and API keys with per-key limits
+(--api-keys-file, server.api_keys_file; or server.api_keys inline). Related:
+server.auth_open_reflection, server.auth_open_status, server.metrics_host,
+server.reflection. docs/security.md explains each; every setting can also be given as
+--set section.key=value or ORPHEUS_SECTION__KEY (docs/configuration.md)."""
+
+
+def _serving(p: argparse.ArgumentParser) -> None:
+    """Where and how the server listens: address and the security shortcuts."""
+    p.add_argument("--host", help="bind address (default 0.0.0.0)")
+    p.add_argument("--port", type=int, help="port (default 50051; 0 picks a free one)")
+    p.add_argument("--sim-profile", dest="sim_profile", help="GPU timing profile for --backend sim")
+    tls = p.add_argument_group("security (docs/security.md; off by default)")
+    tls.add_argument("--tls-cert", dest="tls_cert", metavar="PEM",
+                     help="TLS certificate chain (server.tls_cert_file); with --tls-key")
+    tls.add_argument("--tls-key", dest="tls_key", metavar="PEM",
+                     help="TLS private key (server.tls_key_file)")
+    tls.add_argument("--tls-client-ca", dest="tls_client_ca", metavar="PEM",
+                     help="mTLS: accept only clients with a certificate from this CA "
+                          "(server.tls_client_ca_file)")
+    tls.add_argument("--api-keys-file", dest="api_keys_file", metavar="FILE",
+                     help="API keys with per-key limits, re-read when it changes "
+                          "(server.api_keys_file)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="orpheus-svc", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the gRPC server")
+    serve = sub.add_parser("serve", help="run the gRPC server", epilog=SERVE_EPILOG,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(serve)
-    serve.add_argument("--host", help="bind address (default 0.0.0.0)")
-    serve.add_argument("--port", type=int, help="port (default 50051; 0 picks a free one)")
-    serve.add_argument("--sim-profile", dest="sim_profile", help="GPU timing profile for --backend sim")
+    _serving(serve)
     show = sub.add_parser("config", help="print the effective configuration (defaults, "
                                          "profile, file, ORPHEUS_* environment and flags "
                                          "applied) as a config file")
     _common(show)
-    show.add_argument("--host", help="bind address")
-    show.add_argument("--port", type=int, help="port")
-    show.add_argument("--sim-profile", dest="sim_profile", help="GPU timing profile for --backend sim")
+    _serving(show)
     synth = sub.add_parser("synth", help="synthesize text to a WAV file without a server")
     _common(synth)
     synth.add_argument("--text", required=True, help="text to speak")
@@ -80,12 +111,15 @@ def main(argv: list[str] | None = None, *, priority=None) -> int:
         return 0
     if args.command == "serve":
         try:
-            from orpheus_svc.server.app import serve_main
+            if config.server.topology == "split":  # an engine process and gRPC front-ends
+                from orpheus_svc.ipc.topology import serve_split as serve
+            else:
+                from orpheus_svc.server.app import serve_main as serve
         except ImportError as exc:  # installed without the server extra (e.g. a build machine)
             print(f"orpheus-svc: serving needs the server extra (pip install "
                   f"'orpheus-svc[server]' and ./clients/python): {exc}", file=sys.stderr)
             return 2
-        return serve_main(config, priority=priority)
+        return serve(config, priority=priority)
     return _synth(config, args)
 
 

@@ -75,6 +75,12 @@ class ModelConfig:
 
 
 _SCHEDULER = SchedulerSettings()  # the scheduler's defaults, written once (core/scheduler.py)
+# Backends whose steps run at real time on any device they run on: trtllm (a GPU only) and
+# sim (it paces steps like one). torch and graph do on CUDA, not on the CPU (the demo).
+REAL_TIME_BACKENDS = ("sim", "trtllm")
+# engine.row_budget's spellings (YAML reads a bare true/on as a boolean: "True" here)
+_ON_OFF = {"auto": "auto", "true": "true", "on": "true", "1": "true", "yes": "true",
+           "false": "false", "off": "false", "0": "false", "no": "false"}
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,10 @@ class EngineConfig:
     aging_steps: int = _SCHEDULER.aging_steps
     max_prefill_tokens: int = _SCHEDULER.max_prefill_tokens
     max_ahead_seconds: float = _SCHEDULER.max_ahead_seconds  # playout horizon; 0 = off
-    row_budget: bool = _SCHEDULER.row_budget  # real-time row budget at admission
+    # Real-time row budget at admission (SchedulerSettings.row_budget): true | false |
+    # auto: on where the backend runs at real time (REAL_TIME_BACKENDS), off on the CPU,
+    # where it only delays later segments. Resolved and logged at start-up (runtime.py).
+    row_budget: str = "auto"
     row_budget_headroom: float = _SCHEDULER.row_budget_headroom
     seed: int | None = None  # engine seed for requests without one (None: random per start)
     # The cyclic garbage collector runs in the engine thread, between steps, instead of
@@ -127,12 +136,31 @@ class EngineConfig:
         # YAML reads a bare on/off as a boolean, which arrives here as "True"/"False"
         require(self.trtllm_overlap_scheduler.lower() in ("auto", "on", "off", "true", "false"),
                 self, "trtllm_overlap_scheduler", "must be auto, on or off")
+        budget = _ON_OFF.get(str(self.row_budget).strip().lower())
+        require(budget is not None, self, "row_budget", "must be auto, true or false")
+        object.__setattr__(self, "row_budget", budget)
         self.scheduler_settings()  # the scheduler checks its own fields
 
-    def scheduler_settings(self) -> SchedulerSettings:
-        """The scheduler's settings: the fields of the same names."""
-        return SchedulerSettings(**{f.name: getattr(self, f.name)
-                                    for f in fields(SchedulerSettings) if hasattr(self, f.name)})
+    def row_budget_choice(self, device_type: str) -> tuple[bool, str]:
+        """Whether the real-time row budget is on for this backend on `device_type`
+        ("cpu" or "cuda"), and why, in words for the start-up log."""
+        if self.row_budget != "auto":
+            return self.row_budget == "true", f"engine.row_budget={self.row_budget}"
+        on = self.backend in REAL_TIME_BACKENDS or (
+            self.backend in ("torch", "graph") and device_type == "cuda")
+        where = "" if self.backend in REAL_TIME_BACKENDS else f" on {device_type}"
+        why = (f"the {self.backend} backend{where} "
+               + ("runs at real time" if on else "is slower than real time, where the budget "
+                                                 "would only delay later segments"))
+        return on, f"engine.row_budget=auto: {'on' if on else 'off'} ({why})"
+
+    def scheduler_settings(self, device_type: str = "cpu") -> SchedulerSettings:
+        """The scheduler's settings: the fields of the same names, with row_budget resolved
+        for this backend on `device_type` (row_budget_choice)."""
+        values = {f.name: getattr(self, f.name)
+                  for f in fields(SchedulerSettings) if hasattr(self, f.name)}
+        values["row_budget"] = self.row_budget_choice(device_type)[0]
+        return SchedulerSettings(**values)
 
 
 @dataclass(frozen=True)

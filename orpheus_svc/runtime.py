@@ -167,7 +167,8 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
                 log.warning("model.snac not set: using a random-init SNAC, so the audio is not "
                             "speech; set model.snac to hubertsiuzdak/snac_24khz or a local copy")
             snac_ref = str(demo.snac_dir)
-    settings = e.scheduler_settings()
+    settings = e.scheduler_settings(device.type)
+    log.info(e.row_budget_choice(device.type)[1])
     model_dir = None
     if e.backend in ("torch", "graph"):
         backend, encode, model_dir = _torch_backend(config, model_ref, device, dtype)

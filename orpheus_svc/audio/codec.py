@@ -15,6 +15,10 @@ global RNG, which the engine thread may use) and can be switched off per call:
   kept samples has the same statistics as one decode: chunking adds no seam of its own.
 * noise off: deterministic output, and one `linear` conv less per stage. Used for offline
   reference decodes, for measuring the streaming error (docs/snac-streaming.md) and in tests.
+* seeded rows (`decode_latents(..., noise_seeds=...)`): noise on, but a row with a seed
+  draws its noise from generators seeded by it alone (one per NoiseBlock), so the same
+  window with the same seed decodes to the same PCM whatever shares its call: the flusher
+  gives each window of a seeded session such a seed (issue 29: a seed reproduces audio).
 """
 
 from __future__ import annotations
@@ -65,17 +69,26 @@ class SnacLoadError(ValueError):
 class _Noise(nn.Module):
     """SNAC's NoiseBlock with a private generator and an off switch (see module docstring)."""
 
-    def __init__(self, linear: nn.Module):
+    def __init__(self, linear: nn.Module, index: int = 0):
         super().__init__()
         self.linear = linear
+        self.index = index  # which NoiseBlock: a seeded row draws other noise in each
         self.enabled = True
         self.generator: torch.Generator | None = None
+        self.row_seeds: Sequence[int | None] | None = None  # set for one call only
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.enabled:
             return x
-        noise = torch.randn((x.shape[0], 1, x.shape[2]), generator=self.generator,
-                            device=x.device, dtype=x.dtype)
+        shape = (x.shape[0], 1, x.shape[2])
+        noise = torch.randn(shape, generator=self.generator, device=x.device, dtype=x.dtype)
+        if self.row_seeds is not None:
+            for row, seed in enumerate(self.row_seeds):
+                if seed is not None:
+                    g = torch.Generator(device=x.device)
+                    g.manual_seed((seed * 0x100000001B3 + self.index) % (1 << 63))
+                    noise[row] = torch.randn(shape[1:], generator=g, device=x.device,
+                                             dtype=x.dtype)
         return x + noise * self.linear(x)
 
 
@@ -191,7 +204,7 @@ class SnacCodec:
         for module in decoder.modules():
             for name, child in list(module.named_children()):
                 if isinstance(child, NoiseBlock):
-                    new = _Noise(child.linear)
+                    new = _Noise(child.linear, len(replaced))
                     setattr(module, name, new)
                     replaced.append(new)
         return replaced
@@ -251,12 +264,14 @@ class SnacCodec:
 
     @torch.inference_mode()
     def decode_latents(self, z: torch.Tensor, keep: tuple[int, int] | None = None,
-                       noise: bool | None = None) -> np.ndarray:
+                       noise: bool | None = None,
+                       noise_seeds: Sequence[int | None] | None = None) -> np.ndarray:
         """[B, latent_dim, T] -> [B, T*512] float32 PCM, or only samples [lo, hi) if keep=(lo, hi).
 
         With `keep`, the context is dropped inside the decoder, where it stops mattering
         (see _crop); the kept samples are the same as those of the full decode.
-        `noise` overrides the codec's setting for this call only.
+        `noise` overrides the codec's setting for this call only. `noise_seeds` (one per
+        row, None for none): a row with a seed draws its noise from that seed alone.
         """
         steps = z.shape[-1]
         lo, hi = (0, steps * self.hop_length) if keep is None else keep
@@ -267,6 +282,11 @@ class SnacCodec:
         previous = self.noise
         if noise is not None:
             self.noise = noise
+        if noise_seeds is not None:
+            if len(noise_seeds) != z.shape[0]:
+                raise ValueError(f"{len(noise_seeds)} noise seeds for {z.shape[0]} rows")
+            for block in self._noise_blocks:
+                block.row_seeds = noise_seeds
         try:
             x, base = z, 0
             for i, layer in enumerate(self.decoder.model):
@@ -275,6 +295,8 @@ class SnacCodec:
                     x, base = self._crop(x, steps, lo, hi)
         finally:
             self.noise = previous
+            for block in self._noise_blocks:
+                block.row_seeds = None
         return x[:, 0, lo - base:hi - base].float().cpu().numpy()
 
     def _crop(self, x: torch.Tensor, steps: int, lo: int, hi: int) -> tuple[torch.Tensor, int]:

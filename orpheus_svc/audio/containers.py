@@ -6,6 +6,9 @@ is one continuous stream for a whole session: the muxer writes its header with t
 packet, every `encode()` returns the bytes the encoder and muxer have completed so far, and
 `finish()` drains the encoder and writes the trailer. Nothing is written twice or seeked
 back to (the output is a pipe), so what a client has received is always a valid prefix.
+A `whole` encoder (a response sent once the audio is complete) writes to a seekable buffer
+instead and returns everything from `finish()`: the muxer then goes back to write what it
+learns only at the end (FLAC's STREAMINFO total samples and MD5).
 
 Latency each format adds on top of the audio itself (what an `encode()` may hold back):
 
@@ -68,15 +71,16 @@ class _Sink(io.RawIOBase):
 class ContainerEncoder:
     """Mono float32 PCM at `rate` in, one `encoding` byte stream out, chunk by chunk."""
 
-    def __init__(self, encoding: str, rate: int) -> None:
+    def __init__(self, encoding: str, rate: int, whole: bool = False) -> None:
         import av  # lazily: only sessions that ask for a compressed format load FFmpeg
 
         fmt = FORMATS[encoding]
         self._av = av
         self.rate = rate
         self._sink = _Sink()
-        self._container = av.open(self._sink, mode="w", format=fmt.muxer,
-                                  options=dict(fmt.muxer_options))
+        self._whole = io.BytesIO() if whole else None
+        self._container = av.open(self._sink if self._whole is None else self._whole, mode="w",
+                                  format=fmt.muxer, options=dict(fmt.muxer_options))
         self._stream = self._container.add_stream(fmt.codec, rate=rate, layout="mono")
         if fmt.bit_rate:
             self._stream.codec_context.bit_rate = fmt.bit_rate
@@ -103,6 +107,8 @@ class ContainerEncoder:
             for packet in self._stream.encode(None):
                 self._container.mux(packet)
             self._container.close()
+            if self._whole is not None:
+                return self._whole.getvalue()
         return self._sink.take()
 
     def close(self) -> None:

@@ -13,6 +13,11 @@ queue under a lock, so the producer never waits for a decode. How much audio a l
 has buffered comes from the scheduler's playout clock (a PlayoutSnapshot, core/playout.py,
 pushed with the frames) and the samples sent here.
 
+A generation pushed with a seed (a seeded session's) decodes the same tokens to the same
+PCM every time: its windows follow its frames alone (windows.py plan_fixed_windows), each
+is decoded in a call of its own (a batch's rows differ in the last float bits by its size)
+and draws SNAC's noise from a seed of the generation's and the window's (codec.py).
+
 Guarantees per generation: offsets are contiguous from 0; F frames give exactly F*2048
 samples; the last event has final=True (a generation with no frames gets one empty final
 event) and carries the Finish pushed with the last frames; after drop() returns, no sink
@@ -37,7 +42,9 @@ import numpy as np
 import torch
 
 from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, HOP, FlusherSettings
-from orpheus_svc.audio.windows import Window, chunk_target, plan_windows, ready_end
+from orpheus_svc.audio.windows import (
+    Window, chunk_target, plan_fixed_windows, plan_windows, ready_end,
+)
 from orpheus_svc.core.events import AudioEvent, Finish, FramePush
 from orpheus_svc.core.playout import PlayoutSnapshot
 from orpheus_svc.core.tokens import CODES_PER_POSITION, FRAME_TOKENS, SAMPLE_RATE, SAMPLES_PER_FRAME
@@ -72,6 +79,7 @@ class _Stream:
     emitted: int = 0
     playout: PlayoutSnapshot | None = None  # the latest the engine gave
     seq: int = 0  # arrival order among the flusher's streams (the order they are planned in)
+    seed: int | None = None  # a seeded session's: reproducible audio (module docstring)
     wake_at: float | None = None  # when its withheld audio becomes due (its valid heap entry)
 
     def buffered(self, now: float) -> float:
@@ -108,6 +116,11 @@ class _Stream:
         return self.frames[0] if self.frames else np.zeros((0, FRAME_TOKENS), np.int64)
 
 
+def _window_seed(seed: int, w: Window) -> int:
+    """The noise seed of one window of a seeded generation: its seed and where it lies."""
+    return (seed * 0x9E3779B97F4A7C15 + w.start * 0x100000001B3 + w.end) % (1 << 63)
+
+
 class Flusher:
     """Turns pushed frames into AudioEvents. See the module docstring for the guarantees.
 
@@ -133,9 +146,9 @@ class Flusher:
         self.on_decode = on_decode  # called with the windows of each SNAC call (metrics)
         self._name = name
         self._lock = threading.Condition(threading.Lock())
-        # (gen_id, frames, final, playout, finish); frames None = drop
+        # (gen_id, frames, final, playout, finish, seed); frames None = drop
         self._commands: list[tuple[int, np.ndarray | None, bool, PlayoutSnapshot | None,
-                                   Finish | None]] = []
+                                   Finish | None, int | None]] = []
         self._dropped: set[int] = set()  # dropped since the last drain: filter in-flight output
         self._ends: list[AudioEvent] = []  # final events of dropped/failed generations, to emit
         self._unsent: dict[int, int] = {}  # dropped gen -> offset of its first filtered event
@@ -159,17 +172,20 @@ class Flusher:
 
     # -- producer side (any thread) -------------------------------------------------------
     def push(self, gen_id: int, frames: np.ndarray, final: bool = False,
-             playout: PlayoutSnapshot | None = None, finish: Finish | None = None) -> None:
+             playout: PlayoutSnapshot | None = None, finish: Finish | None = None,
+             seed: int | None = None) -> None:
         """Append frames ([n, 7] codes, n may be 0) to a generation; final: no more will come.
         playout: the scheduler's clock for this generation (when its listener reaches it, on
         the flusher's clock), given with the first frames and again whenever it moved (with
         n = 0 when no frames come along); the latest replaces the one before.
         finish: how the generation ended (implies final); its final event carries it.
+        seed: the generation's sampling seed when its session gave one (with its first
+        frames, or every push): its audio is then reproducible (module docstring).
 
         Raises ValueError at once (in the caller's thread, where the bug is) for a wrong
         shape or a code outside 0..4095; otherwise never waits for the flusher.
         """
-        self.push_many([FramePush(gen_id, frames, final, playout, finish)])
+        self.push_many([FramePush(gen_id, frames, final, playout, finish, seed)])
 
     def push_many(self, pushes: Sequence[FramePush]) -> None:
         """push() for several generations at once: the engine's hand-off, once per step. One
@@ -197,7 +213,7 @@ class Flusher:
         for p, frames in zip(pushes, arrays):
             n = len(frames)
             commands.append((p.gen_id, codes[at:at + n], p.final or p.finish is not None,
-                             p.playout, p.finish))
+                             p.playout, p.finish, p.seed))
             at += n
         with self._lock:
             self._commands.extend(commands)
@@ -208,7 +224,7 @@ class Flusher:
         calls. With `finish`, an empty final event carrying it follows (where its audio
         stopped), unless the generation's final event was emitted already."""
         with self._lock:
-            self._commands.append((gen_id, None, True, None, finish))
+            self._commands.append((gen_id, None, True, None, finish, None))
             self._dropped.add(gen_id)
             self._lock.notify()
 
@@ -263,9 +279,13 @@ class Flusher:
         due: list[tuple[int, _Stream, list[Window]]] = []
         planned = self._due_streams(now)
         for gid, st in planned:
-            hungry, ahead = st.listener(now, low)
-            windows = plan_windows(st.num_frames, st.final, st.emitted, self.settings,
-                                   hungry=hungry, ahead=ahead)
+            if st.seed is not None:
+                windows = plan_fixed_windows(st.num_frames, st.final, st.emitted,
+                                             self.settings)
+            else:
+                hungry, ahead = st.listener(now, low)
+                windows = plan_windows(st.num_frames, st.final, st.emitted, self.settings,
+                                       hungry=hungry, ahead=ahead)
             if windows:
                 due.append((gid, st, windows))
             elif st.final and st.emitted == st.num_frames * SAMPLES_PER_FRAME:
@@ -356,7 +376,9 @@ class Flusher:
         """
         t = None
         s = self.settings
-        if st.playout is not None and st.emitted:
+        if st.seed is not None:
+            pass  # its windows follow its frames alone: only a push changes them
+        elif st.playout is not None and st.emitted:
             ready = ready_end(st.num_frames, st.final, s) - st.emitted
             if ready > 0:
                 dry = st.playout.dry_at(st.emitted)
@@ -406,7 +428,7 @@ class Flusher:
         with self._lock:
             commands, self._commands = self._commands, []
             self._dropped.clear()  # their drop commands are in `commands`
-        for gid, frames, final, playout, finish in commands:
+        for gid, frames, final, playout, finish, seed in commands:
             self._dirty.add(gid)
             if frames is None:
                 st = self._streams.pop(gid, None)
@@ -432,6 +454,8 @@ class Flusher:
             st.finish = finish
             if playout is not None:
                 st.playout = playout
+            if seed is not None:
+                st.seed = seed
 
     def _close(self, gid: int) -> None:
         self._streams.pop(gid, None)
@@ -453,11 +477,13 @@ class Flusher:
         out: list[np.ndarray | None] = [None] * len(jobs)
         # Same length and same kept span inside the window: one tensor, one crop. In steady
         # state every generation's windows look alike (full left context, max chunk).
-        groups: dict[tuple[int, int, int], list[int]] = {}
-        for i, (_, _, w) in enumerate(jobs):
-            groups.setdefault((w.num_steps, w.keep.start, w.keep.stop), []).append(i)
+        # A seeded generation's window goes alone (module docstring): its own group.
+        groups: dict[tuple[int, int, int, int], list[int]] = {}
+        for i, (_, st, w) in enumerate(jobs):
+            alone = -1 if st.seed is None else i
+            groups.setdefault((w.num_steps, w.keep.start, w.keep.stop, alone), []).append(i)
         calls = []
-        for (num_steps, lo, hi), members in groups.items():
+        for (num_steps, lo, hi, _), members in groups.items():
             per_call = max(1, (self.max_decode_frames * 4) // num_steps)
             calls.extend((members[k:k + per_call], num_steps, lo, hi)
                          for k in range(0, len(members), per_call))
@@ -467,7 +493,10 @@ class Flusher:
                 return out, True
             try:
                 z = self._latents([jobs[i] for i in part])
-                pcm = self.codec.decode_latents(z, keep=(lo, hi))
+                seed = jobs[part[0]][1].seed
+                pcm = (self.codec.decode_latents(z, keep=(lo, hi)) if seed is None else
+                       self.codec.decode_latents(z, keep=(lo, hi), noise_seeds=[
+                           _window_seed(seed, jobs[part[0]][2])]))
                 self.num_decode_calls += 1
                 if self.on_decode is not None:
                     self.on_decode(len(part))

@@ -125,17 +125,22 @@ class SessionEncoder:
     """One session's output stream; `segment()` gives each segment its encoder.
 
     Segments are encoded strictly in order (the session delivers them so), which is what
-    lets one container stream and one WAV header span them all."""
+    lets one container stream and one WAV header span them all.
 
-    def __init__(self, encoding: str, rate: int) -> None:
+    `whole`: the output goes out in one piece from finish() (a response sent once the
+    audio is complete), so its length is known before its header: a WAV's RIFF sizes and
+    a FLAC's STREAMINFO total are the real ones, not the open-ended ones of a stream."""
+
+    def __init__(self, encoding: str, rate: int, whole: bool = False) -> None:
         check_format(encoding, rate)
         self.encoding = encoding
         self.rate = rate
-        self._header_pending = encoding == "wav"
+        self._header_pending = encoding == "wav" and not whole
+        self._held: list[bytes] | None = [] if whole else None
         self._container = None
         if encoding in CONTAINER_ENCODINGS:
             from .containers import ContainerEncoder
-            self._container = ContainerEncoder(encoding, rate)
+            self._container = ContainerEncoder(encoding, rate, whole=whole)
 
     def segment(self) -> Encoder:
         return Encoder(self.encoding, self.rate, session=self)
@@ -144,6 +149,9 @@ class SessionEncoder:
         if self._container is not None:
             return self._container.encode(x)
         out = _ENCODE[self.encoding](x)
+        if self._held is not None:
+            self._held.append(out)
+            return b""
         if self._header_pending and out:
             self._header_pending = False
             out = wav_header(self.rate) + out
@@ -151,8 +159,15 @@ class SessionEncoder:
 
     def finish(self) -> bytes:
         """The stream's tail after the last segment (a container's last frames and
-        trailer; nothing for the uncompressed encodings)."""
-        return self._container.finish() if self._container is not None else b""
+        trailer; nothing for the uncompressed encodings), or all of a `whole` output."""
+        if self._container is not None:
+            return self._container.finish()
+        if self._held is None:
+            return b""
+        data, self._held = b"".join(self._held), []
+        if self.encoding == "wav":
+            return wav_header(self.rate, len(data) // 2) + data
+        return data
 
     def close(self) -> None:
         """Free codec state of a session that ends without finish() (cancelled)."""

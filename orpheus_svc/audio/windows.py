@@ -25,6 +25,12 @@ are kept:
     decoded with lookahead (better audio) and as large as the target allows.
   * Chunk sizes follow what the listener has to play: max(emitted, ahead), so a later
     segment whose listener is seconds ahead goes out in large chunks from the start.
+
+A seeded session's windows (plan_fixed_windows) instead depend on its frames alone: the
+chunk boundaries are fixed (the head of frame 0, then chunk_target of what was sent), and a
+window goes only once its whole lookahead exists (or the generation ended), whatever the
+listener or the flusher's pacing. Its audio is then the same every time the same tokens
+come (issue 29), at the price of chunks that no longer follow the listener's buffer.
 """
 
 from __future__ import annotations
@@ -124,4 +130,32 @@ def plan_windows(num_frames: int, final: bool, emitted: int, s: FlusherSettings,
         stop = min(end, start + s.max_chunk_samples)
         windows.append(window_for(start, stop, num_frames, s))
         start = stop
+    return windows
+
+
+def plan_fixed_windows(num_frames: int, final: bool, emitted: int,
+                       s: FlusherSettings) -> list[Window]:
+    """The windows due now for a generation whose audio must not depend on timing (a
+    seeded session): the same frames always give the same windows (module docstring).
+
+        boundaries  0 | head of f0 | +chunk_target(sent) | ... | end of the last frame
+        due         a window whose lookahead (or the generation's end) has arrived
+    """
+    total = num_frames * FRAME
+    steps = num_frames * STEPS_PER_FRAME
+    windows = []
+    start = emitted
+    while start < total:
+        if start == 0 and s.first_chunk_samples:
+            end = min(s.first_chunk_samples, total)
+            # frame 0 alone, never more: how many frames exist when it is planned varies
+            windows.append(Window(0, end, 0, STEPS_PER_FRAME))
+            start = end
+            continue
+        end = min(start + chunk_target(start, s), total)
+        lookahead_end = -(-end // HOP) + s.lookahead_samples // HOP
+        if not final and (end == total or lookahead_end > steps):
+            break  # its lookahead has not arrived yet
+        windows.append(window_for(start, end, num_frames, s))
+        start = end
     return windows

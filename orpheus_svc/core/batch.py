@@ -33,7 +33,7 @@ from .step import DecodeRows
 from .tokens import AUDIO_BASE, CODES_PER_POSITION, END_OF_SPEECH_ID, FRAME_TOKENS
 
 if TYPE_CHECKING:
-    from .generation import Generation
+    from .request import GenerationRequest
 
 # Why a row ended in advance() (Advanced.reasons); 0: it did not.
 STOP, LENGTH, ERROR = 1, 2, 3
@@ -84,10 +84,11 @@ class BatchState:
 
     # -- attach / detach (admission and end) ---------------------------------------------
 
-    def attach(self, slot: int, gen: "Generation", state: TokenState) -> None:
-        """`gen` holds `slot` from now on, with the counters it has so far."""
-        req = gen.request
-        self.gen_id[slot] = gen.gen_id
+    def attach(self, slot: int, gen_id: int, req: "GenerationRequest", seed: int,
+               state: TokenState) -> None:
+        """Generation `gen_id` (of `req`, sampling with `seed`) holds `slot` from now on,
+        with the counters it has so far (core/generation.py Generation.attach)."""
+        self.gen_id[slot] = gen_id
         self.num_generated[slot] = state.num_generated
         self.last_token[slot] = -1 if state.last_token is None else state.last_token
         self.position[slot] = state.position
@@ -97,7 +98,7 @@ class BatchState:
         self.max_tokens[slot] = req.max_tokens
         self.prompt_len[slot] = len(req.prompt_ids)
         self.requests[slot] = req
-        self.seeds[slot] = gen.seed
+        self.seeds[slot] = seed
 
     def read(self, slot: int) -> TokenState:
         position = int(self.position[slot])

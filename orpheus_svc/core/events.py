@@ -82,14 +82,16 @@ class FramePush(NamedTuple):
     """One generation's part of a step's hand-off from the engine thread to the flusher
     (Flusher.push_many: once per step for every generation, so the flusher thread is woken
     once per step, not once per generation): its new frames ([n, 7] codes, n may be 0),
-    whether no more will come, the playout clock when it moved (core/playout.py), and how
-    it ended (with its last frames)."""
+    whether no more will come, the playout clock when it moved (core/playout.py), how
+    it ended (with its last frames), and its sampling seed when its session gave one (its
+    audio is then reproducible: audio/flusher.py)."""
 
     gen_id: int
     frames: np.ndarray
     final: bool = False
     playout: PlayoutSnapshot | None = None
     finish: Finish | None = None
+    seed: int | None = None
 
 
 EngineEvent = Union[Admitted, Rejected, AudioEvent]

@@ -22,45 +22,18 @@ from typing import TYPE_CHECKING
 
 from .batch import TokenState
 from .grammar import FrameParser, stop_allowed
+from .request import GenerationRequest, SamplingParams
 from .step import StepRow
+
+# GenerationRequest and SamplingParams are defined in core/request.py (below the backend
+# contract, which carries requests) and are importable from here too, as callers always did.
+__all__ = ["Generation", "GenerationRequest", "SamplingParams"]
 
 if TYPE_CHECKING:
     from .batch import BatchState
 
 # StepRow(...) by field order without the NamedTuple's generated __new__ (a Python frame)
 _row = tuple.__new__
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """Per-generation sampling; defaults are Orpheus's recommended values."""
-
-    temperature: float = 0.6
-    top_p: float = 0.8
-    repetition_penalty: float = 1.1
-    seed: int | None = None
-
-    def validate(self) -> None:
-        if not 0.0 <= self.temperature <= 2.0:
-            raise ValueError(f"temperature must be in [0, 2], got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if not 1.0 <= self.repetition_penalty <= 2.0:
-            raise ValueError(f"repetition_penalty must be in [1, 2], got {self.repetition_penalty}")
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    """What a caller submits: one segment of one session, ready to run."""
-
-    session_id: str
-    segment_index: int
-    prompt_ids: tuple[int, ...]
-    max_tokens: int
-    sampling: SamplingParams = SamplingParams()
-    # Typical audio length, used only to estimate when later segments of the session
-    # will be needed (playout deadlines); never a limit.
-    expected_frames: int = 0
 
 
 @dataclass(eq=False)
@@ -89,7 +62,7 @@ class Generation:
     def attach(self, batch: "BatchState", slot: int) -> None:
         """The scheduler gave it `slot`: its counters live in `batch` from now on."""
         self.slot = slot
-        batch.attach(slot, self, self._tokens)
+        batch.attach(slot, self.gen_id, self.request, self.seed, self._tokens)
         self._batch = batch
 
     def detach(self) -> None:
@@ -144,7 +117,7 @@ class Generation:
             batch, slot = self._batch, self.slot
             self._batch = None
             self._tokens = batch.read(slot)._replace(**changes)
-            batch.attach(slot, self, self._tokens)
+            batch.attach(slot, self.gen_id, self.request, self.seed, self._tokens)
             self._batch = batch
 
     @property

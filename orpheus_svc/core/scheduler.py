@@ -155,6 +155,10 @@ class Scheduler:
         self._step_tokens = 0
         self._step_rounds = 0  # by-id rounds: more than one, and a row may have two frames
         self._waiting: list[Generation] = []
+        # First segments (new sessions) holding no slot, waiting or deferred: what
+        # max_waiting caps; and those the cap turned away at the last admission.
+        self._new_waiting = 0
+        self._refused: list[tuple[Generation, str]] = []
         self._running: dict[int, Generation] = {}  # holding a slot
         # Per-step work is O(candidates), not O(running): a generation beyond the playout
         # horizon is parked until its slack can first fall back under it (time lowers the
@@ -188,20 +192,28 @@ class Scheduler:
     def add(self, gen: Generation) -> None:
         """Queue `gen` for admission; AdmissionError when the waiting queue is full.
 
-        Only a session's first segment can be refused: a later segment belongs to a session
-        the server already accepted (callers bound how many of those are in flight), and
-        refusing it would break a conversation midway."""
-        # Generations queued since the last step may still find a free slot at the next one.
-        full = self._num_waiting >= self.settings.max_waiting + self.pool.num_free
-        if full and gen.request.segment_index == 0:
-            self._counts["rejected"] += 1
-            raise AdmissionError(
-                f"server is at capacity: all {self.pool.num_slots} KV slots are busy and "
-                f"{self._num_waiting} generations are queued (max_waiting="
-                f"{self.settings.max_waiting}); retry later or on another replica")
+        max_waiting caps the new sessions (first segments) that wait for a KV slot beyond
+        the slots free now: a generation queued since the last step takes a free slot at the
+        next one, so it does not wait. Only a first segment can be refused: a later segment
+        belongs to a session the server already accepted (callers bound how many of those
+        are in flight), and refusing it would break a conversation midway; so later
+        segments wait outside the cap. Should one of them take a free slot a new session
+        was counted against, _admit turns the newest session away at that step: the cap
+        holds exactly (tests/unit/test_admission_cap.py)."""
+        if gen.request.segment_index == 0:
+            queued = self._new_waiting - self.pool.num_free
+            if queued >= self.settings.max_waiting:
+                self._counts["rejected"] += 1
+                raise AdmissionError(self._full_message(queued))
+            self._new_waiting += 1
         self._counts["submitted"] += 1
         self._waiting.append(gen)
         self._session(gen).add(gen)
+
+    def _full_message(self, queued: int) -> str:
+        return (f"server is at capacity: all {self.pool.num_slots} KV slots are taken and "
+                f"{queued} new sessions wait for one (engine.max_waiting="
+                f"{self.settings.max_waiting}); retry later or on another replica")
 
     def cancel(self, gen_id: int, now: float) -> Generation | None:
         """Cancel a generation. A waiting one ends now (returned); a running one gives its
@@ -233,6 +245,7 @@ class Scheduler:
                 self._finish(gen, "cancelled", now)
                 released.append(gen)
         admitted = self._admit(now)
+        refused, self._refused = tuple(self._refused), []
         self._forget_idle_sessions(now)
         horizon = self.settings.max_ahead_seconds
         self._unpark(now, everything=horizon <= 0 or self.settings is not self._parked_under)
@@ -244,9 +257,9 @@ class Scheduler:
                     self._last_step_end = None  # the engine waits for work: not a step
                     idle_s = max(self._next_due() - now, 0.0)
                     return StepPlan(self._step, (), (), tuple(admitted), tuple(released),
-                                    idle_s if idle_s < math.inf else 0.0)
+                                    idle_s if idle_s < math.inf else 0.0, refused)
                 return StepPlan(self._step, fast[0], fast[1], tuple(admitted),
-                                tuple(released), 0.0)
+                                tuple(released), 0.0, refused)
         keyed = []
         for gen in list(self._candidates.values()):
             key = self._priority(gen, now)
@@ -281,7 +294,7 @@ class Scheduler:
         self._waited = {g for g in self._waited if g.steps_waited and not g.finished}
         return StepPlan(self._step, tuple(prefill),
                         self._batch.rows(np.array(decode, np.int64)), tuple(admitted),
-                        tuple(released), idle_s)
+                        tuple(released), idle_s, refused)
 
     def schedule_ahead(self, plan: StepPlan, now: float) -> StepPlan | None:
         """The step after `plan` while `plan` is still running on the device, before its
@@ -569,9 +582,31 @@ class Scheduler:
                 self._start(gen)
                 admitted.append(gen)
                 room -= 1
+        excess = self._new_waiting - self.pool.num_free - self.settings.max_waiting
+        if excess > 0:  # later segments took slots new sessions were counted against
+            self._refuse_newest(excess, now)
         return admitted
 
+    def _refuse_newest(self, n: int, now: float) -> None:
+        """Turn away the `n` newest first segments that hold no slot (as add() would have,
+        had it known): they go out with the next plan (StepPlan.refused)."""
+        ids = self._deferred_ids
+        firsts = [g for g in self._waiting if g.request.segment_index == 0]
+        firsts += [g for _, _, g in self._deferred
+                   if g.request.segment_index == 0 and ids.get(g.gen_id) is not None]
+        message = self._full_message(self.settings.max_waiting)
+        for gen in sorted(firsts, key=lambda g: (g.arrival, g.gen_id))[-n:]:
+            if ids.pop(gen.gen_id, None) is None:
+                self._waiting.remove(gen)
+            self._new_waiting -= 1
+            self._counts["submitted"] -= 1
+            self._counts["rejected"] += 1
+            self._leave_session(gen, now, heard=False)
+            self._refused.append((gen, message))
+
     def _start(self, gen: Generation) -> None:
+        if gen.request.segment_index == 0:
+            self._new_waiting -= 1
         slot = self.pool.allocate(gen.gen_id)
         self._fit_to_slot(gen)
         gen.attach(self._batch, slot)
@@ -623,8 +658,14 @@ class Scheduler:
             del self._running[gen.gen_id]
             self._candidates.pop(gen.gen_id, None)
             self._parked.pop(gen.gen_id, None)
+        elif gen.request.segment_index == 0:
+            self._new_waiting -= 1
+        self._leave_session(gen, now, heard=reason != "cancelled")
+
+    def _leave_session(self, gen: Generation, now: float, heard: bool) -> None:
+        """`gen` is no longer its session's: the rest of the session is judged afresh."""
         session = self._sessions[gen.request.session_id]
-        session.remove(gen, now, heard=reason != "cancelled")
+        session.remove(gen, now, heard=heard)
         if session.gens:
             self._playout_moved[session.session_id] = session
         for other in session.gens:  # their slack may have dropped: judge them afresh

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Protocol, Sequence
 import numpy as np
 
 if TYPE_CHECKING:
-    from .generation import GenerationRequest
+    from .request import GenerationRequest
 
 
 class StepRow(NamedTuple):
@@ -143,10 +143,11 @@ class StepPlan:
     priority order too, unless every candidate runs this step: then in slot order, as no
     backend relies on it; core/scheduler.py Scheduler._everything_runs).
 
-    `admitted` and `released` are for EngineLoop's events (generations that got a slot or
-    were cancelled this step); no backend reads them: a backend hears of ended generations
-    through Backend.release. `idle_s` > 0: nothing runs because every live generation is
-    beyond the playout horizon; seconds until the first comes back under it."""
+    `admitted`, `released` and `refused` are for EngineLoop's events (generations that got a
+    slot, were cancelled, or were turned away by the admission cap with the message to send:
+    core/scheduler.py Scheduler.add); no backend reads them: a backend hears of ended
+    generations through Backend.release. `idle_s` > 0: nothing runs because every live
+    generation is beyond the playout horizon; seconds until the first comes back under it."""
 
     step: int
     prefill: tuple[StepRow, ...] = ()
@@ -154,6 +155,7 @@ class StepPlan:
     admitted: tuple[Any, ...] = ()
     released: tuple[Any, ...] = ()
     idle_s: float = 0.0
+    refused: tuple[tuple[Any, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.decode, DecodeRows):

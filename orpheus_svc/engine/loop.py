@@ -326,8 +326,10 @@ class EngineLoop:
             self._launch_ahead(plan)
             return self._finish_step(plan, self._collect(plan, handle))
         plan = self._scheduler.schedule(self._clock())
-        if plan.admitted or plan.released:
+        if plan.admitted or plan.released or plan.refused:
             self._stats_stale = True
+        for gen, reason in plan.refused:
+            events.add(Rejected(gen.gen_id, reason=reason))
         for gen in plan.admitted:
             events.add(Admitted(gen.gen_id, gen.slot))
         if plan.admitted:
@@ -390,7 +392,8 @@ class EngineLoop:
             # The scheduler's playout clock rides with the frames (with the first ones, and
             # whenever it moved): the flusher's chunk sizes and decode order follow it.
             pushes.append(FramePush(gen.gen_id, codes, ended, playout_update(gen, now),
-                                    self._finish(gen) if ended else None))
+                                    self._finish(gen) if ended else None,
+                                    None if gen.request.sampling.seed is None else gen.seed))
         for gen, playout in self._scheduler.playout_moved(now):  # an earlier segment ended
             pushes.append(FramePush(gen.gen_id, _NO_FRAMES, False, playout))
         with_frames = {g.gen_id for g, _ in outcome.frames}

@@ -9,6 +9,7 @@ seconds, time to first audio) go to the same ServerState the gRPC edge and GetSt
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import AsyncIterator
 
 import structlog
@@ -33,16 +34,18 @@ PROTO_ENCODINGS = {
 
 
 def session_options(state: ServerState, voice: str, encoding: str, sample_rate: int = 0,
-                    seed: int | None = None) -> SessionOptions:
-    """Validated options, or ApiError(INVALID_ARGUMENT) saying what to change."""
+                    seed: int | None = None, whole: bool = False) -> SessionOptions:
+    """Validated options, or ApiError(INVALID_ARGUMENT) saying what to change. `whole`:
+    the audio goes out in one piece at the end (SessionOptions.whole)."""
     fmt = tts_pb2.AudioFormat(encoding=PROTO_ENCODINGS[encoding], sample_rate_hz=sample_rate)
     sampling = tts_pb2.SamplingOptions(seed=seed) if seed is not None else tts_pb2.SamplingOptions()
     try:
-        return _options(state, voice, fmt, sampling, allow_wav=True)
+        options = _options(state, voice, fmt, sampling, allow_wav=True)
     except SessionError as exc:
         state.count_error(exc.code)
         param = "voice" if "voice" in exc.message else None
         raise ApiError(exc.code, exc.message, param) from exc
+    return dataclasses.replace(options, whole=whole)
 
 
 def require_runtime(state: ServerState):
@@ -93,6 +96,7 @@ async def run_session(state: ServerState, options: SessionOptions, inputs: Async
             call.writing_since = loop.time()  # the watchdog's stalled-consumer clock
             yield out
             call.writing_since = None
+            call.writes += 1
     except SessionError as exc:
         outcome = exc.cause or exc.code
         log.info("session refused", session_id=session.session_id, code=exc.code, reason=exc.message)
@@ -100,8 +104,10 @@ async def run_session(state: ServerState, options: SessionOptions, inputs: Async
     except BaseException:
         outcome = call.cut_by or "cancelled"
         if call.cut_by:
+            reason = (call.stall_reason(state.config.session.stalled_consumer_timeout_seconds)
+                      if call.stalled else "idle (session.idle_timeout_seconds)")
             log.warning("call ended", rpc=rpc, session_id=session.session_id,
-                        status="DEADLINE_EXCEEDED", reason=f"{call.cut_by} (session timeouts)")
+                        status="DEADLINE_EXCEEDED", reason=reason)
         raise
     finally:
         await outputs.aclose()  # cancels generations still running: slots freed next step

@@ -1,10 +1,13 @@
 """OpenAI-compatible routes: POST /v1/audio/speech, GET /v1/audio/voices, GET /v1/models.
 
     POST /v1/audio/speech {"model", "input", "voice", "response_format", "speed",
-                           "stream_format": "audio" | "sse", "seed" (ours, optional)}
+                           "stream_format": "audio" | "sse", "seed" (ours, optional),
+                           "stream" (ours, optional, default true)}
 
-Audio streams as it is generated (chunked transfer encoding). The response starts when the
-first audio is ready, so a request refused before that (bad voice: 400, server full: 429,
+Audio streams as it is generated (chunked transfer encoding). With "stream": false it is
+sent once complete, in one body with its Content-Length, and a WAV or FLAC then carries its
+real length in its header (a stream's is open-ended: the length is not known when the
+header goes out). The response starts when the first audio is ready, so a request refused before that (bad voice: 400, server full: 429,
 loading or draining: 503) gets a proper status and OpenAI's JSON error body; an error after
 the first bytes can only end the stream early (the SSE stream then sends an "error" event).
 `speed` other than 1.0 is refused with 400: no time-stretching is done here.
@@ -90,17 +93,23 @@ async def speech(request: Request) -> Response:
         if stream_format not in ("audio", "sse"):
             raise ApiError(Status.INVALID_ARGUMENT, "stream_format must be 'audio' or 'sse'",
                            "stream_format")
+        stream = _field(body, "stream", bool, True)
+        if not stream and stream_format == "sse":
+            raise ApiError(Status.INVALID_ARGUMENT, "stream_format 'sse' is a stream: drop it "
+                           "or 'stream': false", "stream")
         seed = _field(body, "seed", int)
         voice = _field(body, "voice", str, "")
         encoding, media_type = FORMATS[response_format]
         require_runtime(state)
-        options = session_options(state, voice, encoding, seed=seed)
+        options = session_options(state, voice, encoding, seed=seed, whole=not stream)
 
         async def inputs():
             yield TextIn(text)
 
         outputs = run_session(state, options, inputs(), rpc="http.speech")
         first = await _first_audio(outputs)  # refusals before any audio get a status
+        if not stream:  # the whole audio came as the first bytes (SessionOptions.whole)
+            return Response(b"".join(await _bytes(first, outputs)), media_type=media_type)
     except ApiError as exc:
         return exc.response()
     if stream_format == "sse":
@@ -142,6 +151,15 @@ async def _audio(first: list, outputs: AsyncIterator) -> AsyncIterator[bytes]:
                 yield out.audio
     except SessionError:
         return  # headers are out: ending the body early is all that is left (logged)
+
+
+async def _bytes(first: list, outputs: AsyncIterator) -> list[bytes]:
+    """Every audio byte of a whole response (the session runs to its summary)."""
+    try:
+        return [out.audio async for out in _chain(first, outputs)
+                if isinstance(out, AudioOut) and out.audio]
+    except SessionError as exc:
+        raise ApiError(exc.code, exc.message) from exc
 
 
 async def _sse(first: list, outputs: AsyncIterator) -> AsyncIterator[str]:

@@ -132,6 +132,13 @@ def frontend_main(config: Config, index: int, commands_addr: str, events_addr: s
 
 
 def serve_split(config: Config, *, priority=None) -> int:
+    """The split topology's supervisor: an engine process and server.frontends gRPC
+    front-end processes (server/app.py), until a signal or one of them ends."""
+    from orpheus_svc.server.app import serving_prelude
+
+    code = serving_prelude(config)
+    if code is not None:
+        return code
     s = config.server
     port = s.port or _free_port(s.host)
     config = dataclasses.replace(config, server=dataclasses.replace(s, port=port))

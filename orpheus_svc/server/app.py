@@ -240,16 +240,25 @@ async def serve(config: Config, stop: asyncio.Event | None = None, *,
     return code
 
 
-def serve_main(config: Config, *, priority: PriorityFn | None = None) -> int:
+def serving_prelude(config: Config) -> int | None:
+    """What every way of serving does first (this process, or the split's supervisor:
+    ipc/topology.py): logging as configured, and a missing event loop refused before any
+    process starts. Returns the exit code to stop with, or None."""
     configure_logging(config.server.log_format, config.server.log_level)
-    try:  # every serving process runs this loop: refuse a missing one before any starts
+    try:
         eventloop.loop_name(config.server.event_loop)
     except eventloop.EventLoopUnavailable as exc:
         print(f"orpheus-svc: error: {exc}", file=sys.stderr)
         return 2
-    if config.server.topology == "split":  # an engine process and server.frontends gRPC ones
-        from orpheus_svc.ipc.topology import serve_split
-        return serve_split(config, priority=priority)
+    return None
+
+
+def serve_main(config: Config, *, priority: PriorityFn | None = None) -> int:
+    """Serve in this process (server.topology single; cli.py starts the split one, whose
+    front-end processes run serve() here)."""
+    code = serving_prelude(config)
+    if code is not None:
+        return code
     try:
         return eventloop.run(serve(config, priority=priority), config.server.event_loop)
     except (KeyFileError, TlsFilesError) as exc:  # unusable key or TLS files: say which

@@ -273,9 +273,7 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
             asyncio.current_task().uncancel()
             s = self.state.config.session
             if call.stalled:
-                reason = (f"the client read no audio for {s.stalled_consumer_timeout_seconds:g}"
-                          " s (session.stalled_consumer_timeout_seconds); its generations were "
-                          "cancelled")
+                reason = call.stall_reason(s.stalled_consumer_timeout_seconds)
             else:
                 reason = (f"no SynthesisConfig within {s.idle_timeout_seconds:g} s "
                           "(session.idle_timeout_seconds)")
@@ -348,6 +346,7 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
                 call.writing_since = loop.time()  # the watchdog's stalled-consumer clock
                 await context.write(_to_proto(out, response_cls))
                 call.writing_since = None
+                call.writes += 1
                 if isinstance(out, Summary):  # logged once it is on its way to the client
                     self.state.add_audio_seconds(out.num_samples / options.sample_rate)
                     if out.time_to_first_audio_ms > 0:

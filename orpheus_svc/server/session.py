@@ -65,6 +65,9 @@ class SessionOptions:
     # off for voices whose language has no normaliser
     normalize_text: bool = False
     language: str = "en"  # of the session's voice (BCP 47)
+    # all the audio in one piece after the last segment, with its length in the header
+    # (audio/pcm.py SessionEncoder): the HTTP edge's non-streamed responses
+    whole: bool = False
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ class StreamSession:
         self._last_input = time.monotonic()  # the last client message (the idle clock)
         self._idle_cut: float | None = None  # idle timeout that ended the input, if one did
         # one output stream across segments (WAV header once, one Opus/MP3/FLAC stream)
-        self._audio = SessionEncoder(options.encoding, options.sample_rate)
+        self._audio = SessionEncoder(options.encoding, options.sample_rate, whole=options.whole)
 
     async def run(self, inputs: AsyncIterator[Input]) -> AsyncIterator[Output]:
         loop = asyncio.get_running_loop()

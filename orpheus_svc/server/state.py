@@ -75,7 +75,7 @@ class OpenCall:
     """One open StreamingSynthesize/Synthesize call, as the watchdog sees it."""
 
     __slots__ = ("session_id", "rpc", "task", "session", "writing_since", "cut_by",
-                 "opened_at")
+                 "opened_at", "writes", "stalled_for")
 
     def __init__(self, session_id: str, rpc: str, task: "asyncio.Task | None") -> None:
         self.session_id = session_id
@@ -85,17 +85,30 @@ class OpenCall:
         self.writing_since: float | None = None  # loop time a write to the client began
         self.cut_by: str | None = None  # "stalled" | "idle" once the watchdog cut the call
         self.opened_at = time.monotonic()
+        self.writes = 0  # messages the client has taken (writes that completed)
+        self.stalled_for = 0.0  # how long the write the watchdog cut had waited
 
     @property
     def stalled(self) -> bool:
         return self.cut_by == "stalled"
 
-    def cut(self, why: str) -> None:
-        """A time limit ran out ("stalled": the client reads nothing; "idle": no config
-        came): cancel the handler, which then ends the call DEADLINE_EXCEEDED."""
+    def cut(self, why: str, waited: float = 0.0) -> None:
+        """A time limit ran out ("stalled": one write to the client waited `waited` s;
+        "idle": no config came): cancel the handler, which then ends the call
+        DEADLINE_EXCEEDED."""
         if self.cut_by is None and self.task is not None:
             self.cut_by = why
+            self.stalled_for = waited
             self.task.cancel()
+
+    def stall_reason(self, limit: float) -> str:
+        """What the stalled-consumer timeout measured, for the client and the log: the
+        wait of one write, not whether the client read anything before (a client that
+        reads slower than real time fills its window and stalls a write just the same)."""
+        return (f"one write of audio waited {self.stalled_for:.1f} s for the client to take "
+                f"it (session.stalled_consumer_timeout_seconds={limit:g}), after "
+                f"{self.writes} messages had gone out: the client reads audio slower than "
+                "it is made, or has stopped reading; its generations were cancelled")
 
 
 class ServerState:
@@ -164,7 +177,7 @@ class ServerState:
                 idle = s.idle_timeout_seconds
                 if (stall > 0 and call.writing_since is not None
                         and now - call.writing_since >= stall):
-                    call.cut("stalled")
+                    call.cut("stalled", now - call.writing_since)
                 elif idle > 0 and call.session is not None:
                     call.session.check_idle(now, idle)
                 elif idle > 0 and call.rpc == "StreamingSynthesize" \

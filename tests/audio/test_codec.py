@@ -169,3 +169,19 @@ def test_cropped_decode_rejects_a_span_outside_the_window(tiny_codec):
     z = tiny_codec.latents([random_frames(1)])
     with pytest.raises(ValueError, match="outside the window"):
         tiny_codec.decode_latents(z, keep=(0, 2049))
+
+
+def test_seeded_rows_draw_the_same_noise_every_call_whatever_else_is_decoded(tiny_dir):
+    """Issue 29 item 2: a window decoded with a noise seed gets noise drawn from that seed
+    alone, so it decodes to the same PCM every time; rows without one keep fresh noise."""
+    codec = load_snac(tiny_dir, noise=True, seed=5)
+    frames = [random_frames(2, seed=s) for s in (3, 4)]
+    z = codec.latents(frames)
+    a = codec.decode_latents(z[:1], noise_seeds=[11])
+    b = codec.decode_latents(z[:1], noise_seeds=[11])
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, codec.decode_latents(z[:1], noise_seeds=[12]))
+    assert not np.array_equal(a, codec.decode_latents(z[:1], noise=False))  # the noise is on
+    mixed = [codec.decode_latents(z, noise_seeds=[11, None]) for _ in range(2)]
+    np.testing.assert_allclose(mixed[0][0], a[0], atol=1e-5)  # its own noise in a batch too
+    assert not np.array_equal(mixed[0][1], mixed[1][1])  # the unseeded row: fresh noise

@@ -567,3 +567,34 @@ def test_first_audio_of_a_segment_heard_later_yields_to_a_listener_running_dry(t
     codec.now += 5.0 - 1.0  # ... until less than a full chunk (1.37 s) is left before it
     run_until_idle(flusher)
     assert sum(e.num_samples for e in sink.events(2)) == FlusherSettings().first_chunk_samples
+
+
+def test_a_seeded_generation_decodes_to_the_same_pcm_however_its_frames_arrive(tiny_dir):
+    """Issue 29 item 2: with SNAC's noise on, a generation pushed with a seed gets the same
+    PCM whether its frames come at once or in bursts, alone or beside another generation
+    whose windows would batch with its own; unseeded, the noise differs every time."""
+    from orpheus_svc.audio.codec import load_snac
+
+    codec = load_snac(tiny_dir, noise=True, seed=1)
+    frames = random_frames(14, seed=8)
+    other = random_frames(14, seed=9)
+
+    def run(bursts, seed, with_other):
+        out = Collect()
+        f = Flusher(codec, FlusherSettings(), out, clock=frozen)
+        i = k = 0
+        while i < len(frames):
+            n = bursts[k % len(bursts)]
+            final = i + n >= len(frames)
+            f.push(1, frames[i:i + n], final=final, seed=seed)
+            if with_other:
+                f.push(2, other[i:i + n], final=final)
+            i, k = i + n, k + 1
+            f.run_once()
+        return out.pcm(1)
+
+    once = run([14], 77, False)
+    assert len(once) == 14 * 2048
+    np.testing.assert_array_equal(once, run([1, 3, 2], 77, True))
+    np.testing.assert_array_equal(once, run([5], 77, True))
+    assert not np.array_equal(run([14], None, False), run([14], None, False))

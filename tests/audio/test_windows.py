@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from orpheus_svc.audio.settings import FRAME, HOP, FlusherSettings
-from orpheus_svc.audio.windows import Window, chunk_target, plan_windows, ready_end
+from orpheus_svc.audio.windows import (
+    Window, chunk_target, plan_fixed_windows, plan_windows, ready_end,
+)
 
 S = FlusherSettings(first_chunk_samples=1024, left_context_samples=3 * HOP,
                     lookahead_samples=6 * HOP, min_chunk_samples=FRAME,
@@ -145,3 +147,39 @@ def test_any_arrival_pattern_emits_every_sample_once_in_order(arrivals, first, l
 def test_bad_settings_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"FlusherSettings.{field} "):
         dataclasses.replace(FlusherSettings(), **{field: value})
+
+
+@hsettings(max_examples=100, deadline=None)
+@given(
+    arrivals=st.lists(st.integers(0, 9), min_size=1, max_size=25),
+    other=st.lists(st.integers(0, 9), min_size=1, max_size=25),
+    first=st.sampled_from([0, 512, 2048]), look=st.integers(0, 12),
+    growth=st.sampled_from([0.0, 1.0, 2.0]),
+)
+def test_a_fixed_plan_cuts_the_same_windows_however_the_frames_arrive(arrivals, other, first,
+                                                                      look, growth):
+    """A seeded session's windows (plan_fixed_windows, issue 29 item 2) depend on its frames
+    only, never on when they came or how the flusher was paced: so the same tokens decode
+    to the same windows, each exactly once and in order, with the real lookahead."""
+    s = FlusherSettings(first_chunk_samples=first, lookahead_samples=look * HOP,
+                        chunk_growth=growth)
+    total = sum(arrivals)
+    # the same total number of frames, arriving in another pattern
+    pattern = [min(b, total - sum(other[:i])) for i, b in enumerate(other)]
+    pattern = [b for b in pattern if b > 0] + [max(0, total - sum(max(b, 0) for b in pattern))]
+
+    def windows(bursts):
+        n = emitted = 0
+        out = []
+        for i, burst in enumerate(bursts + [0]):
+            n += burst
+            for w in plan_fixed_windows(n, i == len(bursts), emitted, s):
+                assert w.start == emitted < w.end <= n * FRAME
+                if i < len(bursts) and w.start:  # before the end: its lookahead is there
+                    assert w.step_hi == -(-w.end // HOP) + look
+                emitted = w.end
+                out.append(w)
+        assert emitted == n * FRAME
+        return out
+
+    assert windows(arrivals) == windows(pattern) == windows([total])

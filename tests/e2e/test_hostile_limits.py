@@ -2,6 +2,7 @@
 with small settings. Tests wait on events (statuses, GetStatus counters), never on time."""
 
 import json
+import re
 import threading
 import time
 
@@ -177,6 +178,13 @@ def test_a_client_that_reads_nothing_is_cut_and_its_generations_cancelled(limits
         got, err = _collect(call)  # reading now: the audio sent before, then the status
         assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         assert "session.stalled_consumer_timeout_seconds" in err.details()
+        # issue 29 item 8: the message says what was measured (one write's wait), which is
+        # as true of a client that reads slower than real time as of one that reads nothing
+        waited = re.search(r"one write of audio waited ([\d.]+) s .* after (\d+) messages",
+                           err.details())
+        assert waited and float(waited.group(1)) >= 1, err.details()
+        assert int(waited.group(2)) <= len(got)  # what went out; the client read it later
+        assert "read no audio" not in err.details()
         assert not any(r.WhichOneof("response") == "summary" for r in got)
     finally:
         channel.close()

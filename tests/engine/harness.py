@@ -32,7 +32,7 @@ class RecordingFlusher:
             self.collector([AudioEvent(gen_id, np.zeros(0, np.float32), 0, final=True,
                                        finish=finish)])
 
-    def push(self, gen_id, frames, final, playout=None, finish=None):
+    def push(self, gen_id, frames, final, playout=None, finish=None, seed=None):
         with self.lock:
             assert gen_id not in self.final, "frames after final"
             if playout is not None:

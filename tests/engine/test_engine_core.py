@@ -142,7 +142,7 @@ def test_a_failing_step_fails_its_generations_and_frees_their_slots():
 
 
 class _ExplodingFlusher(RecordingFlusher):
-    def push(self, gen_id, frames, final, playout=None, finish=None):
+    def push(self, gen_id, frames, final, playout=None, finish=None, seed=None):
         raise RuntimeError("flusher bug")
 
 

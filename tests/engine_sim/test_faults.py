@@ -133,8 +133,10 @@ def test_a_codec_fault_fails_only_the_generation_whose_audio_it_is():
                                     for i in range(8)])
     assert rec.finished[ids[5]].reason == "error" and ids[5] not in rec.finals
     codec = flusher.codec
-    assert max(codec.failed_calls) > 1  # the poisoned window failed a batched call...
-    assert codec.failed_calls[-1] == 1  # ...and then failed alone, the others decoded
+    # A seeded generation's windows are decoded in calls of their own (reproducible audio,
+    # issue 29), so its fault never reaches a batch-mate; a poisoned window in a batched
+    # call, retried alone, is tests/audio/test_flusher_planning.py's.
+    assert codec.failed_calls and set(codec.failed_calls) == {1}
     for i, gid in enumerate(ids):
         if i != 5:
             assert gid in rec.finals

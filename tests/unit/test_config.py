@@ -63,8 +63,12 @@ def test_scheduler_settings_have_the_config_names():
     engine = {f.name: f.default for f in dataclasses.fields(load_config(environ={}).engine)}
     sched = SchedulerSettings()
     for f in dataclasses.fields(SchedulerSettings):
-        if f.name != "priority":
+        if f.name not in ("priority", "row_budget"):
             assert f.name in engine and engine[f.name] == getattr(sched, f.name), f.name
+    # row_budget's default is "auto", resolved for the backend and device: off for the
+    # default backend (torch) on the CPU, the scheduler's own default (test_row_budget_default)
+    assert engine["row_budget"] == "auto"
+    assert load_config(environ={}).engine.scheduler_settings("cpu").row_budget == sched.row_budget
     s = load_config(environ={}, overrides={"engine.max_ahead_seconds": "2.5"}).engine \
         .scheduler_settings()
     assert s.max_ahead_seconds == 2.5

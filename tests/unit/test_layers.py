@@ -27,7 +27,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("runtime", "ipc.frontend"),    # builds and owns one engine (and its flusher); a
                                     # front-end's runtime on the engine process
     ("server", "http", "synth"),    # the edges: gRPC, HTTP, offline synthesis
-    ("server.app", "cli", "ipc.topology"),  # composition roots (the split's processes)
+    ("server.app",),                # composition roots: the gRPC server process,
+    ("ipc.topology",),              # the split's supervisor (runs server.app front-ends),
+    ("cli",),                       # and the command line, which starts either
 ]
 
 # What the pure core may import besides itself: the standard library, numpy, num2words.
@@ -108,3 +110,39 @@ def test_every_layer_name_exists():
         for name in names:
             assert any(m == f"orpheus_svc.{name}" or m.startswith(f"orpheus_svc.{name}.")
                        for m in MODULES), f"LAYERS names orpheus_svc.{name}, which does not exist"
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports (a name resolves to its longest module)."""
+    graph = {}
+    for module, path in MODULES.items():
+        deps = set()
+        for target in _imports(module, path):
+            parts = target.split(".")
+            while parts and ".".join(parts) not in MODULES:
+                parts.pop()
+            if parts and ".".join(parts) != module:
+                deps.add(".".join(parts))
+        graph[module] = deps
+    return graph
+
+
+def test_no_import_circles():
+    """Issue 29 item 10: no module imports, however late or only for type checking, one
+    that imports it back (directly or round a longer circle): each layer reads top-down."""
+    graph, circles = _graph(), []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                circles.append(path[path.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep, path + [dep])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not circles, "import circles: " + "; ".join(" -> ".join(c) for c in circles)

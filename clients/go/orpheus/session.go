@@ -42,7 +42,9 @@ func WithSampling(s *ttsv1.SamplingOptions) SynthOption {
 	return func(o *synthOptions) { o.sampling = s }
 }
 
-// WithSeed makes the audio reproducible (segment i uses seed+i); keeps other overrides.
+// WithSeed makes the tokens and the PCM reproducible for the same text, voice and settings
+// on the same server, backend and device (segment i uses seed+i; docs/api.md); keeps
+// other overrides.
 func WithSeed(seed uint64) SynthOption {
 	return func(o *synthOptions) {
 		if o.sampling == nil {

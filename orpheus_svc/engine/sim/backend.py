@@ -458,7 +458,7 @@ class SimCodec:
         return z
 
     def decode_latents(self, z: torch.Tensor, keep: tuple[int, int] | None = None,
-                       noise: bool | None = None) -> np.ndarray:
+                       noise: bool | None = None, noise_seeds=None) -> np.ndarray:
         b, steps = int(z.shape[0]), int(z.shape[-1])
         full = steps * (SAMPLES_PER_FRAME // 4)
         lo, hi = (0, full) if keep is None else keep

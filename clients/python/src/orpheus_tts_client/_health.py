@@ -25,7 +25,10 @@ def _messages():
     resp.field.add(name="status", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT32,
                    label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
     pool = descriptor_pool.DescriptorPool()
-    fd = pool.Add(f)
+    # Add() returns the file descriptor on the upb and C++ implementations but None on the
+    # pure-Python one (PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python): look it up instead.
+    pool.Add(f)
+    fd = pool.FindFileByName(f.name)
     return (message_factory.GetMessageClass(fd.message_types_by_name["HealthCheckRequest"]),
             message_factory.GetMessageClass(fd.message_types_by_name["HealthCheckResponse"]))
 

@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=int, default=24000, choices=PCM16_RATES,
                    help="output sample rate in Hz (default 24000)")
     p.add_argument("--timeout", type=float, default=None, help="deadline in seconds")
-    p.add_argument("--seed", type=int, default=None, help="sampling seed (reproducible audio)")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed: the same seed, text, voice and settings give the same "
+                        "PCM from the same server, backend and device")
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--repetition-penalty", type=float, default=None)

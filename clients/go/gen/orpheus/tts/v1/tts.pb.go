@@ -240,8 +240,9 @@ type SamplingOptions struct {
 	TopP *float32 `protobuf:"fixed32,2,opt,name=top_p,json=topP,proto3,oneof" json:"top_p,omitempty"`
 	// repetition_penalty in [1, 2] over the generation's own audio tokens. Default 1.1.
 	RepetitionPenalty *float32 `protobuf:"fixed32,3,opt,name=repetition_penalty,json=repetitionPenalty,proto3,oneof" json:"repetition_penalty,omitempty"`
-	// seed makes a segment's tokens reproducible (segment i uses seed + i); the PCM also carries
-	// the SNAC decoder's noise, so it matches closely, not bit for bit.
+	// seed makes a segment's tokens reproducible (segment i uses seed + i), and its PCM: the same
+	// seed, text, voice and settings give byte-identical PCM from the same server and model on
+	// the same backend and device (checked on the CPU; docs/api.md says what is not covered).
 	Seed          *uint64 `protobuf:"varint,4,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

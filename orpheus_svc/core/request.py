@@ -1,0 +1,42 @@
+"""What a caller submits for one segment: the request and its sampling parameters.
+
+Plain frozen data, the lowest of the core's generation modules: the backend contract
+(core/step.py) carries requests, the batch arrays (core/batch.py) hold them per slot, and a
+Generation (core/generation.py) is made from one; none of those is imported here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-generation sampling; defaults are Orpheus's recommended values."""
+
+    temperature: float = 0.6
+    top_p: float = 0.8
+    repetition_penalty: float = 1.1
+    seed: int | None = None
+
+    def validate(self) -> None:
+        if not 0.0 <= self.temperature <= 2.0:
+            raise ValueError(f"temperature must be in [0, 2], got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 1.0 <= self.repetition_penalty <= 2.0:
+            raise ValueError(f"repetition_penalty must be in [1, 2], got {self.repetition_penalty}")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What a caller submits: one segment of one session, ready to run."""
+
+    session_id: str
+    segment_index: int
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    sampling: SamplingParams = SamplingParams()
+    # Typical audio length, used only to estimate when later segments of the session
+    # will be needed (playout deadlines); never a limit.
+    expected_frames: int = 0
