@@ -29,7 +29,8 @@ DEVICE=${DEVICE:-cuda}
 TINY=${TINY:+--tiny}
 CKPT=${CKPT:-/tmp/orpheus-3b-random}
 if [[ -n "$TINY" ]]; then  # the dry run: small everything, same code paths
-  BENCH_ARGS=${BENCH_ARGS:---batches 1,4,8 --steps 5 --parity-steps 30 --hf-batch 4 --snac-windows 1}
+  # (bf16u and fp8t run the same code as bf16 and fp8 off CUDA: left out of the dry run)
+  BENCH_ARGS=${BENCH_ARGS:---batches 1,8 --steps 4 --parity-steps 21 --hf-batch 4 --snac-windows 1 --dtypes bf16,fp8}
   LEVELS=${LEVELS:-2,4}; SLOTS=${SLOTS:-8}; BATCH=${BATCH:-8}; SEQ=${SEQ:-256}; RAMP=${RAMP:-1}
 else
   BENCH_ARGS=${BENCH_ARGS:-}
