@@ -225,7 +225,8 @@ class BackendCapabilities:
         step on the device and returns, and collect(handle) -> StepResult, which waits
         for it. It keeps each decode row's last token on the device, so EngineLoop may
         launch the next step (Scheduler.schedule_ahead: rows advanced by one token, their
-        last_token -1) before it collects this one (docs/architecture.md, "Run-ahead").
+        last_token -1) before it collects this one (docs/architecture.md, "The graph
+        engine and run-ahead").
     seed_refusal: why a client's per-request seed (SamplingParams.seed) cannot be honoured,
         naming what ignores it; None when it is (every backend but TensorRT-LLM's PyTorch
         runtime). The edge refuses such a request (runtime.FrontRuntime.request) rather
