@@ -64,6 +64,12 @@ def start_both(tmp_path, *settings_a: str) -> tuple[ServerProcess, ServerProcess
     return a, b
 
 
+def refused_calls(server) -> list[str]:
+    """The server's log lines for calls it refused as UNAVAILABLE (draining)."""
+    return [line for line in server.logs().splitlines()
+            if "call refused" in line and "UNAVAILABLE" in line]
+
+
 @pytest.mark.timeout(300)
 def test_sessions_spread_over_two_replicas_and_fail_over_when_one_drains(tmp_path):
     go_tests = tmp_path / "orpheus.test"
@@ -105,8 +111,10 @@ def test_sessions_spread_over_two_replicas_and_fail_over_when_one_drains(tmp_pat
                 for _ in range(2):
                     res = blind.synthesize_stream(["Hel", "lo ", "the", "re."])
                     assert [s.text for s in res.segments] == ["Hello there."]
+            python_refused = len(refused_calls(a))
+            assert python_refused >= 1, "no Python session reached the draining replica"
             go_sessions = 0
-            if build is not None:  # the Go client, likewise: four sessions, two sent to A
+            if build is not None:  # the Go client, likewise: four sessions, some sent to A
                 run = subprocess.run(
                     [str(go_tests), "-test.run", "^TestLiveDrainingReplicaRefusalIsRetried$",
                      "-test.v", "-test.count=1"], cwd=GO_CLIENT / "orpheus",
@@ -114,12 +122,15 @@ def test_sessions_spread_over_two_replicas_and_fail_over_when_one_drains(tmp_pat
                     capture_output=True, text=True, timeout=120)
                 assert run.returncode == 0 and "--- PASS" in run.stdout, run.stdout + run.stderr
                 go_sessions = 4
-            refused = [line for line in a.logs().splitlines()
-                       if "call refused" in line and "UNAVAILABLE" in line]
-            assert refused, "no session reached the draining replica"
+            refused = refused_calls(a)
             assert a.health() == NOT_SERVING, "A's port closed before the drain sessions ended"
             assert sessions_total(a) == spread[0] + len(refused)  # refused calls count too
-            assert len(refused) >= 1 + 2 * (go_sessions > 0)  # round_robin: 2 of Go's 4
+            # round_robin alternates among the subchannels that are READY when a call is
+            # picked: on a loaded machine A's may come up after the first sessions, so only
+            # "at least one" is certain of each client (the retry path ran for it); 2 of
+            # Go's 4 (exact alternation) failed once on a clean-clone CI run.
+            if go_sessions:
+                assert len(refused) - python_refused >= 1, "no Go session reached A"
             assert sessions_total(b) == spread[1] + 4 + go_sessions
 
             # 3. A is gone: sessions keep succeeding on B.
