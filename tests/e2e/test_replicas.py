@@ -107,12 +107,18 @@ def test_sessions_spread_over_two_replicas_and_fail_over_when_one_drains(tmp_pat
             # Without health checks a client still sends sessions to A, which refuses them
             # (UNAVAILABLE, before accepting); the client's own retry carries every fragment
             # to B, in order (_retry; gRPC's replay could drop one).
+            # round_robin picks only among READY subchannels, and on a loaded machine A's may
+            # come up after B's: sessions go on until one has reached A (two did not, once,
+            # on a clean-clone CI run), each carried whole to B.
+            blind_sessions = 0
             with Client(f"{a.addr},{b.addr}", health_check=False, timeout=60) as blind:
-                for _ in range(2):
+                while blind_sessions < 12 and (blind_sessions < 2 or not refused_calls(a)):
                     res = blind.synthesize_stream(["Hel", "lo ", "the", "re."])
                     assert [s.text for s in res.segments] == ["Hello there."]
+                    blind_sessions += 1
             python_refused = len(refused_calls(a))
-            assert python_refused >= 1, "no Python session reached the draining replica"
+            assert python_refused >= 1, (
+                f"none of {blind_sessions} Python sessions reached the draining replica")
             go_sessions = 0
             if build is not None:  # the Go client, likewise: four sessions, some sent to A
                 run = subprocess.run(
@@ -131,14 +137,14 @@ def test_sessions_spread_over_two_replicas_and_fail_over_when_one_drains(tmp_pat
             # Go's 4 (exact alternation) failed once on a clean-clone CI run.
             if go_sessions:
                 assert len(refused) - python_refused >= 1, "no Go session reached A"
-            assert sessions_total(b) == spread[1] + 4 + go_sessions
+            assert sessions_total(b) == spread[1] + 2 + blind_sessions + go_sessions
 
             # 3. A is gone: sessions keep succeeding on B.
             assert a.wait_exit(60) == 0
             assert '"stopped"' in a.logs()
             for _ in range(2):
                 assert tts.synthesize_stream(["Hi."]).num_samples > 0
-            assert sessions_total(b) == spread[1] + 6 + go_sessions
+            assert sessions_total(b) == spread[1] + 4 + blind_sessions + go_sessions
             assert b.health() == SERVING
     finally:
         if build is not None and build.poll() is None:
