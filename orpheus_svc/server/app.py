@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from orpheus_tts_client.proto.v1 import tts_pb2
 
 from orpheus_svc.config import Config
@@ -41,6 +40,7 @@ from . import eventloop
 from .auth import ApiKeyInterceptor, AuthCollector, AuthGuard
 from .logs import configure_logging
 from .metrics import Metrics
+from .reflection import add_reflection
 from .servicer import TTSServicer, add_tts_servicer
 from .state import ServerState
 from .tls import CertificateFiles, TlsFilesError
@@ -106,8 +106,7 @@ class Server:
         add_tts_servicer(TTSServicer(self.state), self.grpc)  # parses requests at the edge
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         if config.server.reflection:
-            reflection.enable_server_reflection(
-                (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.grpc)
+            add_reflection((SERVICE_NAME, health.SERVICE_NAME), self.grpc)  # v1 and v1alpha
         self.port = 0
         self.http = None  # orpheus_svc.http.HttpServer when server.http_port is set
 
