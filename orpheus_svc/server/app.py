@@ -51,13 +51,19 @@ SERVICE_NAME = tts_pb2.DESCRIPTOR.services_by_name["TTSService"].full_name
 
 
 def _limit_options(s) -> list[tuple[str, int]]:
-    """Per-connection stream limit and keepalive enforcement (docs/configuration.md)."""
+    """Per-connection stream limit, keepalive enforcement and the bounds on connections
+    that never speak (docs/configuration.md)."""
     opts = [("grpc.keepalive_time_ms", int(s.keepalive_time_seconds * 1000)),
             ("grpc.keepalive_timeout_ms", int(s.keepalive_timeout_seconds * 1000)),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms",
              int(s.min_client_ping_interval_seconds * 1000)),
-            ("grpc.http2.max_ping_strikes", s.max_ping_strikes)]
+            ("grpc.http2.max_ping_strikes", s.max_ping_strikes),
+            # closes a connection that stays silent or sends only the preface magic (no
+            # SETTINGS); keepalive closed neither (grpcio 1.85, tried with raw sockets)
+            ("grpc.server_handshake_timeout_ms", int(s.handshake_timeout_seconds * 1000))]
+    if s.max_connection_idle_seconds > 0:  # closes one that sent its SETTINGS but no call
+        opts.append(("grpc.max_connection_idle_ms", int(s.max_connection_idle_seconds * 1000)))
     if s.max_concurrent_streams > 0:
         opts.append(("grpc.max_concurrent_streams", s.max_concurrent_streams))
     return opts
