@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from orpheus_svc.core.status import Status
 from orpheus_svc.server.session import AudioOut, SessionError, Summary, TextIn
 
+from . import jsonwire
 from .auth import authorize
 from .errors import ApiError
 from .sessions import require_runtime, run_session, session_options
@@ -55,14 +56,21 @@ def _field(body: dict, name: str, kind: type, default=None, required: bool = Fal
     return value
 
 
+def _is_json(content_type: str | None) -> bool:
+    """application/json or a +json type, any parameters (charset) after it."""
+    kind = (content_type or "").split(";")[0].strip().lower()
+    return kind == "application/json" or kind.startswith("application/") and kind.endswith("+json")
+
+
 async def _json_body(request: Request) -> dict:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ApiError(Status.INVALID_ARGUMENT, "the request body must be JSON") from None
-    if not isinstance(body, dict):
-        raise ApiError(Status.INVALID_ARGUMENT, "the request body must be a JSON object")
-    return body
+    """The body as a JSON object, decoded within jsonwire's limits (the size and time
+    limits were applied before the route: limits.BoundedBody)."""
+    content_type = request.headers.get("content-type")
+    if not _is_json(content_type):
+        raise ApiError(Status.INVALID_ARGUMENT, "the request body must be JSON, sent with "
+                       f"Content-Type: application/json (got {(content_type or 'none')[:60]!r})",
+                       http_status=415)
+    return jsonwire.decode_object(await request.body())
 
 
 async def speech(request: Request) -> Response:
@@ -97,7 +105,7 @@ async def speech(request: Request) -> Response:
         if not stream and stream_format == "sse":
             raise ApiError(Status.INVALID_ARGUMENT, "stream_format 'sse' is a stream: drop it "
                            "or 'stream': false", "stream")
-        seed = _field(body, "seed", int)
+        seed = jsonwire.integer(body, "seed")  # its range: the shared validation
         voice = _field(body, "voice", str, "")
         encoding, media_type = FORMATS[response_format]
         require_runtime(state)
