@@ -25,7 +25,8 @@ def stub(server):
 # within seconds (tests/http/test_slow_clients.py, test_hostile_inputs.py, test_fuzz.py).
 BOUNDS = {"http.head_timeout_seconds": 2, "http.body_timeout_seconds": 2,
           "http.ws_config_timeout_seconds": 2, "http.max_pending_connections": 40,
-          "http.max_body_bytes": 64 * 1024, "session.idle_timeout_seconds": 2}
+          "http.max_body_bytes": 64 * 1024, "session.idle_timeout_seconds": 2,
+          "session.stalled_consumer_timeout_seconds": 3}
 
 
 @pytest.fixture(scope="session")

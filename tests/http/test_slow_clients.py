@@ -203,3 +203,57 @@ def test_a_websocket_idle_after_some_text_gets_its_summary_then_the_timeout_erro
     assert "session.idle_timeout_seconds" in events[-1]["message"]
     assert ws.close_code == 1008
     assert error_logs == []
+
+
+def test_a_client_leaving_during_its_body_is_not_an_error(bounded, error_logs):
+    with open_socket(bounded) as sock:
+        sock.sendall(HEAD.format(length=len(BODY)).encode() + BODY[:10].encode())
+    # the server notices at once (EOF) and logs "client left" at info; nothing at error
+    time.sleep(0.5)  # let the loop see the EOF (no bound on the server is measured here)
+    assert error_logs == []
+    with open_socket(bounded) as sock:  # and serves on
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        assert status_and_body(read_until_closed(sock))[0] == 200
+
+
+def shrink_send_buffers(srv):
+    """Give the server's WebSocket connections the buffers of a slow network path.
+
+    On loopback the kernel buffers about 4 MB behind a client that reads nothing, which
+    the CPU demo model needs half a minute to fill; with small buffers on the server's
+    socket the stalled-consumer timeout is reached in seconds. Nothing else changes."""
+    for protocol in list(srv.server.http._server.server_state.connections):
+        transport = getattr(protocol, "transport", None)
+        if transport is None or transport.is_closing():
+            continue
+        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        transport.set_write_buffer_limits(high=16 * 1024)
+
+
+def test_a_websocket_that_stops_reading_gets_the_error_event_and_close_behind_its_audio(
+        bounded, error_logs):
+    before = bounded.server.state.timeouts["stalled"]
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect(("127.0.0.1", bounded.http_port))
+    long_text = " ".join(["This sentence goes on for quite a while, so it cannot end soon."] * 6)
+    # max_queue: the client library stops reading the socket after 2 unread frames
+    with connect(ws_url(bounded), sock=client, open_timeout=30, max_queue=2) as ws:
+        ws.send(json.dumps({"type": "config", "sample_rate": 48000, "seed": 3}))
+        bounded.loop.call_soon_threadsafe(shrink_send_buffers, bounded)
+        ws.send(json.dumps({"type": "text", "text": long_text}))
+        ws.send(json.dumps({"type": "end"}))
+        # read nothing until the watchdog has cut the call
+        assert wait_for(lambda: bounded.server.state.timeouts["stalled"] == before + 1,
+                        timeout=120)
+        events = []
+        with pytest.raises(ConnectionClosed):
+            while True:
+                message = ws.recv(timeout=BOUND + MARGIN)
+                if isinstance(message, str):
+                    events.append(json.loads(message))
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "DEADLINE_EXCEEDED"
+    assert "session.stalled_consumer_timeout_seconds" in events[-1]["message"]
+    assert ws.close_code == 1008
+    assert wait_for(lambda: active_sessions(bounded) == 0)
+    assert error_logs == []
