@@ -15,9 +15,8 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Route, WebSocketRoute
 
-from orpheus_svc.server.state import ServerState
-
 from orpheus_svc.core.status import Status
+from orpheus_svc.server.state import ServerState
 
 from . import speech
 from .auth import ReleaseLeases

@@ -2,8 +2,9 @@
 
 Validation is server/options.py `session_options` (voice from the model's registry,
 encoding and rate, sampling, numeric ranges), the module the gRPC servicer calls too, so a
-request means the same on both edges and fails with the same message. Counters (sessions, outcomes, errors, audio
-seconds, time to first audio) go to the same ServerState the gRPC edge and GetStatus use.
+request means the same on both edges and fails with the same message. Counters (sessions,
+outcomes, errors, audio seconds, time to first audio) go to the same ServerState the gRPC
+edge and GetStatus use.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ header goes out). The response starts when the first audio is ready, so a reques
 loading or draining: 503) gets a proper status and OpenAI's JSON error body; an error after
 the first bytes can only end the stream early (the SSE stream then sends an "error" event).
 `speed` other than 1.0 is refused with 400: no time-stretching is done here.
+
+The body must be sent as application/json (or a +json type): anything else is 415. It has
+been read whole, within http.max_body_bytes and http.body_timeout_seconds, before the route
+runs (limits.BoundedBody), and is decoded by jsonwire's bounded decoder.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import VoiceRegistry
 
+from .options import SamplingChoice, session_options
 from .session import (
     AudioOut,
     FlushIn,
@@ -28,7 +29,6 @@ from .session import (
     Summary,
     TextIn,
 )
-from .options import SamplingChoice, session_options
 from .state import OpenCall, ServerState
 
 log = structlog.get_logger("orpheus_svc.session")
