@@ -172,6 +172,7 @@ def active_sessions(srv):
 
 def test_a_websocket_that_never_sends_its_config_is_counted_then_ended(bounded, error_logs):
     before = refused(bounded, "ws_config_timeout")
+    baseline = fds()
     with connect(ws_url(bounded), open_timeout=30) as ws:
         # open from the moment it was accepted; GetStatus counts it before its config
         assert wait_for(lambda: active_sessions(bounded) == 1)
@@ -183,6 +184,7 @@ def test_a_websocket_that_never_sends_its_config_is_counted_then_ended(bounded, 
     assert ws.close_code == 1008
     assert refused(bounded, "ws_config_timeout") == before + 1
     assert wait_for(lambda: active_sessions(bounded) == 0)
+    assert wait_for(lambda: fds() <= baseline)
     assert error_logs == []
 
 
