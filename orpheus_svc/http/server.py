@@ -13,6 +13,7 @@ import socket
 import structlog
 import uvicorn
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.routing import Route, WebSocketRoute
 
 from orpheus_svc.core.status import Status
@@ -36,13 +37,27 @@ def build_app(state: ServerState) -> Starlette:
         Route("/v1/models", speech.models, methods=["GET"]),
         WebSocketRoute("/v1/audio/speech/stream", ws.stream),
         Route("/", playground.page, methods=["GET"]),
-    ], exception_handlers={Exception: _internal})
+    ], exception_handlers={HTTPException: _http_error, Exception: _internal})
     app.state.server_state = state
     app.add_middleware(ReleaseLeases)  # per-key session leases end with the response
     # outermost: the whole body, within http.max_body_bytes / body_timeout_seconds, before
     # any route (or authorisation) runs
     app.add_middleware(BoundedBody, state=state)
     return app
+
+
+async def _http_error(request, exc: HTTPException):
+    """Starlette's own refusals (no such route: 404, wrong method: 405) in the same JSON
+    shape as every other error of this edge."""
+    if exc.status_code == 404:
+        error = ApiError(Status.NOT_FOUND, f"no route {request.url.path[:100]!r}; this server "
+                         "offers /v1/audio/speech, /v1/audio/voices, /v1/models and "
+                         "/v1/audio/speech/stream (WebSocket)")
+    else:
+        error = ApiError(Status.INVALID_ARGUMENT, str(exc.detail), http_status=exc.status_code)
+    response = error.response()
+    response.headers.update(exc.headers or {})  # 405: Allow
+    return response
 
 
 async def _internal(request, exc: Exception):

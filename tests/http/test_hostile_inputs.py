@@ -137,3 +137,11 @@ def test_both_edges_refuse_a_bad_rate_with_the_same_message(bounded):
     events, _ = ws_exchange(bounded, '{"type": "config", "sample_rate": 12345}')
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert events[0]["code"] == "INVALID_ARGUMENT" and events[0]["message"] == err.value.details()
+
+
+def test_unknown_routes_and_methods_answer_in_the_same_json_shape(bounded):
+    missing = httpx.get(f"{bounded.http}/v1/nothing", timeout=30)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    wrong = httpx.put(f"{bounded.http}/v1/audio/speech", timeout=30)
+    assert_error_shape(wrong, 405, "invalid_argument")
+    assert "POST" in wrong.headers["allow"]
