@@ -83,6 +83,8 @@ class HttpServer:
         # ssl: uvicorn's ssl_* settings when the server runs TLS (docs/security.md)
         config = uvicorn.Config(build_app(state), host=host, port=port, lifespan="off",
                                 log_config=None, access_log=False,
+                                # h11 always (not httptools, when installed): the head
+                                # bounds read its parser state (http/limits.py)
                                 http=bounded_h11(state), ws=BoundedWebSocket,
                                 ws_max_size=state.config.http.max_body_bytes,
                                 timeout_graceful_shutdown=max(grace_seconds, 0.1),
