@@ -26,15 +26,19 @@ from .errors import ApiError
 log = structlog.get_logger("orpheus_svc.http")
 
 def session_options(state: ServerState, voice: str, encoding: str, sample_rate: int = 0,
-                    seed: int | None = None, whole: bool = False) -> SessionOptions:
+                    seed: int | None = None, whole: bool = False,
+                    count: bool = True) -> SessionOptions:
     """Validated options, or ApiError(INVALID_ARGUMENT) saying what to change. `whole`:
     the audio goes out in one piece at the end (SessionOptions.whole). `sample_rate` and
-    `seed` are the integers the client sent, range-checked by the shared validation."""
+    `seed` are the integers the client sent, range-checked by the shared validation.
+    `count`: count a refusal in the errors (false when an open call will count it as
+    its outcome, as a WebSocket's does)."""
     try:
         options = shared.session_options(state, voice, encoding, sample_rate,
                                          shared.SamplingChoice(seed=seed), allow_wav=True)
     except SessionError as exc:
-        state.count_error(exc.code)
+        if count:
+            state.count_error(exc.code)
         param = "voice" if "voice" in exc.message else "seed" if exc.message.startswith("seed") \
             else None
         raise ApiError(exc.code, exc.message, param) from exc
@@ -54,10 +58,13 @@ def open_call(state: ServerState, rpc: str) -> OpenCall:
     return call
 
 
-def require_runtime(state: ServerState):
+def require_runtime(state: ServerState, count: bool = True):
+    """The Runtime, or ApiError(UNAVAILABLE) while loading or draining (`count`: as for
+    session_options)."""
     runtime = state.runtime_or_none()
     if runtime is None:
-        state.count_error(Status.UNAVAILABLE)
+        if count:
+            state.count_error(Status.UNAVAILABLE)
         raise ApiError(Status.UNAVAILABLE, "the model is still loading or the server is shutting "
                        "down; retry shortly (health reports SERVING when ready)")
     return runtime

@@ -140,8 +140,9 @@ def _options(state: ServerState, first: dict):
         raise ApiError(Status.INVALID_ARGUMENT, "'voice' must be a string", "voice")
     sample_rate = jsonwire.integer(first, "sample_rate", "config ") or 0
     seed = jsonwire.integer(first, "seed", "config ")
-    require_runtime(state)
-    return session_options(state, voice, encoding, sample_rate, seed)
+    # counted once, as the open call's outcome (stream)
+    require_runtime(state, count=False)
+    return session_options(state, voice, encoding, sample_rate, seed, count=False)
 
 
 async def _serve(ws: WebSocket, state: ServerState, options, call: OpenCall) -> None:

@@ -2,6 +2,7 @@
 socket or an error-level traceback (issue 27: each case here failed before it)."""
 
 import json
+import time
 
 import grpc
 import httpx
@@ -127,6 +128,23 @@ def test_hostile_frames_after_the_config_end_with_an_error_event_and_a_close_fra
     assert events[-1]["type"] == "error" and events[-1]["code"] == code
     assert close_code == 1008
     assert error_logs == []
+
+
+def test_a_refused_websocket_config_is_counted_once(bounded):
+    errors = bounded.server.state.errors
+    before = errors["INVALID_ARGUMENT"]
+    ws_exchange(bounded, '{"type": "config", "voice": "alloy"}')
+    assert wait_for_value(lambda: errors["INVALID_ARGUMENT"], before + 1)
+
+
+def wait_for_value(read, expected, timeout=30):
+    """read() once it equals `expected` (or after `timeout`), then a moment more: a
+    second count would come right after the first."""
+    deadline = time.monotonic() + timeout
+    while read() != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    return read() == expected
 
 
 def test_both_edges_refuse_a_bad_rate_with_the_same_message(bounded):
