@@ -172,6 +172,7 @@ def active_sessions(srv):
 
 def test_a_websocket_that_never_sends_its_config_is_counted_then_ended(bounded, error_logs):
     before = refused(bounded, "ws_config_timeout")
+    assert active_sessions(bounded) == 0  # and the gRPC channel used below is connected
     baseline = fds()
     with connect(ws_url(bounded), open_timeout=30) as ws:
         # open from the moment it was accepted; GetStatus counts it before its config
