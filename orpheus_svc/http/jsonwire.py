@@ -9,7 +9,9 @@ here, before a value reaches a handler:
   at the first bracket too deep (so no recursion happens at all);
 - NaN / Infinity (not JSON) and numbers outside a float's range are refused;
 - integers of more than MAX_INT_DIGITS digits are refused (every integer this API takes
-  fits in 20 digits: a uint64 seed).
+  fits in 20 digits: a uint64 seed; and every one left converts to a float);
+- strings holding a lone surrogate (an escape such as "\ud800" without its pair) are
+  refused: they are no text, and no UTF-8 encoder (the tokenizer's, the log's) takes them.
 
 The request's own fields are checked by the routes (type) and server/options.py (range).
 """
@@ -30,6 +32,8 @@ MAX_INT_DIGITS = 40     # an integer literal's digits (a uint64 has 20)
 
 # A JSON string (skipped whole: brackets inside it are text) or one bracket.
 _TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+# json.loads joins an escaped surrogate pair into one character: any surrogate left is lone
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Refused(ValueError):
@@ -77,12 +81,28 @@ def decode(data: bytes | str, what: str = "the request body") -> Any:
         raise ApiError(Status.INVALID_ARGUMENT,
                        f"{what} nests objects or arrays deeper than {MAX_DEPTH} levels")
     try:
-        return json.loads(data, parse_constant=_reject_constant, parse_int=_bounded_int,
-                          parse_float=_finite_float)
+        value = json.loads(data, parse_constant=_reject_constant, parse_int=_bounded_int,
+                           parse_float=_finite_float)
+        _check_strings(value)
+        return value
     except _Refused as exc:
         raise ApiError(Status.INVALID_ARGUMENT, f"{what}: {exc}") from None
     except (json.JSONDecodeError, RecursionError, ValueError):
         raise ApiError(Status.INVALID_ARGUMENT, f"{what} must be JSON") from None
+
+
+def _check_strings(value: Any) -> None:
+    """_Refused at a string with a lone surrogate (nesting is bounded: recursion is safe)."""
+    if isinstance(value, str):
+        if _SURROGATE.search(value):
+            raise _Refused("a string holds a lone UTF-16 surrogate escape (not text)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_strings(key)
+            _check_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_strings(item)
 
 
 def decode_object(data: bytes | str, what: str = "the request body") -> dict:

@@ -22,6 +22,7 @@ SETTINGS = settings(deadline=None, database=None,
 RAW_NUMBERS = ["1e400", "-1e400", "Infinity", "-Infinity", "NaN", "-1", str(2 ** 64),
                str(2 ** 64 - 1), "9" * 5000, "0.5", "1e3", "-0", "24000", "8000"]
 DEEP = ["[" * 3000 + "]" * 3000, '{"a":' * 3000 + "1" + "}" * 3000]
+RAW_STRINGS = ['"\\ud800"', '"Hi. \\udfff"', '"\\ud83d\\ude00 Hi."', '"\\u0000"']
 
 
 def raw(value: str):
@@ -41,7 +42,7 @@ def render(value) -> str:
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False,
                     allow_infinity=False), st.text(max_size=12),
-                    st.sampled_from(RAW_NUMBERS + DEEP).map(raw))
+                    st.sampled_from(RAW_NUMBERS + RAW_STRINGS + DEEP).map(raw))
 values = st.recursive(scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
     max_leaves=8)

@@ -45,8 +45,9 @@ def speech_with(**fields):
     speech_with(seed=str(2 ** 64)),
     speech_with(seed="9" * 5000),                     # over Python's int-to-str limit
     speech_with(seed="1e400"), speech_with(seed="Infinity"), speech_with(speed="NaN"),
+    speech_with(input='"\\ud800 Hi."'),              # a lone surrogate: no UTF-8 for it
 ], ids=["deep", "deep-field", "seed-negative", "seed-2^64", "seed-5000-digits",
-        "seed-1e400", "seed-infinity", "speed-nan"])
+        "seed-1e400", "seed-infinity", "speed-nan", "lone-surrogate"])
 def test_hostile_post_bodies_are_400_in_openais_shape(bounded, error_logs, body):
     assert_error_shape(post(bounded, body), 400, "invalid_argument")
     assert error_logs == []
@@ -121,7 +122,8 @@ def test_hostile_websocket_configs_end_with_an_error_event_and_a_close_frame(
     (DEEP, "INVALID_ARGUMENT"),
     ('{"type": "text", "text": 1e400}', "INVALID_ARGUMENT"),
     (b"\x00\x01", "INVALID_ARGUMENT"),
-], ids=["second-config", "deep", "text-1e400", "binary"])
+    ('{"type": "text", "text": "\\ud800 Hi."}', "INVALID_ARGUMENT"),
+], ids=["second-config", "deep", "text-1e400", "binary", "lone-surrogate"])
 def test_hostile_frames_after_the_config_end_with_an_error_event_and_a_close_frame(
         bounded, error_logs, frame, code):
     events, close_code = ws_exchange(bounded, '{"type": "config"}', frame)

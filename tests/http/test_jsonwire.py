@@ -11,7 +11,7 @@ from orpheus_svc.http.jsonwire import MAX_DEPTH, decode, decode_object
 @pytest.mark.parametrize("text", [
     "[" * 100_000, '{"a": ' * 50_000 + "1" + "}" * 50_000, "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1),
     '{"seed": ' + "9" * 5000 + "}", '{"x": 1e400}', '{"x": -1e400}', '{"x": Infinity}',
-    '{"x": NaN}', b"\xff\xfe", "{not json", "",
+    '{"x": NaN}', b"\xff\xfe", "{not json", "", '{"input": "\\ud800 Hi."}', '{"\\udfff": 1}',
 ])
 def test_hostile_documents_are_invalid_argument(text):
     with pytest.raises(ApiError) as err:
@@ -32,3 +32,7 @@ def test_nesting_up_to_the_limit_and_large_but_bounded_integers_decode():
 def test_only_an_object_is_a_request():
     with pytest.raises(ApiError, match="JSON object"):
         decode_object("[1]")
+
+
+def test_an_escaped_surrogate_pair_is_one_character_and_accepted():
+    assert decode('"\\ud83d\\ude00"') == "\U0001F600"
