@@ -84,7 +84,7 @@ async def speech(request: Request) -> Response:
         body = await _json_body(request)
         model = _field(body, "model", str, required=True)
         if model not in MODEL_IDS:
-            raise ApiError(Status.NOT_FOUND, f"unknown model {model!r}; this server offers "
+            raise ApiError(Status.NOT_FOUND, f"unknown model {model[:60]!r}; this server offers "
                            f"{', '.join(MODEL_IDS)} (all the same Orpheus model)", "model")
         text = _field(body, "input", str, required=True)
         if not text.strip():
@@ -95,8 +95,8 @@ async def speech(request: Request) -> Response:
                            f"limit is {limit} (text.max_text_chars)", "input")
         response_format = _field(body, "response_format", str, "mp3")
         if response_format not in FORMATS:
-            raise ApiError(Status.INVALID_ARGUMENT, f"response_format {response_format!r} is not "
-                           f"offered; use one of {', '.join(FORMATS)}", "response_format")
+            raise ApiError(Status.INVALID_ARGUMENT, f"response_format {response_format[:40]!r} "
+                           f"is not offered; use one of {', '.join(FORMATS)}", "response_format")
         speed = _field(body, "speed", float, 1.0)
         if speed != 1.0:
             raise ApiError(Status.INVALID_ARGUMENT, "'speed' other than 1.0 is not supported by this "

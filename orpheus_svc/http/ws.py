@@ -62,11 +62,12 @@ _TRY_AGAIN = (Status.RESOURCE_EXHAUSTED, Status.UNAVAILABLE)
 _CLOSE_WAIT_S = 2.0
 
 
-async def _send_error(ws: WebSocket, code: str, message: str, close_code: int | None = None) -> None:
+async def _send_error(ws: WebSocket, code: str, message: str,
+                      close_code: int | None = None) -> None:
     """The error event, then the close; never raises (the client may be gone already)."""
     async def send() -> None:
-        await ws.send({"type": "websocket.send", URGENT: True,
-                       "text": json.dumps({"type": "error", "code": str(code), "message": message})})
+        event = {"type": "error", "code": str(code), "message": message}
+        await ws.send({"type": "websocket.send", URGENT: True, "text": json.dumps(event)})
         await ws.close(close_code or (1013 if code in _TRY_AGAIN else 1008))
     with contextlib.suppress(Exception):
         await asyncio.wait_for(send(), _CLOSE_WAIT_S)
