@@ -306,6 +306,33 @@ class SessionConfig:
 
 
 @dataclass(frozen=True)
+class HttpConfig:
+    """Bounds of the HTTP edge (server.http_port) on what a client may send and how slowly
+    (docs/http.md, "Limits"). Each is on by default; a time of 0 turns that bound off."""
+
+    # A POST body larger than this is refused with 413 before it is read (by its
+    # Content-Length, or once a chunked body passes it); also the largest WebSocket message.
+    max_body_bytes: int = 1 << 20
+    # From the connection (or the end of the previous response) to the end of the request
+    # head; past it the connection is closed. Also bounds a WebSocket's upgrade request.
+    head_timeout_seconds: float = 10.0
+    # From the end of the head to the end of the body; past it: 408 and the connection closed.
+    body_timeout_seconds: float = 15.0
+    # A WebSocket's first message (the config) must come this soon after the upgrade;
+    # past it: an error event (DEADLINE_EXCEEDED) and close 1008.
+    ws_config_timeout_seconds: float = 10.0
+    # Connections whose request head has not arrived yet; one more is closed at once.
+    max_pending_connections: int = 256
+
+    def __post_init__(self) -> None:
+        require(self.max_body_bytes >= 1024, self, "max_body_bytes", "must be >= 1024")
+        for name in ("head_timeout_seconds", "body_timeout_seconds", "ws_config_timeout_seconds"):
+            require(getattr(self, name) >= 0, self, name, "must be >= 0 (0 = off)")
+        require(self.max_pending_connections >= 1, self, "max_pending_connections",
+                "must be >= 1")
+
+
+@dataclass(frozen=True)
 class Config:
     profile: str = "conversational"
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -315,6 +342,7 @@ class Config:
     text: TextConfig = field(default_factory=TextConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     session: SessionConfig = field(default_factory=SessionConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
 
 
 # The seed's two tuning profiles: conversational favours time to first audio (short texts,

@@ -90,7 +90,8 @@ class VoiceRegistry:
 
     def unknown_message(self, name: str) -> str:
         """What to tell a client that asked for a voice this model does not have."""
-        return f"unknown voice {name!r}; known voices: {', '.join(self.names)}"
+        # cut: the name is echoed back to a client that may have sent megabytes of it
+        return f"unknown voice {name[:60]!r}; known voices: {', '.join(self.names)}"
 
 
 # The default voice of a model that names none: the first of Canopy's English voices. Use

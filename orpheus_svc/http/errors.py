@@ -27,23 +27,32 @@ STATUS = {
 
 
 class ApiError(Exception):
-    """An error answered before any audio: `code` is a domain Status (its name accepted)."""
+    """An error answered before any audio: `code` is a domain Status (its name accepted).
 
-    def __init__(self, code: Status | str, message: str, param: str | None = None) -> None:
+    `http_status` replaces the code's HTTP status where HTTP has a more exact one for the
+    same gRPC code (413 body too large, 408 body too slow, 415 not JSON); such a refusal
+    is a client error (`invalid_request_error`)."""
+
+    def __init__(self, code: Status | str, message: str, param: str | None = None,
+                 http_status: int | None = None) -> None:
         super().__init__(message)
         self.code = Status(code)
         self.message = message
         self.param = param
+        self.http_status = http_status
 
     @property
     def status(self) -> int:
-        return STATUS.get(self.code, (500, "server_error"))[0]
+        return self.http_status or STATUS.get(self.code, (500, "server_error"))[0]
 
     def body(self) -> dict:
-        kind = STATUS.get(self.code, (500, "server_error"))[1]
+        kind = "invalid_request_error" if self.http_status else \
+            STATUS.get(self.code, (500, "server_error"))[1]
         return {"error": {"message": self.message, "type": kind, "param": self.param,
                           "code": self.code.lower()}}
 
     def response(self) -> JSONResponse:
-        headers = {"Retry-After": "1"} if self.status in (429, 503) else None
-        return JSONResponse(self.body(), status_code=self.status, headers=headers)
+        headers = {"Retry-After": "1"} if self.status in (429, 503) else {}
+        if self.status in (408, 413):  # the body was not read: the connection cannot go on
+            headers["Connection"] = "close"
+        return JSONResponse(self.body(), status_code=self.status, headers=headers or None)

@@ -13,12 +13,16 @@ import socket
 import structlog
 import uvicorn
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.routing import Route, WebSocketRoute
 
+from orpheus_svc.core.status import Status
 from orpheus_svc.server.state import ServerState
 
 from . import speech
 from .auth import ReleaseLeases
+from .errors import ApiError
+from .limits import BoundedBody, BoundedWebSocket, bounded_h11
 
 log = structlog.get_logger("orpheus_svc.http")
 
@@ -33,10 +37,33 @@ def build_app(state: ServerState) -> Starlette:
         Route("/v1/models", speech.models, methods=["GET"]),
         WebSocketRoute("/v1/audio/speech/stream", ws.stream),
         Route("/", playground.page, methods=["GET"]),
-    ])
+    ], exception_handlers={HTTPException: _http_error, Exception: _internal})
     app.state.server_state = state
     app.add_middleware(ReleaseLeases)  # per-key session leases end with the response
+    # outermost: the whole body, within http.max_body_bytes / body_timeout_seconds, before
+    # any route (or authorisation) runs
+    app.add_middleware(BoundedBody, state=state)
     return app
+
+
+async def _http_error(request, exc: HTTPException):
+    """Starlette's own refusals (no such route: 404, wrong method: 405) in the same JSON
+    shape as every other error of this edge."""
+    if exc.status_code == 404:
+        error = ApiError(Status.NOT_FOUND, f"no route {request.url.path[:100]!r}; this server "
+                         "offers /v1/audio/speech, /v1/audio/voices, /v1/models and "
+                         "/v1/audio/speech/stream (WebSocket)")
+    else:
+        error = ApiError(Status.INVALID_ARGUMENT, str(exc.detail), http_status=exc.status_code)
+    response = error.response()
+    response.headers.update(exc.headers or {})  # 405: Allow
+    return response
+
+
+async def _internal(request, exc: Exception):
+    """A bug's last answer: the documented JSON shape, not a text/plain 500 (Starlette
+    still logs the traceback: a bug is an error)."""
+    return ApiError(Status.INTERNAL, "internal error; the server log has details").response()
 
 
 class _Uvicorn(uvicorn.Server):
@@ -55,7 +82,11 @@ class HttpServer:
                  ssl: dict | None = None) -> None:
         # ssl: uvicorn's ssl_* settings when the server runs TLS (docs/security.md)
         config = uvicorn.Config(build_app(state), host=host, port=port, lifespan="off",
-                                log_config=None, access_log=False, ws="websockets-sansio",
+                                log_config=None, access_log=False,
+                                # h11 always (not httptools, when installed): the head
+                                # bounds read its parser state (http/limits.py)
+                                http=bounded_h11(state), ws=BoundedWebSocket,
+                                ws_max_size=state.config.http.max_body_bytes,
                                 timeout_graceful_shutdown=max(grace_seconds, 0.1),
                                 **(ssl or {}))
         self._server = _Uvicorn(config)

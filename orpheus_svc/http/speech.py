@@ -11,6 +11,10 @@ header goes out). The response starts when the first audio is ready, so a reques
 loading or draining: 503) gets a proper status and OpenAI's JSON error body; an error after
 the first bytes can only end the stream early (the SSE stream then sends an "error" event).
 `speed` other than 1.0 is refused with 400: no time-stretching is done here.
+
+The body must be sent as application/json (or a +json type): anything else is 415. It has
+been read whole, within http.max_body_bytes and http.body_timeout_seconds, before the route
+runs (limits.BoundedBody), and is decoded by jsonwire's bounded decoder.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from orpheus_svc.core.status import Status
 from orpheus_svc.server.session import AudioOut, SessionError, Summary, TextIn
 
+from . import jsonwire
 from .auth import authorize
 from .errors import ApiError
 from .sessions import require_runtime, run_session, session_options
@@ -55,14 +60,21 @@ def _field(body: dict, name: str, kind: type, default=None, required: bool = Fal
     return value
 
 
+def _is_json(content_type: str | None) -> bool:
+    """application/json or a +json type, any parameters (charset) after it."""
+    kind = (content_type or "").split(";")[0].strip().lower()
+    return kind == "application/json" or kind.startswith("application/") and kind.endswith("+json")
+
+
 async def _json_body(request: Request) -> dict:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ApiError(Status.INVALID_ARGUMENT, "the request body must be JSON") from None
-    if not isinstance(body, dict):
-        raise ApiError(Status.INVALID_ARGUMENT, "the request body must be a JSON object")
-    return body
+    """The body as a JSON object, decoded within jsonwire's limits (the size and time
+    limits were applied before the route: limits.BoundedBody)."""
+    content_type = request.headers.get("content-type")
+    if not _is_json(content_type):
+        raise ApiError(Status.INVALID_ARGUMENT, "the request body must be JSON, sent with "
+                       f"Content-Type: application/json (got {(content_type or 'none')[:60]!r})",
+                       http_status=415)
+    return jsonwire.decode_object(await request.body())
 
 
 async def speech(request: Request) -> Response:
@@ -72,7 +84,7 @@ async def speech(request: Request) -> Response:
         body = await _json_body(request)
         model = _field(body, "model", str, required=True)
         if model not in MODEL_IDS:
-            raise ApiError(Status.NOT_FOUND, f"unknown model {model!r}; this server offers "
+            raise ApiError(Status.NOT_FOUND, f"unknown model {model[:60]!r}; this server offers "
                            f"{', '.join(MODEL_IDS)} (all the same Orpheus model)", "model")
         text = _field(body, "input", str, required=True)
         if not text.strip():
@@ -83,8 +95,8 @@ async def speech(request: Request) -> Response:
                            f"limit is {limit} (text.max_text_chars)", "input")
         response_format = _field(body, "response_format", str, "mp3")
         if response_format not in FORMATS:
-            raise ApiError(Status.INVALID_ARGUMENT, f"response_format {response_format!r} is not "
-                           f"offered; use one of {', '.join(FORMATS)}", "response_format")
+            raise ApiError(Status.INVALID_ARGUMENT, f"response_format {response_format[:40]!r} "
+                           f"is not offered; use one of {', '.join(FORMATS)}", "response_format")
         speed = _field(body, "speed", float, 1.0)
         if speed != 1.0:
             raise ApiError(Status.INVALID_ARGUMENT, "'speed' other than 1.0 is not supported by this "
@@ -97,7 +109,7 @@ async def speech(request: Request) -> Response:
         if not stream and stream_format == "sse":
             raise ApiError(Status.INVALID_ARGUMENT, "stream_format 'sse' is a stream: drop it "
                            "or 'stream': false", "stream")
-        seed = _field(body, "seed", int)
+        seed = jsonwire.integer(body, "seed")  # its range: the shared validation
         voice = _field(body, "voice", str, "")
         encoding, media_type = FORMATS[response_format]
         require_runtime(state)

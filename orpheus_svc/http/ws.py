@@ -20,6 +20,13 @@ are the stream in the requested encoding); JSON text frames carry the events:
     {"type": "error", "code": "INVALID_ARGUMENT", "message"}   then close (1008, or 1013
                                                        for RESOURCE_EXHAUSTED / UNAVAILABLE)
 
+Every socket ends with a close frame, after the summary (1000) or an error event, however it
+ends: a bad message, no config within http.ws_config_timeout_seconds, the idle timeout (a
+summary of what was spoken, then the DEADLINE_EXCEEDED error), or a client that stopped
+reading (the stalled-consumer timeout: the error event and close are queued behind the
+unread audio, limits.BoundedWebSocket). The call is open, and in GetStatus, from the
+moment the socket is accepted.
+
 Closing the socket (or "cancel") mid-stream cancels the session's generations: their slots
 are freed at the engine's next step, exactly like a cancelled gRPC call.
 """
@@ -30,25 +37,40 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import uuid
 
+import structlog
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from orpheus_svc.core.status import Status
 from orpheus_svc.server.session import (AudioOut, FlushIn, SegmentEnded, SegmentStarted,
                                         SessionError, Summary, TextIn)
+from orpheus_svc.server.state import OpenCall, ServerState
 
+from . import jsonwire
 from .auth import authorize
 from .errors import ApiError
-from .sessions import require_runtime, run_session, session_options
+from .limits import URGENT, refused
+from .sessions import open_call, require_runtime, run_session, session_options
+
+log = structlog.get_logger("orpheus_svc.http")
 
 _END = object()
 _TRY_AGAIN = (Status.RESOURCE_EXHAUSTED, Status.UNAVAILABLE)
+# The error event and close are written even to a client that reads nothing
+# (limits.BoundedWebSocket); this only bounds a server that would not do so.
+_CLOSE_WAIT_S = 2.0
 
 
-async def _send_error(ws: WebSocket, code: str, message: str) -> None:
-    with contextlib.suppress(Exception):  # the client may be gone already
-        await ws.send_json({"type": "error", "code": code, "message": message})
-        await ws.close(1013 if code in _TRY_AGAIN else 1008)
+async def _send_error(ws: WebSocket, code: str, message: str,
+                      close_code: int | None = None) -> None:
+    """The error event, then the close; never raises (the client may be gone already)."""
+    async def send() -> None:
+        event = {"type": "error", "code": str(code), "message": message}
+        await ws.send({"type": "websocket.send", URGENT: True, "text": json.dumps(event)})
+        await ws.close(close_code or (1013 if code in _TRY_AGAIN else 1008))
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(send(), _CLOSE_WAIT_S)
 
 
 def _event(out) -> dict:
@@ -61,30 +83,72 @@ def _event(out) -> dict:
 async def stream(ws: WebSocket) -> None:
     state = ws.app.state.server_state
     await ws.accept()
+    call: OpenCall | None = None
     try:
-        await authorize(ws)
-        first = await ws.receive_json()
-        if not isinstance(first, dict) or first.get("type") != "config":
-            raise ApiError(Status.FAILED_PRECONDITION, "the first message must be "
-                           '{"type": "config", ...} (voice, encoding); text comes after it')
-        seed = first.get("seed")
-        encoding = first.get("encoding") or "pcm16"
-        if not isinstance(encoding, str) or encoding not in _encodings():
-            raise ApiError(Status.INVALID_ARGUMENT, f"encoding {encoding!r} is not offered; use one "
-                           f"of {', '.join(_encodings())}")
-        require_runtime(state)
-        options = session_options(state, str(first.get("voice") or ""), encoding,
-                                  int(first.get("sample_rate") or 0),
-                                  int(seed) if seed is not None else None)
-    except ApiError as exc:
-        await _send_error(ws, exc.code, exc.message)
-        return
-    except (WebSocketDisconnect, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        await _send_error(ws, Status.INVALID_ARGUMENT, f"bad config message: {exc}")
-        return
+        try:
+            await authorize(ws)
+            call = open_call(state, "http.ws")  # counted (GetStatus) before its config
+            options = _options(state, await _config(ws, state))
+        except ApiError as exc:
+            await _send_error(ws, exc.code, exc.message)
+            if call is not None:
+                state.close_call(call, exc.code)
+            return
+        except WebSocketDisconnect:  # left before its config
+            if call is not None:
+                state.close_call(call, "cancelled")
+            return
+        await _serve(ws, state, options, call)
+    except Exception as exc:  # noqa: BLE001 - a bug here must still end with a close frame
+        error_id = uuid.uuid4().hex[:10]
+        log.error("websocket failed", error_id=error_id, exc_info=exc)
+        await _send_error(ws, Status.INTERNAL, f"internal error (error id {error_id}; the "
+                          "server log has details)", close_code=1011)
+    finally:
+        if call is not None:
+            state.close_call(call, "cancelled")  # no-op when the session closed it
 
+
+async def _config(ws: WebSocket, state: ServerState) -> dict:
+    """The first message, within http.ws_config_timeout_seconds; it must be the config."""
+    timeout = state.config.http.ws_config_timeout_seconds
+    try:
+        msg = await asyncio.wait_for(ws.receive(), timeout or None)
+    except asyncio.TimeoutError:
+        refused(state, "ws_config_timeout", timeout_s=timeout)
+        raise ApiError(Status.DEADLINE_EXCEEDED, f"no config message within {timeout:g} s of "
+                       "connecting (http.ws_config_timeout_seconds); send "
+                       '{"type": "config", ...} first') from None
+    if msg["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(msg.get("code", 1000))
+    if msg.get("text") is None:
+        raise ApiError(Status.INVALID_ARGUMENT, "messages are JSON text frames; the first is "
+                       '{"type": "config", ...}')
+    first = jsonwire.decode(msg["text"], "the config message")
+    if not isinstance(first, dict) or first.get("type") != "config":
+        raise ApiError(Status.FAILED_PRECONDITION, "the first message must be "
+                       '{"type": "config", ...} (voice, encoding); text comes after it')
+    return first
+
+
+def _options(state: ServerState, first: dict):
+    encoding = first.get("encoding") or "pcm16"
+    if not isinstance(encoding, str) or encoding not in _encodings():
+        raise ApiError(Status.INVALID_ARGUMENT, f"encoding {str(encoding)[:40]!r} is not "
+                       f"offered; use one of {', '.join(_encodings())}", "encoding")
+    voice = first.get("voice") or ""
+    if not isinstance(voice, str):
+        raise ApiError(Status.INVALID_ARGUMENT, "'voice' must be a string", "voice")
+    sample_rate = jsonwire.integer(first, "sample_rate", "config ") or 0
+    seed = jsonwire.integer(first, "seed", "config ")
+    # counted once, as the open call's outcome (stream)
+    require_runtime(state, count=False)
+    return session_options(state, voice, encoding, sample_rate, seed, count=False)
+
+
+async def _serve(ws: WebSocket, state: ServerState, options, call: OpenCall) -> None:
     inbox: asyncio.Queue = asyncio.Queue()
-    pump = asyncio.create_task(_pump(ws, state, options, inbox))
+    pump = asyncio.create_task(_pump(ws, state, options, inbox, call))
     receiver = asyncio.create_task(_receive(ws, inbox, pump))
     try:
         await pump
@@ -100,6 +164,33 @@ def _encodings() -> tuple[str, ...]:
     return tuple(e for e in ENCODINGS if e != "aac")  # aac is not in the gRPC API either
 
 
+_AFTER_CONFIG = ("messages after the config are JSON objects with type text (and a string "
+                 "'text'), flush, end or cancel")
+
+
+def _message(msg: dict):
+    """A client message after the config, as the session's input (or a SessionError)."""
+    if msg.get("text") is None:
+        return SessionError(Status.INVALID_ARGUMENT, _AFTER_CONFIG + "; got a binary frame")
+    try:
+        data = jsonwire.decode(msg["text"], "the message")
+    except ApiError as exc:
+        return SessionError(exc.code, exc.message)
+    kind = data.get("type") if isinstance(data, dict) else None
+    if kind == "text" and isinstance(data.get("text"), str):
+        return TextIn(data["text"])
+    if kind == "flush":
+        return FlushIn()
+    if kind == "end":
+        return _END
+    if kind == "cancel":
+        return kind
+    if kind == "config":
+        return SessionError(Status.FAILED_PRECONDITION,
+                            "the config may only be sent once, as the first message")
+    return SessionError(Status.INVALID_ARGUMENT, _AFTER_CONFIG)
+
+
 async def _receive(ws: WebSocket, inbox: asyncio.Queue, pump: asyncio.Task) -> None:
     """Reads client messages for the whole call, so a close or a cancel is seen even after
     the end of input; either one cancels the pump (and so the session)."""
@@ -108,32 +199,20 @@ async def _receive(ws: WebSocket, inbox: asyncio.Queue, pump: asyncio.Task) -> N
             msg = await ws.receive()
             if msg["type"] == "websocket.disconnect":
                 break
-            try:
-                data = json.loads(msg.get("text") or "")
-                kind = data.get("type") if isinstance(data, dict) else None
-            except json.JSONDecodeError:
-                kind, data = None, None
-            if kind == "cancel":
+            item = _message(msg)
+            if item == "cancel":
                 with contextlib.suppress(Exception):
                     await ws.send_json({"type": "cancelled"})
                     await ws.close(1000)
                 break
-            if kind == "text" and isinstance(data.get("text"), str):
-                inbox.put_nowait(TextIn(data["text"]))
-            elif kind == "flush":
-                inbox.put_nowait(FlushIn())
-            elif kind == "end":
-                inbox.put_nowait(_END)
-            else:
-                inbox.put_nowait(SessionError(Status.INVALID_ARGUMENT, (
-                    "messages after the config are JSON objects with type text (and a string "
-                    "'text'), flush, end or cancel")))
+            inbox.put_nowait(item)
     except (WebSocketDisconnect, RuntimeError):
         pass
     pump.cancel()  # disconnected or cancelled: the session's finally frees its slots
 
 
-async def _pump(ws: WebSocket, state, options, inbox: asyncio.Queue) -> None:
+async def _pump(ws: WebSocket, state: ServerState, options, inbox: asyncio.Queue,
+                call: OpenCall) -> None:
     async def inputs():
         while True:
             item = await inbox.get()
@@ -143,7 +222,7 @@ async def _pump(ws: WebSocket, state, options, inbox: asyncio.Queue) -> None:
                 raise item
             yield item
 
-    outputs = run_session(state, options, inputs(), rpc="http.ws")
+    outputs = run_session(state, options, inputs(), rpc="http.ws", call=call)
     try:
         async for out in outputs:
             if isinstance(out, AudioOut):
@@ -151,9 +230,23 @@ async def _pump(ws: WebSocket, state, options, inbox: asyncio.Queue) -> None:
                     await ws.send_bytes(out.audio)
                 continue
             await ws.send_json(_event(out))
-            if isinstance(out, Summary):
-                await ws.close(1000)
+        # the summary went out and the session ended normally (an idle timeout raises
+        # after its summary: the error event below tells the client why it ended)
+        await ws.close(1000)
     except (SessionError, ApiError) as exc:  # ApiError: refused at server.max_sessions
+        await outputs.aclose()
         await _send_error(ws, exc.code, exc.message)
+    except (WebSocketDisconnect, OSError, RuntimeError):
+        # a send found the client gone (uvicorn: ClientDisconnected, an OSError; Starlette:
+        # RuntimeError once the socket closed): not an error; the session is closed below
+        log.info("client left", rpc="http.ws", session_id=call.session_id)
+    except asyncio.CancelledError:
+        if call.cut_by is None:
+            raise  # the client left or cancelled (the receiver ended the pump)
+        # the watchdog cut it: a write of audio waited past the stalled-consumer timeout
+        asyncio.current_task().uncancel()
+        await outputs.aclose()  # its generations are cancelled, the call closed (logged)
+        reason = call.stall_reason(state.config.session.stalled_consumer_timeout_seconds)
+        await _send_error(ws, Status.DEADLINE_EXCEEDED, reason)
     finally:
         await outputs.aclose()

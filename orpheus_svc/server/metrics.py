@@ -95,6 +95,13 @@ class _StateCollector:
         timeouts.add_metric(["idle"], st.idle_timeouts_total)
         timeouts.add_metric(["stalled_consumer"], st.stalled_timeouts_total)
         yield timeouts
+        http = CounterMetricFamily("orpheus_http_refused",
+                                   "HTTP requests and connections refused or ended by an http.* "
+                                   "bound (body size or time, head time, pending connections, "
+                                   "WebSocket config time)", labels=["reason"])
+        for reason, n in snap.http_refused:
+            http.add_metric([reason], n)
+        yield http
 
 
 class _EngineHistograms:

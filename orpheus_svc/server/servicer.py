@@ -13,12 +13,10 @@ import grpc
 import structlog
 from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
 
-from orpheus_svc.audio.pcm import allowed_rates, default_rate
-from orpheus_svc.core.generation import SamplingParams
-from orpheus_svc.core.normalize import has_normalizer
 from orpheus_svc.core.status import Status
-from orpheus_svc.core.voices import VoiceRegistry, english_registry
+from orpheus_svc.core.voices import VoiceRegistry
 
+from .options import SamplingChoice, session_options
 from .session import (
     AudioOut,
     FlushIn,
@@ -53,40 +51,19 @@ _ENCODINGS = {
 def _options(state: ServerState, voice: str, fmt: tts_pb2.AudioFormat,
              sampling: tts_pb2.SamplingOptions, *, allow_wav: bool,
              normalize: bool | None = None) -> SessionOptions:
-    """Validate a request's settings; SessionError(INVALID_ARGUMENT) says what to change."""
-    voices = state.runtime.voices if state.runtime is not None else english_registry()
-    entry = voices.resolve(voice)  # any case; empty = the model's default voice
-    if entry is None:
-        raise SessionError(Status.INVALID_ARGUMENT, voices.unknown_message(voice))
-    voice = entry.name  # the model's own spelling goes into the prompt
+    """The proto's settings as plain values, validated by server/options.py (shared with
+    the HTTP edge); SessionError(INVALID_ARGUMENT) says what to change."""
     encoding = _ENCODINGS.get(fmt.encoding)
     if encoding is None:
         raise SessionError(Status.INVALID_ARGUMENT, f"unknown audio encoding {fmt.encoding}")
-    if encoding == "wav" and not allow_wav:
-        raise SessionError(Status.INVALID_ARGUMENT,
-                           "WAV is only offered by Synthesize; stream PCM16 or MULAW here")
-    rate = fmt.sample_rate_hz or default_rate(encoding)
-    allowed = allowed_rates(encoding)
-    if rate not in allowed:
-        raise SessionError(Status.INVALID_ARGUMENT, (
-            f"sample_rate_hz {rate} is not supported for {encoding.upper()}; "
-            f"use one of {', '.join(map(str, allowed))}"))
-    d = state.config.sampling
-    params = SamplingParams(
-        temperature=sampling.temperature if sampling.HasField("temperature") else d.temperature,
-        top_p=sampling.top_p if sampling.HasField("top_p") else d.top_p,
-        repetition_penalty=(sampling.repetition_penalty if sampling.HasField("repetition_penalty")
-                            else d.repetition_penalty),
-        seed=sampling.seed if sampling.HasField("seed") else None)
-    try:
-        params.validate()
-    except ValueError as exc:
-        raise SessionError(Status.INVALID_ARGUMENT, f"sampling: {exc}") from exc
-    # normalize_text unset: the server's default; never for a language without a normaliser
-    wanted = state.config.text.normalize if normalize is None else normalize
-    return SessionOptions(voice, encoding, rate, params,
-                          normalize_text=wanted and has_normalizer(entry.language),
-                          language=entry.language)
+
+    def field(name: str):
+        return getattr(sampling, name) if sampling.HasField(name) else None
+
+    choice = SamplingChoice(field("temperature"), field("top_p"), field("repetition_penalty"),
+                            field("seed"))
+    return session_options(state, voice, encoding, fmt.sample_rate_hz, choice,
+                           allow_wav=allow_wav, normalize=normalize)
 
 
 _CAUSES = {

@@ -69,6 +69,8 @@ class MetricsSnapshot:
     errors: tuple[tuple[str, int], ...]  # (status code name, calls), sorted by name
     underrun_risk: int
     row_budget: int = 0  # generations the real-time row budget lets run (0: off / unmeasured)
+    # HTTP-edge requests and connections refused or ended by a bound (http.*), by reason
+    http_refused: tuple[tuple[str, int], ...] = ()
 
 
 class OpenCall:
@@ -127,6 +129,9 @@ class ServerState:
         self.calls: set[OpenCall] = set()
         self.refused: Counter[str] = Counter()   # reason -> calls refused at once
         self.timeouts: Counter[str] = Counter()  # "idle" | "stalled" -> calls ended
+        # HTTP edge: requests/connections refused or ended by an http.* bound, by reason
+        # (http/limits.py names them)
+        self.http_refused: Counter[str] = Counter()
         self._watchdog: asyncio.Task | None = None
         # the owning loop (set by the app when it starts; found here when built on it)
         try:
@@ -215,7 +220,8 @@ class ServerState:
         self._published = MetricsSnapshot(
             status=self.status(), underrun_risk=engine.underrun_risk if engine else 0,
             row_budget=engine.row_budget if engine else 0,
-            errors=tuple(sorted(self.errors.items())))
+            errors=tuple(sorted(self.errors.items())),
+            http_refused=tuple(sorted(self.http_refused.items())))
         return self._published
 
     def snapshot(self, timeout: float = 2.0) -> MetricsSnapshot:

@@ -152,3 +152,19 @@ def test_config_command_from_the_shell_needs_no_model_and_no_server_stack(tmp_pa
     cfg = load_config(f, environ={})
     assert cfg.profile == "longform" and cfg.engine.max_waiting == 7
     assert cfg.engine.max_ahead_seconds == 3.0  # from the profile
+
+
+@pytest.mark.parametrize("setting,value,needle", [
+    ("http.max_body_bytes", 10, "http.max_body_bytes must be >= 1024"),
+    ("http.body_timeout_seconds", -1, "http.body_timeout_seconds must be >= 0"),
+    ("http.max_pending_connections", 0, "http.max_pending_connections must be >= 1"),
+])
+def test_http_bounds_are_checked_and_named(setting, value, needle):
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        load_config(overrides={setting: value}, environ={})
+
+
+def test_http_bounds_are_on_by_default():
+    http = load_config(environ={}).http
+    assert http.max_body_bytes > 0 and http.head_timeout_seconds > 0
+    assert http.body_timeout_seconds > 0 and http.ws_config_timeout_seconds > 0
