@@ -51,6 +51,18 @@ if [[ "${REBUILD_BASE:-}" == 1 ]] || ! podman image exists "${BASE}"; then
     bookworm "${WORK}/rootfs" "${MIRROR}" >"${WORK}/debootstrap.log" 2>&1 \
     || { tail -20 "${WORK}/debootstrap.log"; exit 1; }
   rm -rf "${WORK}/rootfs/var/cache/apt/archives/"*.deb "${WORK}/rootfs/var/lib/apt/lists/"*
+  # A build machine whose egress re-signs TLS (a proxy CA in HOST_CA_DIR) passes that trust
+  # on: pip in the build stages would refuse PyPI's certificate otherwise. Local to this
+  # base image; docs/deploy.md says so.
+  shopt -s nullglob
+  cas=("${HOST_CA_DIR:-/usr/local/share/ca-certificates}"/*.crt)
+  shopt -u nullglob
+  if (( ${#cas[@]} )); then
+    cp "${cas[@]}" "${WORK}/rootfs/usr/local/share/ca-certificates/"
+    chroot "${WORK}/rootfs" update-ca-certificates >/dev/null
+    printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' >"${WORK}/rootfs/etc/pip.conf"
+    say "base trusts ${#cas[@]} CA(s) of this machine: ${cas[*]##*/}"
+  fi
   ctr="$(buildah from scratch)"
   cp -a "${WORK}/rootfs/." "$(buildah mount "${ctr}")/"
   buildah umount "${ctr}" >/dev/null

@@ -60,7 +60,7 @@ def test_the_server_requires_a_client_that_includes_this_release_s():
     assert req.specifier.contains(orpheus_tts_client.__version__)
 
 
-def test_status_and_log_carry_the_server_version():
+def test_status_snapshot_carries_the_server_version_and_the_api_package_is_v1():
     from orpheus_svc.config import load_config
     from orpheus_svc.server.servicer import API_VERSION
     from orpheus_svc.server.state import ServerState
