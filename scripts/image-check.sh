@@ -115,5 +115,5 @@ say "ran as uid ${UIDS}, read-only root, SERVING + Synthesize in ${SERVING_S} s,
 "${DEV_PY}" scripts/release/record_image_check.py docs/deploy.md \
   "date=$(date -u +%Y-%m-%d)" "version=${VERSION}" "base_s=${BASE_S}" "build_s=${BUILD_S}" \
   "size=${SIZE}" "size_bytes=${SIZE_B}" "uid=${UIDS}" "serving_s=${SERVING_S}" \
-  "storage=${STORE}" "tools=$(buildah --version | cut -d' ' -f1-3), $(podman --version)"
+  "storage=${STORE}" "torch=from ${TORCH_INDEX_URL}" "tools=$(buildah --version | cut -d' ' -f1-3), $(podman --version)"
 say "OK (docs/deploy.md updated)"

@@ -30,7 +30,7 @@ def render(v: dict[str, str]) -> str:
         f"| health SERVING, GetStatus version, one `Synthesize` from the Python client | "
         f"{v['serving_s']} s after start |",
         "| SIGTERM | exit 0 |",
-        f"| container storage at its peak | {v['storage']} |",
+        f"| container storage after the build (build stages removed) | {v['storage']} |",
         END,
     ])
 
