@@ -4,21 +4,28 @@ The "LLM" here is a stand-in that streams a reply token by token, as an LLM serv
 no cloud keys are needed. Run a server first (``orpheus-svc serve``), then:
 
     pip install './clients/python[pipecat]'
-    python examples/pipecat_to_wav.py --target localhost:50051 --out reply.wav
+    python examples/pipecat_to_wav.py --server localhost:50051 -o reply.wav
+
+The pipeline runs as Pipecat 1.3+ runs one: a ``PipelineWorker`` added to a ``WorkerRunner``
+(``PipelineTask``, ``PipelineRunner`` and ``WorkerRunner.run(worker)`` are deprecated and go
+in Pipecat 2.0). The flags are orpheus-say's (``--server``, ``-o/--output``); the older
+``--target`` and ``--out`` still work, with a note.
 """
 
 import argparse
 import asyncio
+import os
 import re
+import sys
 import wave
 
 from pipecat.frames.frames import (
     EndFrame, LLMFullResponseEndFrame, LLMFullResponseStartFrame, LLMTextFrame, TTSAudioRawFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.runner import PipelineRunner
-from pipecat.pipeline.task import PipelineParams, PipelineTask
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.workers.runner import WorkerRunner
 
 from orpheus_tts_client.pipecat import OrpheusTTSService
 
@@ -49,22 +56,42 @@ def llm_tokens(text: str) -> list[str]:
     return re.findall(r"\S{1,4}|\s+", text)
 
 
-async def main() -> None:
+class Renamed(argparse.Action):
+    """A flag's old name: still accepted, with a note on stderr naming the new one."""
+
+    def __init__(self, *args, new: str, **kwargs) -> None:
+        super().__init__(*args, help=argparse.SUPPRESS, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        print(f"note: {option_string} is now {self.new} (as in orpheus-say)", file=sys.stderr)
+        setattr(namespace, self.dest, value)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default="localhost:50051")
+    ap.add_argument("--server", default=os.environ.get("ORPHEUS_SERVER_ADDR", "localhost:50051"),
+                    help="orpheus-svc address (default $ORPHEUS_SERVER_ADDR or localhost:50051)")
     ap.add_argument("--voice", default="tara")
     ap.add_argument("--rate", type=int, default=24000, help="pipeline output sample rate")
-    ap.add_argument("--out", default="reply.wav")
-    args = ap.parse_args()
+    ap.add_argument("-o", "--output", default="reply.wav", help="WAV file to write")
+    ap.add_argument("--target", dest="server", action=Renamed, new="--server")
+    ap.add_argument("--out", dest="output", action=Renamed, new="--output")
+    return ap.parse_args(argv)
 
-    tts = OrpheusTTSService(target=args.target, voice=args.voice)
-    task = PipelineTask(Pipeline([tts, WavWriter(args.out, args.rate)]),
-                        params=PipelineParams(audio_out_sample_rate=args.rate))
-    await task.queue_frames([LLMFullResponseStartFrame(),
-                             *[LLMTextFrame(t) for t in llm_tokens(REPLY)],
-                             LLMFullResponseEndFrame(), EndFrame()])
-    await PipelineRunner(handle_sigint=False).run(task)
-    print(f"wrote {args.out}")
+
+async def main() -> None:
+    args = parse_args()
+    tts = OrpheusTTSService(target=args.server, voice=args.voice)
+    worker = PipelineWorker(Pipeline([tts, WavWriter(args.output, args.rate)]),
+                            params=PipelineParams(audio_out_sample_rate=args.rate))
+    await worker.queue_frames([LLMFullResponseStartFrame(),
+                               *[LLMTextFrame(t) for t in llm_tokens(REPLY)],
+                               LLMFullResponseEndFrame(), EndFrame()])
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    await runner.run()  # ends when the worker has handled the EndFrame
+    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":

@@ -227,6 +227,13 @@ class ServerConfig:
     keepalive_timeout_seconds: float = 20.0
     min_client_ping_interval_seconds: float = 10.0
     max_ping_strikes: int = 2
+    # Connections that never speak: one that has not finished its handshake (TLS, the HTTP/2
+    # preface and SETTINGS) within handshake_timeout_seconds is closed; one with no call open
+    # for max_connection_idle_seconds gets GOAWAY and is closed (a client that only sent the
+    # preface, or an idle client, which reconnects on its next call). Without them each such
+    # connection held a file descriptor for good (issue 29). 0 = no idle limit.
+    handshake_timeout_seconds: float = 10.0
+    max_connection_idle_seconds: float = 120.0
     # The Prometheus port's address (server.metrics_port). Loopback unless set: the metrics
     # have no authentication (the Kubernetes overlays set the pod's address).
     metrics_host: str = "127.0.0.1"
@@ -267,12 +274,13 @@ class ServerConfig:
         for name in ("grace_seconds", "max_connection_age_seconds",
                      "max_connection_age_grace_seconds", "drain_delay_seconds",
                      "max_concurrent_streams", "min_client_ping_interval_seconds",
-                     "max_ping_strikes"):
+                     "max_ping_strikes", "max_connection_idle_seconds"):
             require(getattr(self, name) >= 0, self, name, "must be >= 0")
         require(self.log_format in ("json", "console"), self, "log_format",
                 "must be json or console")
         require(self.max_sessions >= 0, self, "max_sessions", "must be >= 0 (0 = no limit)")
-        for name in ("keepalive_time_seconds", "keepalive_timeout_seconds"):
+        for name in ("keepalive_time_seconds", "keepalive_timeout_seconds",
+                     "handshake_timeout_seconds"):
             require(getattr(self, name) > 0, self, name, "must be > 0")
         require(bool(self.tls_cert_file) == bool(self.tls_key_file), self, "tls_key_file",
                 "and server.tls_cert_file must be set together")

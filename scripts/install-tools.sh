@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Install the pinned code-generation, debugging and deployment tools into a project-local GOBIN
-# (.tools/bin, gitignored). Idempotent: a tool whose binary already reports the pinned
-# version is skipped, so re-running is cheap and CI can cache .tools/.
+# Install the pinned code-generation, debugging, load-testing and deployment tools into a
+# project-local GOBIN (.tools/bin, gitignored). Idempotent: a tool whose binary already
+# reports the pinned version is skipped, so re-running is cheap and CI can cache .tools/.
 #
 #   scripts/install-tools.sh          # install what is missing or at the wrong version
 #   FORCE=1 scripts/install-tools.sh  # reinstall everything
@@ -17,6 +17,7 @@ PROTOC_GEN_GO_VERSION="v1.36.12"       # google.golang.org/protobuf
 PROTOC_GEN_GO_GRPC_VERSION="v1.6.2"    # google.golang.org/grpc/cmd/protoc-gen-go-grpc
 GRPCURL_VERSION="v1.9.4"
 KUSTOMIZE_VERSION="v5.8.2"            # deploy/k8s overlays (v5.8.3 needs Go 1.27)
+GHZ_VERSION="v0.120.0"                # gRPC load tool; scripts/ghz-smoke.sh
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export GOBIN="${ROOT}/.tools/bin"
@@ -57,6 +58,7 @@ install protoc-gen-go      google.golang.org/protobuf/cmd/protoc-gen-go        "
 install protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc       "${PROTOC_GEN_GO_GRPC_VERSION}"
 install grpcurl            github.com/fullstorydev/grpcurl/cmd/grpcurl         "${GRPCURL_VERSION}"
 install kustomize          sigs.k8s.io/kustomize/kustomize/v5                  "${KUSTOMIZE_VERSION}"
+install ghz                github.com/bojand/ghz/cmd/ghz                       "${GHZ_VERSION}"
 
 # Debian packages the tests use as independent references (never needed for serving):
 # ffmpeg decodes every audio encoding we emit; chromium runs the playground page test;

@@ -3,7 +3,7 @@
 #   .venv with the server (editable), the Python client and the Python test tools (Python 3.10+;
 #   the dev extra includes build and twine for the wheels: scripts/wheel-smoke.sh),
 #   and, only when Go is on PATH, the pinned Go test tools (buf, protoc plugins, grpcurl,
-#   kustomize) in .tools/bin via scripts/install-tools.sh.
+#   ghz, kustomize) in .tools/bin via scripts/install-tools.sh.
 # Serving needs Python alone: without Go the script says what it skipped and still succeeds.
 # The tests (scripts/test.sh) need the Go tools: install Go and run scripts/install-tools.sh,
 # or set ORPHEUS_REQUIRE_GO_TOOLS=1 to make their absence an error (CI).
@@ -23,7 +23,7 @@ elif [[ "${ORPHEUS_REQUIRE_GO_TOOLS:-}" == 1 ]]; then
   echo "install: 'go' not found on PATH, and ORPHEUS_REQUIRE_GO_TOOLS=1 asks for the Go test tools" >&2
   exit 1
 else
-  echo "install: SKIPPED the Go test tools (buf, protoc-gen-go, protoc-gen-go-grpc, grpcurl, kustomize):"
+  echo "install: SKIPPED the Go test tools (buf, protoc-gen-go, protoc-gen-go-grpc, grpcurl, ghz, kustomize):"
   echo "  'go' is not on PATH. Serving and the Python client do not need them; scripts/test.sh does."
   echo "  To run the tests: install Go (1.24 or newer), then run scripts/install-tools.sh."
 fi

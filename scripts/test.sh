@@ -2,6 +2,7 @@
 # The one test command (README, .ci/run): pytest, the API contract checks (buf lint, buf
 # breaking against main, stale generated stubs), go vet, and against a live demo-model
 # server: the Go client's tests and a grpcurl smoke (list, describe, Synthesize, health);
+# then a ghz load from reflection alone (scripts/ghz-smoke.sh, its own sim-backend server);
 # the wheels built and installed as users install them (scripts/wheel-smoke.sh); with
 # ORPHEUS_IMAGE_CHECK=1 also the CPU container image built and run (scripts/image-check.sh).
 # Run scripts/install.sh first.
@@ -65,6 +66,10 @@ ORPHEUS_SERVER_ADDR="${ADDR}" scripts/test-client-compat.sh
 
 grpcurl -plaintext "${ADDR}" list | tee /dev/stderr | grep -qx 'orpheus.tts.v1.TTSService'
 grpcurl -plaintext "${ADDR}" describe orpheus.tts.v1.TTSService | grep -q 'rpc StreamingSynthesize'
+# a method's own name resolves through reflection (issue 29: ghz and grpcurl ask for it),
+# and grpc.reflection.v1 is served beside v1alpha
+grpcurl -plaintext "${ADDR}" describe orpheus.tts.v1.TTSService.Synthesize | grep -q 'rpc Synthesize'
+grpcurl -plaintext "${ADDR}" list | grep -qx 'grpc.reflection.v1.ServerReflection'
 grpcurl -plaintext -d '{"text":"Hello there.","voice":"tara"}' "${ADDR}" \
   orpheus.tts.v1.TTSService/Synthesize >"${LOG}.synth"
 grep -q '"summary"' "${LOG}.synth" && grep -q '"audio"' "${LOG}.synth"
@@ -77,6 +82,7 @@ fi
 grep -q 'InvalidArgument' "${LOG}.err"
 echo "grpcurl smoke: OK"
 scripts/tls-smoke.sh  # a second server with TLS + API keys (issue 13, docs/security.md)
+scripts/ghz-smoke.sh  # ghz from reflection alone: 64 Synthesize, 8 StreamingSynthesize (issue 29)
 
 kill -TERM "${SERVER}"
 wait "${SERVER}" || { echo "server did not shut down cleanly:"; tail -20 "${LOG}"; exit 1; }

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from orpheus_tts_client.proto.v1 import tts_pb2
 
 from orpheus_svc import __version__
@@ -42,6 +41,7 @@ from . import eventloop
 from .auth import ApiKeyInterceptor, AuthCollector, AuthGuard
 from .logs import configure_logging
 from .metrics import Metrics
+from .reflection import add_reflection
 from .servicer import API_VERSION, TTSServicer, add_tts_servicer
 from .state import ServerState
 from .tls import CertificateFiles, TlsFilesError
@@ -52,13 +52,19 @@ SERVICE_NAME = tts_pb2.DESCRIPTOR.services_by_name["TTSService"].full_name
 
 
 def _limit_options(s) -> list[tuple[str, int]]:
-    """Per-connection stream limit and keepalive enforcement (docs/configuration.md)."""
+    """Per-connection stream limit, keepalive enforcement and the bounds on connections
+    that never speak (docs/configuration.md)."""
     opts = [("grpc.keepalive_time_ms", int(s.keepalive_time_seconds * 1000)),
             ("grpc.keepalive_timeout_ms", int(s.keepalive_timeout_seconds * 1000)),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms",
              int(s.min_client_ping_interval_seconds * 1000)),
-            ("grpc.http2.max_ping_strikes", s.max_ping_strikes)]
+            ("grpc.http2.max_ping_strikes", s.max_ping_strikes),
+            # closes a connection that stays silent or sends only the preface magic (no
+            # SETTINGS); keepalive closed neither (grpcio 1.85, tried with raw sockets)
+            ("grpc.server_handshake_timeout_ms", int(s.handshake_timeout_seconds * 1000))]
+    if s.max_connection_idle_seconds > 0:  # closes one that sent its SETTINGS but no call
+        opts.append(("grpc.max_connection_idle_ms", int(s.max_connection_idle_seconds * 1000)))
     if s.max_concurrent_streams > 0:
         opts.append(("grpc.max_concurrent_streams", s.max_concurrent_streams))
     return opts
@@ -107,8 +113,7 @@ class Server:
         add_tts_servicer(TTSServicer(self.state), self.grpc)  # parses requests at the edge
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         if config.server.reflection:
-            reflection.enable_server_reflection(
-                (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.grpc)
+            add_reflection((SERVICE_NAME, health.SERVICE_NAME), self.grpc)  # v1 and v1alpha
         self.port = 0
         self.http = None  # orpheus_svc.http.HttpServer when server.http_port is set
 

@@ -1,6 +1,7 @@
 """OrpheusTTSService in a real Pipecat pipeline against a live orpheus-svc server."""
 
 import asyncio
+import warnings
 
 import pytest
 
@@ -13,9 +14,9 @@ from pipecat.frames.frames import (  # noqa: E402
     LLMTextFrame, TTSAudioRawFrame, TTSStartedFrame, TTSStoppedFrame, TTSTextFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline  # noqa: E402
-from pipecat.pipeline.runner import PipelineRunner  # noqa: E402
-from pipecat.pipeline.task import PipelineParams, PipelineTask  # noqa: E402
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker  # noqa: E402
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor  # noqa: E402
+from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
 from orpheus_tts_client import AsyncClient, Sampling  # noqa: E402
 from orpheus_tts_client.pipecat import OrpheusTTSService  # noqa: E402
@@ -48,15 +49,24 @@ def turn(*fragments):
 
 
 async def run_pipeline(tts, frames, during=None):
+    """Runs `frames` through before -> tts -> after the way Pipecat's own source says to
+    (PipelineWorker, WorkerRunner.add_workers, then run), and fails on any Pipecat
+    deprecation warning raised meanwhile (PipelineTask, PipelineRunner and
+    WorkerRunner.run(worker) are deprecated since 1.3 and go in 2.0)."""
     before, after = Collector(), Collector()
-    task = PipelineTask(Pipeline([before, tts, after]),
-                        params=PipelineParams(audio_out_sample_rate=RATE))
-    await task.queue_frames(frames)
-    runner = PipelineRunner(handle_sigint=False)
-    run = asyncio.ensure_future(runner.run(task))
-    if during is not None:
-        await during(task, before, after)
-    await asyncio.wait_for(run, 300)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DeprecationWarning)
+        worker = PipelineWorker(Pipeline([before, tts, after]),
+                                params=PipelineParams(audio_out_sample_rate=RATE))
+        await worker.queue_frames(frames)
+        runner = WorkerRunner(handle_sigint=False)
+        await runner.add_workers(worker)
+        run = asyncio.ensure_future(runner.run())
+        if during is not None:
+            await during(worker, before, after)
+        await asyncio.wait_for(run, 300)
+    deprecated = [str(w.message) for w in caught if "is deprecated since" in str(w.message)]
+    assert deprecated == []
     return before, after
 
 
@@ -101,18 +111,18 @@ def test_interruption_mid_turn_cancels_the_call_and_frees_the_slots(server_addr)
     long_text = ["This is the first of many sentences that keep the model busy. "] * 8
     seen = {}
 
-    async def interrupt(task, before, after):
+    async def interrupt(worker, before, after):
         await asyncio.wait_for(after.first_audio.wait(), 120)
         async with AsyncClient(server_addr) as client:
             seen["busy"] = await client.status()
-        await task.queue_frame(InterruptionFrame())
+        await worker.queue_frame(InterruptionFrame())
         # the service cancels the call when it handles the interruption; wait for the
         # server to have let go of every generation, then end the pipeline
         while tts._sessions:
             await asyncio.sleep(0.01)
         seen["idle"] = await wait_idle(server_addr)
         seen["audio_at_idle"] = len(after.of(TTSAudioRawFrame))
-        await task.queue_frame(EndFrame())
+        await worker.queue_frame(EndFrame())
 
     async def main():
         # the turn never ends by itself: only the interruption stops it

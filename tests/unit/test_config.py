@@ -86,6 +86,9 @@ def test_scheduler_settings_have_the_config_names():
     ("server.tls_key_file", "k.pem", "server.tls_key_file and server.tls_cert_file must be "
                                      "set together, got 'k.pem'"),
     ("session.idle_timeout_seconds", "-1", "session.idle_timeout_seconds must be >= 0 (0 = off)"),
+    ("server.handshake_timeout_seconds", "0", "server.handshake_timeout_seconds must be > 0"),
+    ("server.max_connection_idle_seconds", "-1",
+     "server.max_connection_idle_seconds must be >= 0"),
     ("model.dtype", "int4", "model.dtype must be auto, float32, float16 or bfloat16, got 'int4'"),
 ])
 def test_each_check_names_the_setting_as_the_file_does(dotted, value, message):

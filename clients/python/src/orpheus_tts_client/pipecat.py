@@ -5,6 +5,10 @@ orpheus-tts-client[pipecat]``).
 
     tts = OrpheusTTSService(target="localhost:50051", voice="tara")
     pipeline = Pipeline([transport.input(), stt, user_agg, llm, tts, transport.output(), ...])
+    worker = PipelineWorker(pipeline, params=PipelineParams(audio_out_sample_rate=24000))
+    runner = WorkerRunner()             # pipecat.workers.runner (Pipecat 1.3+)
+    await runner.add_workers(worker)    # PipelineTask / PipelineRunner / run(worker): deprecated
+    await runner.run()
 
 One StreamingSynthesize call per LLM turn: the LLM's text frames go in as they come
 (Pipecat's TOKEN aggregation by default; the server cuts sentences itself, so nothing waits
