@@ -76,8 +76,9 @@ say "base ${BASE}: $(podman run --rm "${LIMITS[@]}" --runtime "${PODMAN_RUNTIME:
   --cgroup-manager cgroupfs "${BASE}" python --version 2>&1) (${BASE_S} s)"
 
 # 2. wheels and build contexts
-"${DEV_PY}" -m build --wheel --outdir "${WORK}/dist" . >"${WORK}/build.log" 2>&1
-"${DEV_PY}" -m build --wheel --outdir "${WORK}/dist" clients/python >>"${WORK}/build.log" 2>&1
+"${DEV_PY}" scripts/release/source_tree.py "${WORK}/src"  # no earlier build's leftovers
+"${DEV_PY}" -m build --wheel --outdir "${WORK}/dist" "${WORK}/src" >"${WORK}/build.log" 2>&1
+"${DEV_PY}" -m build --wheel --outdir "${WORK}/dist" "${WORK}/src/clients/python" >>"${WORK}/build.log" 2>&1
 "${DEV_PY}" scripts/release/docker_context.py deploy/docker/Dockerfile.cpu "${WORK}/dist" "${WORK}/ctx-cpu"
 "${DEV_PY}" scripts/release/docker_context.py deploy/docker/Dockerfile "${WORK}/dist" "${WORK}/ctx-gpu"
 

@@ -32,9 +32,12 @@ t0=${SECONDS}
 # Whatever touches the fresh venv runs without PYTHONPATH (a checkout on it would hide the wheels).
 clean() { env -u PYTHONPATH "$@"; }
 
-"${DEV_PY}" -m build --outdir "${DIST}" . >"${WORK}/build-server.log" 2>&1 \
+# Built from a copy of what a clean clone holds (scripts/release/source_tree.py): an earlier
+# build's *.egg-info in the checkout could slip files into the sdist that we no longer ship.
+"${DEV_PY}" scripts/release/source_tree.py "${WORK}/src"
+"${DEV_PY}" -m build --outdir "${DIST}" "${WORK}/src" >"${WORK}/build-server.log" 2>&1 \
   || { tail -30 "${WORK}/build-server.log"; exit 1; }
-"${DEV_PY}" -m build --outdir "${DIST}" clients/python >"${WORK}/build-client.log" 2>&1 \
+"${DEV_PY}" -m build --outdir "${DIST}" "${WORK}/src/clients/python" >"${WORK}/build-client.log" 2>&1 \
   || { tail -30 "${WORK}/build-client.log"; exit 1; }
 "${DEV_PY}" -m twine check --strict "${DIST}"/*
 ORPHEUS_DIST_DIR="${DIST}" "${DEV_PY}" -m pytest -q -p no:cacheprovider tests/release/test_wheels.py

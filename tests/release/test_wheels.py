@@ -4,11 +4,13 @@ the .proto beside its stubs, py.typed) and nothing else (no tests, no benchmark 
 versions and entry points are the ones users will run; `twine check` passes.
 
 `python -m build` builds each wheel from its sdist, so a file the sdist leaves out is missing
-from the wheel too. ORPHEUS_DIST_DIR points the tests at dists built already (the test
+from the wheel too. The build runs on a copy of the tracked (and new, not ignored) files,
+since leftovers of earlier builds in the checkout can put files into an sdist. ORPHEUS_DIST_DIR points the tests at dists built already (the test
 command's wheel smoke, scripts/wheel-smoke.sh); otherwise they are built here."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -26,6 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVER_PACKAGES = {"orpheus_svc": "orpheus_svc", "engine_builder": "engine_builder",
                    "orpheus_bench": "bench/orpheus_bench"}  # wheel top level -> source dir
 CLIENT_SRC = "clients/python/src"
+_spec = importlib.util.spec_from_file_location(
+    "source_tree", ROOT / "scripts" / "release" / "source_tree.py")
+source_tree = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(source_tree)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +40,9 @@ def dists(tmp_path_factory) -> Path:
     if given:
         return Path(given)
     out = tmp_path_factory.mktemp("dist")
-    for project in (ROOT, ROOT / "clients" / "python"):
+    src = tmp_path_factory.mktemp("src")  # what a clean clone holds: no earlier build's leftovers
+    source_tree.copy_tree(src)
+    for project in (src, src / "clients" / "python"):
         subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(project)],
                        check=True, capture_output=True, timeout=600)
     return out
