@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from orpheus_svc import __version__
 from orpheus_svc.config import ConfigError, dump, load_config
 
 
@@ -78,6 +79,7 @@ def _serving(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="orpheus-svc", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the gRPC server", epilog=SERVE_EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -4,7 +4,8 @@
 #   2. optional `buf breaking` when BUF_BREAKING_AGAINST is set, e.g.
 #        BUF_BREAKING_AGAINST='.git#branch=main,subdir=proto' scripts/check-generated.sh
 #   3. regenerate Go + Python stubs into a temp dir (scripts/gen-proto.sh) and fail if the
-#      committed ones (clients/go/gen, clients/python/src/orpheus_tts_client/proto/v1/*_pb2*) differ
+#      committed ones (clients/go/gen, clients/python/src/orpheus_tts_client/proto/v1/*_pb2*
+#      and the *.proto copies shipped in the client wheel) differ
 #   4. the client's protobuf/grpcio lower bounds match the generated code's versions
 # Needs the tools from scripts/install-tools.sh; gen-proto.sh makes its pinned grpcio-tools venv.
 set -euo pipefail
@@ -34,9 +35,10 @@ if ! diff -r "${TMP}/${GO_REL}" "${GO_REL}" >"${TMP}/go.diff" 2>&1; then
   echo "check-generated: Go stubs in ${GO_REL} are stale:" >&2
   head -n 40 "${TMP}/go.diff" >&2
 fi
-# Compare only the generated Python files (the package's __init__.py files are hand-kept),
+# Compare only the generated Python files and the proto copies (the package's __init__.py
+# files are hand-kept),
 # in both directions so that a stale stub of a deleted .proto is caught too.
-list_py() { (cd "$1" 2>/dev/null && ls -1 | grep -E '_pb2(_grpc)?\.pyi?$' | LC_ALL=C sort) || true; }
+list_py() { (cd "$1" 2>/dev/null && ls -1 | grep -E '(_pb2(_grpc)?\.pyi?|\.proto)$' | LC_ALL=C sort) || true; }
 if [[ "$(list_py "${TMP}/${PY_REL}")" != "$(list_py "${PY_REL}")" ]]; then
   fail=1
   echo "check-generated: generated Python file set in ${PY_REL} differs:" >&2

@@ -4,6 +4,7 @@
 #   Go:     clients/go/gen/orpheus/tts/v1/{tts.pb.go,tts_grpc.pb.go}
 #           via `buf generate` with the LOCAL pinned plugins in .tools/bin (buf.gen.yaml)
 #   Python: clients/python/src/orpheus_tts_client/proto/v1/{tts_pb2.py,tts_pb2.pyi,tts_pb2_grpc.py}
+#           and a copy of proto/orpheus/tts/v1/*.proto (shipped in the client wheel)
 #           (imports as orpheus_tts_client.proto.v1.tts_pb2; the proto package and the
 #           descriptor's file name stay orpheus.tts.v1 / orpheus/tts/v1/tts.proto on the wire)
 #           via `python -m grpc_tools.protoc` from a PINNED grpcio-tools (below) in its own
@@ -63,7 +64,11 @@ mapfile -t PROTOS < <(cd proto && find . -name '*.proto' | sed 's|^\./||' | LC_A
 for vdir in "${SCRATCH}"/orpheus/tts/*/; do
   v="$(basename "${vdir}")"
   mkdir -p "${PY_PKG}/${v}"
-  rm -f "${PY_PKG}/${v}"/*_pb2.py "${PY_PKG}/${v}"/*_pb2.pyi "${PY_PKG}/${v}"/*_pb2_grpc.py
+  rm -f "${PY_PKG}/${v}"/*_pb2.py "${PY_PKG}/${v}"/*_pb2.pyi "${PY_PKG}/${v}"/*_pb2_grpc.py \
+    "${PY_PKG}/${v}"/*.proto
+  # The contract itself ships beside its stubs (package data of the client wheel), so an
+  # installed client can hand it to grpcurl -proto or another language's generator.
+  cp proto/orpheus/tts/"${v}"/*.proto "${PY_PKG}/${v}/"
   for f in "${vdir}"*_pb2.py "${vdir}"*_pb2.pyi "${vdir}"*_pb2_grpc.py; do
     [[ -e "${f}" ]] || continue
     sed -e 's/^from orpheus\.tts\./from orpheus_tts_client.proto./' \

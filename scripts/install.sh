@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything orpheus-svc needs on a fresh machine:
-#   .venv with the server (editable), the Python client and the Python test tools (Python 3.10+),
+#   .venv with the server (editable), the Python client and the Python test tools (Python 3.10+;
+#   the dev extra includes build and twine for the wheels: scripts/wheel-smoke.sh),
 #   and, only when Go is on PATH, the pinned Go test tools (buf, protoc plugins, grpcurl,
 #   ghz, kustomize) in .tools/bin via scripts/install-tools.sh.
 # Serving needs Python alone: without Go the script says what it skipped and still succeeds.

@@ -2,7 +2,9 @@
 # The one test command (README, .ci/run): pytest, the API contract checks (buf lint, buf
 # breaking against main, stale generated stubs), go vet, and against a live demo-model
 # server: the Go client's tests and a grpcurl smoke (list, describe, Synthesize, health);
-# then a ghz load from reflection alone (scripts/ghz-smoke.sh, its own sim-backend server).
+# then a ghz load from reflection alone (scripts/ghz-smoke.sh, its own sim-backend server);
+# the wheels built and installed as users install them (scripts/wheel-smoke.sh); with
+# ORPHEUS_IMAGE_CHECK=1 also the CPU container image built and run (scripts/image-check.sh).
 # Run scripts/install.sh first.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,6 +31,14 @@ step "deploy: manifests (strict decode, kustomize render, checks) and Dockerfile
 (cd deploy/k8s/validate && go vet ./... && go test -count=1 ./...)
 for overlay in deploy/k8s/overlays/*/; do kustomize build "${overlay}" >/dev/null; done
 .venv/bin/hadolint --config deploy/docker/.hadolint.yaml deploy/docker/Dockerfile deploy/docker/Dockerfile.cpu
+
+step "wheels: build, twine check, contents, a fresh venv with only the wheels serves the demo"
+scripts/wheel-smoke.sh
+
+if [[ "${ORPHEUS_IMAGE_CHECK:-}" == 1 ]]; then
+  step "CPU image: buildah build from Debian + PyPI, podman run, SERVING and one Synthesize"
+  scripts/image-check.sh
+fi
 
 step "live demo server: go test + grpcurl"
 PORT="$("${PY}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"

@@ -31,6 +31,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from orpheus_tts_client.proto.v1 import tts_pb2
 
+from orpheus_svc import __version__
 from orpheus_svc.config import Config
 from orpheus_svc.core.scheduler import PriorityFn
 from orpheus_svc.runtime import build_runtime
@@ -41,7 +42,7 @@ from .auth import ApiKeyInterceptor, AuthCollector, AuthGuard
 from .logs import configure_logging
 from .metrics import Metrics
 from .reflection import add_reflection
-from .servicer import TTSServicer, add_tts_servicer
+from .servicer import API_VERSION, TTSServicer, add_tts_servicer
 from .state import ServerState
 from .tls import CertificateFiles, TlsFilesError
 
@@ -139,7 +140,8 @@ class Server:
             self.http = HttpServer(self.state, s.host, s.http_port, s.grace_seconds,
                                    ssl=self.tls.uvicorn_ssl() if self.tls else None)
             await self.http.start()
-        log.info("listening", host=s.host, port=self.port, reflection=s.reflection,
+        log.info("listening", version=__version__, api=API_VERSION, host=s.host, port=self.port,
+                 reflection=s.reflection,
                  event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
                  tls=self.tls is not None, mtls=bool(s.tls_client_ca_file),
                  api_keys=self.auth.store.names() if self.auth else None,
@@ -165,7 +167,7 @@ class Server:
         gc.freeze()
         self.state.serving = True
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
-        log.info("serving", model=runtime.model_name, demo=runtime.is_demo,
+        log.info("serving", version=__version__, model=runtime.model_name, demo=runtime.is_demo,
                  backend=self.config.engine.backend, device=str(runtime.device),
                  slots=self.config.engine.max_sessions, warmup_audio_s=round(audio_s, 2),
                  load_s=round(time.monotonic() - t0, 2))

@@ -36,6 +36,10 @@ log = structlog.get_logger("orpheus_svc.session")
 # The gRPC edge's one mapping from the domain's status codes (the same names).
 GRPC_STATUS = {status: getattr(grpc.StatusCode, status.name) for status in Status}
 
+# The API package this server speaks (GetStatus.api_version): read from the stubs it serves,
+# so it cannot drift from the contract (a breaking change is a new package: CHANGELOG.md).
+API_VERSION = tts_pb2.DESCRIPTOR.package
+
 _ENCODINGS = {
     tts_pb2.AUDIO_ENCODING_UNSPECIFIED: "pcm16",
     tts_pb2.AUDIO_ENCODING_PCM16: "pcm16",
@@ -207,7 +211,8 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
     async def GetStatus(self, request, context):
         if isinstance(request, Unparseable):
             await self._refuse_unparsed(context, "GetStatus", request)
-        return tts_pb2.GetStatusResponse(**dataclasses.asdict(self.state.status()))
+        return tts_pb2.GetStatusResponse(**dataclasses.asdict(self.state.status()),
+                                         api_version=API_VERSION)
 
     # -- shared ---------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from orpheus_svc import __version__
 from orpheus_svc.config import Config
 from orpheus_svc.core.status import Status
 from orpheus_svc.runtime import Runtime
@@ -59,6 +60,7 @@ class StatusSnapshot:
     idle_timeouts_total: int = 0
     stalled_timeouts_total: int = 0
     failed_generations_total: int = 0    # failed by a backend or codec error
+    server_version: str = __version__    # the orpheus-svc release (orpheus_svc/__init__.py)
 
 
 @dataclass(frozen=True)

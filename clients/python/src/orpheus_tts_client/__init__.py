@@ -24,6 +24,8 @@ from .types import (
     Summary, SynthesisResult, TTSError, Voice, VoiceList, mulaw_to_pcm16, wav_payload,
 )
 
+# The one place the client distribution's version is written (pyproject.toml reads it;
+# `orpheus-say --version` prints it). CHANGELOG.md at the repository root has the changes.
 __version__ = "0.1.0"
 
 __all__ = [

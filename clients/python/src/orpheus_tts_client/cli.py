@@ -20,6 +20,7 @@ import time
 import wave
 from typing import Iterator, Sequence
 
+from . import __version__
 from ._base import DEFAULT_TARGET, DEFAULT_VOICE
 from ._target import tls_credentials
 from .client import Client
@@ -30,6 +31,7 @@ PCM16_RATES = (24000, 48000, 16000, 8000)
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="orpheus-say", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("text", nargs="?", help='text to speak ("-" or absent: read stdin)')
     p.add_argument("-o", "--output", default="out.wav", help="WAV file to write (default out.wav)")
     p.add_argument("--voice", default=DEFAULT_VOICE,

@@ -203,6 +203,9 @@ class ServerStatus:
     grammar_violations: int
     audio_seconds_total: float
     uptime_seconds: float
+    # The release and API package of the server (empty from a server older than 0.1.0).
+    server_version: str = ""
+    api_version: str = ""
 
 
 class TTSError(Exception):

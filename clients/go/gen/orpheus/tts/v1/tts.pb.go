@@ -1472,7 +1472,7 @@ type GetStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// serving is true once the model is loaded and warmed up, false while draining.
 	Serving bool `protobuf:"varint,1,opt,name=serving,proto3" json:"serving,omitempty"`
-	// backend name: torch, trtllm or sim.
+	// backend name: torch, graph, trtllm or sim.
 	Backend string `protobuf:"bytes,2,opt,name=backend,proto3" json:"backend,omitempty"`
 	// model the server runs ("demo" for the embedded random model).
 	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
@@ -1524,8 +1524,13 @@ type GetStatusResponse struct {
 	// failed_generations_total: generations failed by a backend or codec error (each such call
 	// ended with INTERNAL and an error id).
 	FailedGenerationsTotal uint64 `protobuf:"varint,26,opt,name=failed_generations_total,json=failedGenerationsTotal,proto3" json:"failed_generations_total,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// server_version: the orpheus-svc release serving this call, e.g. "0.1.0" (CHANGELOG.md).
+	ServerVersion string `protobuf:"bytes,27,opt,name=server_version,json=serverVersion,proto3" json:"server_version,omitempty"`
+	// api_version: the proto package the server speaks, "orpheus.tts.v1". A breaking change to
+	// the API is a new package (orpheus.tts.v2) served beside this one, never an edit of it.
+	ApiVersion    string `protobuf:"bytes,28,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetStatusResponse) Reset() {
@@ -1740,6 +1745,20 @@ func (x *GetStatusResponse) GetFailedGenerationsTotal() uint64 {
 	return 0
 }
 
+func (x *GetStatusResponse) GetServerVersion() string {
+	if x != nil {
+		return x.ServerVersion
+	}
+	return ""
+}
+
+func (x *GetStatusResponse) GetApiVersion() string {
+	if x != nil {
+		return x.ApiVersion
+	}
+	return ""
+}
+
 var File_orpheus_tts_v1_tts_proto protoreflect.FileDescriptor
 
 const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
@@ -1845,7 +1864,7 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"\x12ListVoicesResponse\x12-\n" +
 	"\x06voices\x18\x01 \x03(\v2\x15.orpheus.tts.v1.VoiceR\x06voices\x12!\n" +
 	"\femotion_tags\x18\x02 \x03(\tR\vemotionTags\"\x12\n" +
-	"\x10GetStatusRequest\"\xe0\b\n" +
+	"\x10GetStatusRequest\"\xa8\t\n" +
 	"\x11GetStatusResponse\x12\x18\n" +
 	"\aserving\x18\x01 \x01(\bR\aserving\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12\x14\n" +
@@ -1876,7 +1895,10 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"\x16sessions_refused_total\x18\x17 \x01(\x04R\x14sessionsRefusedTotal\x12.\n" +
 	"\x13idle_timeouts_total\x18\x18 \x01(\x04R\x11idleTimeoutsTotal\x124\n" +
 	"\x16stalled_timeouts_total\x18\x19 \x01(\x04R\x14stalledTimeoutsTotal\x128\n" +
-	"\x18failed_generations_total\x18\x1a \x01(\x04R\x16failedGenerationsTotal*\xe2\x01\n" +
+	"\x18failed_generations_total\x18\x1a \x01(\x04R\x16failedGenerationsTotal\x12%\n" +
+	"\x0eserver_version\x18\x1b \x01(\tR\rserverVersion\x12\x1f\n" +
+	"\vapi_version\x18\x1c \x01(\tR\n" +
+	"apiVersion*\xe2\x01\n" +
 	"\rAudioEncoding\x12\x1e\n" +
 	"\x1aAUDIO_ENCODING_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14AUDIO_ENCODING_PCM16\x10\x01\x12\x18\n" +

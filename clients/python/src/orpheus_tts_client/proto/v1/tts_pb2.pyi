@@ -227,7 +227,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("serving", "backend", "model", "active_sessions", "active_generations", "waiting_generations", "free_slots", "total_slots", "max_batch_size", "sessions_total", "generations_total", "rejected_total", "tokens_total", "steps_total", "grammar_violations", "audio_seconds_total", "uptime_seconds", "idle_sessions", "max_sessions", "max_concurrent_streams", "idle_timeout_seconds", "stalled_consumer_timeout_seconds", "sessions_refused_total", "idle_timeouts_total", "stalled_timeouts_total", "failed_generations_total")
+    __slots__ = ("serving", "backend", "model", "active_sessions", "active_generations", "waiting_generations", "free_slots", "total_slots", "max_batch_size", "sessions_total", "generations_total", "rejected_total", "tokens_total", "steps_total", "grammar_violations", "audio_seconds_total", "uptime_seconds", "idle_sessions", "max_sessions", "max_concurrent_streams", "idle_timeout_seconds", "stalled_consumer_timeout_seconds", "sessions_refused_total", "idle_timeouts_total", "stalled_timeouts_total", "failed_generations_total", "server_version", "api_version")
     SERVING_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -254,6 +254,8 @@ class GetStatusResponse(_message.Message):
     IDLE_TIMEOUTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     STALLED_TIMEOUTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     FAILED_GENERATIONS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    API_VERSION_FIELD_NUMBER: _ClassVar[int]
     serving: bool
     backend: str
     model: str
@@ -280,4 +282,6 @@ class GetStatusResponse(_message.Message):
     idle_timeouts_total: int
     stalled_timeouts_total: int
     failed_generations_total: int
-    def __init__(self, serving: bool = ..., backend: _Optional[str] = ..., model: _Optional[str] = ..., active_sessions: _Optional[int] = ..., active_generations: _Optional[int] = ..., waiting_generations: _Optional[int] = ..., free_slots: _Optional[int] = ..., total_slots: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., sessions_total: _Optional[int] = ..., generations_total: _Optional[int] = ..., rejected_total: _Optional[int] = ..., tokens_total: _Optional[int] = ..., steps_total: _Optional[int] = ..., grammar_violations: _Optional[int] = ..., audio_seconds_total: _Optional[float] = ..., uptime_seconds: _Optional[float] = ..., idle_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., max_concurrent_streams: _Optional[int] = ..., idle_timeout_seconds: _Optional[float] = ..., stalled_consumer_timeout_seconds: _Optional[float] = ..., sessions_refused_total: _Optional[int] = ..., idle_timeouts_total: _Optional[int] = ..., stalled_timeouts_total: _Optional[int] = ..., failed_generations_total: _Optional[int] = ...) -> None: ...
+    server_version: str
+    api_version: str
+    def __init__(self, serving: bool = ..., backend: _Optional[str] = ..., model: _Optional[str] = ..., active_sessions: _Optional[int] = ..., active_generations: _Optional[int] = ..., waiting_generations: _Optional[int] = ..., free_slots: _Optional[int] = ..., total_slots: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., sessions_total: _Optional[int] = ..., generations_total: _Optional[int] = ..., rejected_total: _Optional[int] = ..., tokens_total: _Optional[int] = ..., steps_total: _Optional[int] = ..., grammar_violations: _Optional[int] = ..., audio_seconds_total: _Optional[float] = ..., uptime_seconds: _Optional[float] = ..., idle_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., max_concurrent_streams: _Optional[int] = ..., idle_timeout_seconds: _Optional[float] = ..., stalled_consumer_timeout_seconds: _Optional[float] = ..., sessions_refused_total: _Optional[int] = ..., idle_timeouts_total: _Optional[int] = ..., stalled_timeouts_total: _Optional[int] = ..., failed_generations_total: _Optional[int] = ..., server_version: _Optional[str] = ..., api_version: _Optional[str] = ...) -> None: ...
