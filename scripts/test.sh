@@ -12,7 +12,7 @@ cd "${ROOT}"
 export PATH="${ROOT}/.tools/bin:${PATH}"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}" GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 PY=.venv/bin/python
-step() { printf '\n== %s\n' "$*"; }
+step() { printf '\n== %s (at %d s)\n' "$*" "${SECONDS}"; }
 
 step "pytest"
 "${PY}" -m pytest -q -p no:cacheprovider
@@ -64,7 +64,10 @@ grpcurl -plaintext -d '{"service":""}' "${ADDR}" grpc.health.v1.Health/Check | g
 # plugin tests against this live server.
 ORPHEUS_SERVER_ADDR="${ADDR}" scripts/test-client-compat.sh
 
-grpcurl -plaintext "${ADDR}" list | tee /dev/stderr | grep -qx 'orpheus.tts.v1.TTSService'
+# (printed, then checked: `tee /dev/stderr` would truncate a log file stderr points at)
+SERVICES="$(grpcurl -plaintext "${ADDR}" list)"
+echo "${SERVICES}"
+grep -qx 'orpheus.tts.v1.TTSService' <<<"${SERVICES}"
 grpcurl -plaintext "${ADDR}" describe orpheus.tts.v1.TTSService | grep -q 'rpc StreamingSynthesize'
 # a method's own name resolves through reflection (issue 29: ghz and grpcurl ask for it),
 # and grpc.reflection.v1 is served beside v1alpha
@@ -87,4 +90,4 @@ scripts/ghz-smoke.sh  # ghz from reflection alone: 64 Synthesize, 8 StreamingSyn
 kill -TERM "${SERVER}"
 wait "${SERVER}" || { echo "server did not shut down cleanly:"; tail -20 "${LOG}"; exit 1; }
 trap - EXIT
-printf '\nall checks passed\n'
+printf '\nall checks passed in %d s\n' "${SECONDS}"
