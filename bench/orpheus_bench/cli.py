@@ -76,8 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--voice", default="tara")
     t.add_argument("--encoding", choices=["pcm16", "mulaw"], default="pcm16")
     t.add_argument("--sample-rate", type=int, default=0, help="0: 24000 (pcm16) / 8000 (mulaw)")
-    t.add_argument("--seed", type=int, default=1,
-                   help="sampling seed base (session k: seed + 1000 k) so runs repeat; -1: none")
+    t.add_argument("--seed", type=int, default=-1,
+                   help="sampling seed base (session k: seed + 1000 k) so runs repeat; -1 (the "
+                        "default): none, as a voice agent sends none (issue 33: a seeded load "
+                        "takes the batch-invariant path and measured another server)")
+    t.add_argument("--seeded", action="store_true",
+                   help="seed every session (base 1 unless --seed gives one)")
     m = p.add_argument_group("metrics and SLO")
     m.add_argument("--jitter-ms", type=float, default=100.0, help="playout jitter allowance")
     m.add_argument("--server-pid", default=None, help="server pid for /proc CPU, or 'auto'")
@@ -115,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _seed_base(args) -> int | None:
+    """The sessions' seed base, None when they are unseeded (the default)."""
+    if args.seed >= 0:
+        return args.seed
+    return 1 if args.seeded else None
+
+
 def _server_pid(arg: str | None, target: str) -> int | None:
     if arg is None:
         return None
@@ -147,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                       requests=1, duration_s=None, ramp_s=0.0, text_set=args.text_set,
                       text_count=args.texts, text_seed=args.text_seed, input=args.input,
                       input_rate=args.input_rate, voice=args.voice, encoding=args.encoding,
-                      sample_rate=args.sample_rate, seed=None if args.seed < 0 else args.seed,
+                      sample_rate=args.sample_rate, seed=_seed_base(args),
                       timeout_s=args.timeout, pace=args.pace)
     pid = _server_pid(args.server_pid, args.target)
     ramp = args.ramp if args.ramp == "auto" else float(args.ramp)
@@ -163,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                     "server_pid": pid, "machine": machine(), "mode": args.mode,
                     "text_set": args.text_set, "input": args.input,
                     "input_rate_words_per_s": args.input_rate if args.input == "streaming" else None,
-                    "jitter_ms": args.jitter_ms, "seed": args.seed, "procs": args.procs,
+                    "jitter_ms": args.jitter_ms, "seed": _seed_base(args),
+                    "seeded": _seed_base(args) is not None, "procs": args.procs,
                     "pace": args.pace,
                     "slo": slo.__dict__,
                     "simulated_gpu": info.get("backend") == "sim",

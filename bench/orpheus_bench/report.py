@@ -61,7 +61,7 @@ def _f(v, fmt="{:.0f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-HEADER = (f"{'label':<9}{'conc':>5}{'n':>5}{'ok%':>6}{'ttfb p50':>9}{'p95':>7}{'p99':>7}"
+HEADER = (f"{'label':<9}{'seed':>5}{'conc':>5}{'n':>5}{'ok%':>6}{'ttfb p50':>9}{'p95':>7}{'p99':>7}"
           f"{'txt p95':>8}{'rtf p50':>8}{'underr':>7}{'stall ms':>9}{'aud s/s':>8}{'tok/s':>7}"
           f"{'srv cpu':>8}{'cpu/aud':>8}{'load cpu':>9}{'SLO':>5}")
 
@@ -77,7 +77,8 @@ def _by_wake(sim: dict) -> str:
 def row(r: dict) -> str:
     srv, load, u = r.get("server", {}), r.get("load", {}), r["underruns"]
     ok = None if r["success_rate"] is None else 100 * r["success_rate"]
-    return (f"{r['label'][:8]:<9}{r['concurrency']:>5}{r['requests']:>5}{_f(ok):>6}"
+    seeded = {True: "yes", False: "no"}.get(r.get("seeded"), "-")  # "-": before issue 33
+    return (f"{r['label'][:8]:<9}{seeded:>5}{r['concurrency']:>5}{r['requests']:>5}{_f(ok):>6}"
             f"{_f(r['ttfb_ms']['p50']):>9}{_f(r['ttfb_ms']['p95']):>7}{_f(r['ttfb_ms']['p99']):>7}"
             f"{_f(r['ttfb_text_ms']['p95']):>8}{_f(r['rtf']['p50'], '{:.2f}'):>8}"
             f"{u['events_total']:>7}{_f(u['stall_ms_total']):>9}"

@@ -171,7 +171,8 @@ class Runner:
         ends = [t.t_end for t in traces if t.t_end is not None]
         span = (max(ends) - min(starts)) if traces and ends else wall
         out = {"label": label, "concurrency": spec.concurrency, "requests": len(traces),
-               "input": spec.input, "text_set": spec.text_set, **aggregate(sm, span)}
+               "input": spec.input, "text_set": spec.text_set,
+               "seeded": spec.seed is not None, **aggregate(sm, span)}
         out["load"] = self._load_figures(results, spec)
         out["server"] = self._server_figures(st0, st1, cpu0, cpu1, span, out["audio_s_total"])
         model = self._model_ttfb(out)

@@ -14,9 +14,10 @@ has buffered comes from the scheduler's playout clock (a PlayoutSnapshot, core/p
 pushed with the frames) and the samples sent here.
 
 A generation pushed with a seed (a seeded session's) decodes the same tokens to the same
-PCM every time: its windows follow its frames alone (windows.py plan_fixed_windows), each
-is decoded in a call of its own (a batch's rows differ in the last float bits by its size)
-and draws SNAC's noise from a seed of the generation's and the window's (codec.py).
+PCM every time, whatever else is decoded: its windows follow its frames alone (windows.py
+plan_fixed_windows), share calls of a row count fixed for their shape with other windows
+(a call's rows differ in the last float bits by its size: audio/calls.py) and draw SNAC's
+noise from a seed of the generation's and the window's (codec.py).
 
 Guarantees per generation: offsets are contiguous from 0; F frames give exactly F*2048
 samples; the last event has final=True (a generation with no frames gets one empty final
@@ -41,6 +42,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from orpheus_svc.audio.calls import plan_calls
 from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, HOP, FlusherSettings
 from orpheus_svc.audio.windows import (
     Window, chunk_target, plan_fixed_windows, plan_windows, ready_end,
@@ -168,6 +170,7 @@ class Flusher:
         # Counters (flusher thread only; read them for metrics, never reset them).
         self.num_decode_calls = 0
         self.num_decoded_samples = 0  # window lengths decoded, context included
+        self.num_padded_windows = 0  # zero rows added to fixed-size calls (audio/calls.py)
         self.num_iterations = 0
 
     # -- producer side (any thread) -------------------------------------------------------
@@ -472,51 +475,56 @@ class Flusher:
         whether time ran out.
 
         Jobs come most urgent first, and calls are made in the order of their most urgent
-        window. No call starts after `deadline` (flusher clock): those jobs get None.
+        window (audio/calls.py; a call holding a seeded window has a fixed row count). No
+        call starts after `deadline` (flusher clock): those jobs get None.
         """
         out: list[np.ndarray | None] = [None] * len(jobs)
-        # Same length and same kept span inside the window: one tensor, one crop. In steady
-        # state every generation's windows look alike (full left context, max chunk).
-        # A seeded generation's window goes alone (module docstring): its own group.
-        groups: dict[tuple[int, int, int, int], list[int]] = {}
-        for i, (_, st, w) in enumerate(jobs):
-            alone = -1 if st.seed is None else i
-            groups.setdefault((w.num_steps, w.keep.start, w.keep.stop, alone), []).append(i)
-        calls = []
-        for (num_steps, lo, hi, _), members in groups.items():
-            per_call = max(1, (self.max_decode_frames * 4) // num_steps)
-            calls.extend((members[k:k + per_call], num_steps, lo, hi)
-                         for k in range(0, len(members), per_call))
-        calls.sort(key=lambda call: call[0][0])  # by the call's most urgent window
-        for n, (part, num_steps, lo, hi) in enumerate(calls):
+        calls = plan_calls([(w.num_steps, w.keep.start, w.keep.stop) for _, _, w in jobs],
+                           [st.seed is not None for _, st, _ in jobs],
+                           self.max_decode_frames, self.settings.seeded_call_windows)
+        for n, call in enumerate(calls):
             if n and self.clock() >= deadline:
                 return out, True
+            part = call.jobs
             try:
-                z = self._latents([jobs[i] for i in part])
-                seed = jobs[part[0]][1].seed
-                pcm = (self.codec.decode_latents(z, keep=(lo, hi)) if seed is None else
-                       self.codec.decode_latents(z, keep=(lo, hi), noise_seeds=[
-                           _window_seed(seed, jobs[part[0]][2])]))
-                self.num_decode_calls += 1
-                if self.on_decode is not None:
-                    self.on_decode(len(part))
-                self.num_decoded_samples += len(part) * num_steps * HOP
+                pcm = self._call([jobs[i] for i in part], call.lo, call.hi, call.rows)
             except Exception as exc:
                 if len(part) == 1:
                     self._fail([jobs[part[0]][0]], exc)
                     continue
                 # one bad window must not fail its batch-mates: decode each on its own
                 for i in part:
-                    out[i] = self._decode_one(jobs[i], lo, hi)
+                    out[i] = self._decode_one(jobs[i], call.lo, call.hi, call.rows)
                 continue
+            self.num_decoded_samples += len(part) * call.num_steps * HOP
             for row, i in enumerate(part):
                 out[i] = pcm[row].copy()
         return out, False
 
-    def _decode_one(self, job: tuple[int, _Stream, Window], lo: int, hi: int) -> np.ndarray | None:
+    def _call(self, part: list[tuple[int, _Stream, Window]], lo: int, hi: int,
+              rows: int | None) -> np.ndarray:
+        """One SNAC call: the windows' PCM [len(part), hi - lo], padded with zero rows up to
+        `rows` (audio/calls.py); a seeded window's noise comes from its own seed."""
+        z = self._latents(part)
+        if rows is not None and rows > len(part):
+            z = torch.cat([z, z.new_zeros((rows - len(part), *z.shape[1:]))])
+            self.num_padded_windows += rows - len(part)
+        seeds = [None if st.seed is None else _window_seed(st.seed, w) for _, st, w in part]
+        if any(s is not None for s in seeds):
+            seeds += [None] * (z.shape[0] - len(part))
+            pcm = self.codec.decode_latents(z, keep=(lo, hi), noise_seeds=seeds)
+        else:
+            pcm = self.codec.decode_latents(z, keep=(lo, hi))
+        self.num_decode_calls += 1
+        if self.on_decode is not None:
+            self.on_decode(len(part))
+        return pcm
+
+    def _decode_one(self, job: tuple[int, _Stream, Window], lo: int, hi: int,
+                    rows: int | None) -> np.ndarray | None:
         """A job's PCM decoded alone (after its batched call failed); None when it fails too."""
         try:
-            return self.codec.decode_latents(self._latents([job]), keep=(lo, hi))[0].copy()
+            return self._call([job], lo, hi, rows)[0].copy()
         except Exception as exc:
             self._fail([job[0]], exc)
             return None

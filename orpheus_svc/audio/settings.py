@@ -61,6 +61,11 @@ class FlusherSettings:
         the codec's own `max_batch_frames`, CPU_BATCH_FRAMES on a CPU (the cost per frame
         rises past ~24 frames per call as activations leave the cache) and far more on a
         GPU, where one large call beats several small ones. A positive value overrides it.
+    seeded_call_windows: the row count of a SNAC call that holds a seeded session's window
+        (fewer when max_decode_frames allows fewer windows of its length): such a call
+        always has exactly that many rows, filled with other windows or zero rows, so that
+        the seeded window's bits never depend on its batch (audio/calls.py). Larger: fewer
+        calls when many seeded sessions run; smaller: less padding when few do.
     max_iteration_s: once an iteration has decoded this long, it starts no further SNAC
         call: it emits what it has and the next iteration (at once) plans again. Windows
         are decoded most urgent first: first chunks, then listeners with the least audio
@@ -78,11 +83,12 @@ class FlusherSettings:
     low_water_samples: int = 1024
     max_decode_frames: int = 0
     max_iteration_s: float = 0.1
+    seeded_call_windows: int = 8
 
     def __post_init__(self) -> None:
         for name in ("first_chunk_samples", "left_context_samples", "lookahead_samples",
                      "min_chunk_samples", "max_chunk_samples", "low_water_samples",
-                     "max_decode_frames"):
+                     "max_decode_frames", "seeded_call_windows"):
             require(is_int(getattr(self, name)), self, name, "must be an int")
         require(0 <= self.first_chunk_samples <= FRAME, self, "first_chunk_samples",
                 f"must be 0..{FRAME} (a part of frame 0)")
@@ -100,5 +106,6 @@ class FlusherSettings:
         require(is_finite(self.max_iteration_s) and self.max_iteration_s > 0, self,
                 "max_iteration_s", "must be a finite number > 0")
         require(self.low_water_samples >= 0, self, "low_water_samples", "must be >= 0")
+        require(self.seeded_call_windows >= 1, self, "seeded_call_windows", "must be >= 1")
         require(self.max_decode_frames >= 0, self, "max_decode_frames",
                 "must be >= 0 (0: the codec's max_batch_frames)")

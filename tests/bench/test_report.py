@@ -15,7 +15,7 @@ def level(c, late=False):
         period = 0.2 if late and i == 0 else 0.1
         traces.append(SessionTrace(index=i, t_start=0.0, t_end=2.0,
                                    arrivals=[(0.05 + k * period, 2400) for k in range(10)]))
-    r = {"label": "scaling", "concurrency": c, "requests": 4, "input": "whole",
+    r = {"label": "scaling", "concurrency": c, "requests": 4, "input": "whole", "seeded": False,
          **aggregate([session_metrics(t) for t in traces], 2.0)}
     r["server"] = {"cpu_util": 0.5, "cpu_s_per_audio_s": 0.002, "tokens_per_s": 1000.0}
     r["load"] = {"cpu_util_per_proc": [0.1], "maybe_saturated": False}
@@ -26,10 +26,19 @@ def level(c, late=False):
 def test_row_and_table_show_the_level():
     r = level(8, late=True)
     line = row(r)
-    assert line.split()[1] == "8" and "FAIL" in line
+    assert line.split()[1:3] == ["no", "8"] and "FAIL" in line
     out = io.StringIO()
     table([level(1), r], out)
     assert len(out.getvalue().splitlines()) == 3
+
+
+def test_the_row_says_whether_the_sessions_were_seeded():
+    """Issue 33: a seeded load measured another path; the table says which one ran."""
+    seeded = {**level(8), "seeded": True}
+    assert row(seeded).split()[1] == "yes" and row(level(8)).split()[1] == "no"
+    old = level(8)
+    del old["seeded"]  # a result from before the field: unknown, not "no"
+    assert row(old).split()[1] == "-"
 
 
 def test_the_sim_note_says_how_much_of_the_host_time_late_wake_ups_caused():

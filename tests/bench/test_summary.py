@@ -52,7 +52,7 @@ def test_summary_keeps_the_run_figures_and_drops_per_session_records():
                     "load", "slo", "sim", "concurrency", "success_rate"):
             assert r[key] == full[key]
         assert r["sim"]["host_bound_steps"] == 3 and r["sim"]["step_ms"]["p99"] == 15.0
-        assert r["row"].split()[1] == str(full["concurrency"])
+        assert r["row"].split()[2] == str(full["concurrency"])
         # derived from the per-session records, so checkable without them
         assert r["per_session"]["open_calls_mean"] == pytest.approx(
             sum(x["rtf"] * x["audio_s"] for x in full["sessions_detail"]) / full["wall_s"], abs=1e-4)

@@ -29,6 +29,7 @@ import torch
 
 from orpheus_svc.core.tokens import AUDIO_BASE, CODES_PER_POSITION, END_OF_SPEECH_ID, FRAME_TOKENS
 from orpheus_svc.engine.graph.fused import TorchOps
+from orpheus_svc.engine.torch.invariant import rows_matmul
 from orpheus_svc.engine.torch.llama import SlotLlama
 from orpheus_svc.engine.torch.sampling import (
     STOP_COLUMN,
@@ -36,6 +37,7 @@ from orpheus_svc.engine.torch.sampling import (
     choose_columns,
     columns_to_ids,
     splitmix_uniform_t,
+    stop_logits,
 )
 
 # attend(q [B, heads, D], k_cache, v_cache, slots [B], lens [B]) -> [B, heads, D]
@@ -87,13 +89,13 @@ def choose_tokens(model: SlotLlama, state: SlotState, hidden: torch.Tensor, slot
     last_ids and the seen marks (not for the stop id, as the eager backend)."""
     bsz = hidden.shape[0]
     head = model.lm_head
-    audio = hidden @ head[AUDIO_BASE:AUDIO_BASE + FRAME_TOKENS * CODES_PER_POSITION].T
+    audio = rows_matmul(hidden, head[AUDIO_BASE:AUDIO_BASE + FRAME_TOKENS * CODES_PER_POSITION].T)
     rows = torch.arange(bsz, device=hidden.device)
     logits = torch.empty((bsz, CODES_PER_POSITION + 1), dtype=torch.float32,
                          device=hidden.device)
     logits[:, :CODES_PER_POSITION] = audio.view(bsz, FRAME_TOKENS, CODES_PER_POSITION)[
         rows, fpos].float()
-    logits[:, STOP_COLUMN] = (hidden @ head[END_OF_SPEECH_ID]).float()
+    logits[:, STOP_COLUMN] = stop_logits(hidden, head)
     logits[:, STOP_COLUMN].masked_fill_(stop_ok == 0, float("-inf"))
     params = state.params[:, slots]
     logits = apply_repetition_penalty(logits, state.seen[slots, fpos], params[2])

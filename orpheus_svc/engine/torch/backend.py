@@ -15,6 +15,12 @@ from orpheus_svc.engine.torch.sampling import RowParams, SeenAudio, apply_repeti
 _MASK64 = (1 << 64) - 1
 
 
+def seeded(rows: Sequence[StepRow]) -> list[bool]:
+    """Which rows' sessions gave a seed: their bits must not depend on the batch
+    (engine/torch/invariant.py); the others take the fast path."""
+    return [r.request.sampling.seed is not None for r in rows]
+
+
 class TorchBackend:
     def __init__(self, model: SlotLlama) -> None:
         self.model = model
@@ -39,12 +45,13 @@ class TorchBackend:
         if plan.prefill:
             self.seen.reset([r.slot for r in plan.prefill])
             parts.append(self.model.prefill([r.slot for r in plan.prefill],
-                                            [r.request.prompt_ids for r in plan.prefill]))
+                                            [r.request.prompt_ids for r in plan.prefill],
+                                            seeded(plan.prefill)))
         decode = sorted(plan.decode, key=lambda r: r.slot)  # contiguous slots read K/V as views
         if decode:
             parts.append(self.model.decode([r.slot for r in decode],
                                            [r.last_token for r in decode],
-                                           [r.position for r in decode]))
+                                           [r.position for r in decode], seeded(decode)))
         rows = plan.prefill + tuple(decode)
         if not rows:
             return StepResult()

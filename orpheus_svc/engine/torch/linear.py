@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from orpheus_svc.engine.torch.invariant import rows_matmul
+
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
 # A row of zeros has no scale: any positive value keeps its zeros zero.
@@ -57,7 +59,9 @@ class Linear:
         return self.weight.numel() * self.weight.element_size()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ self.weight.T
+        # rows_matmul: a row's bits do not depend on its batch (invariant.py)
+        y = rows_matmul(x.reshape(-1, x.shape[-1]), self.weight.T)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
 FP8_GEMMS = ("rowwise", "tensorwise")
@@ -115,7 +119,7 @@ class Fp8Linear:
             y = torch._scaled_mm(qx, self.qweight.T, scale_a=sx, scale_b=self.scale_row,
                                  out_dtype=self.out_dtype, use_fast_accum=True)
         else:  # the same quantised operands, multiplied in float32
-            y = ((qx.float() * sx) @ self._float.T).to(self.out_dtype)
+            y = rows_matmul(qx.float() * sx, self._float.T).to(self.out_dtype)
         return y.reshape(*shape[:-1], y.shape[-1])
 
 

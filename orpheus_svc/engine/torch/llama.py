@@ -33,6 +33,7 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
+from orpheus_svc.engine.torch.invariant import attention_groups, prompt_groups
 from orpheus_svc.engine.torch.linear import make_linear
 from orpheus_svc.models.llama_config import LlamaSpec
 
@@ -189,17 +190,31 @@ class SlotLlama:
         return x + layer["down"](F.silu(gate) * up)
 
     @torch.inference_mode()
-    def prefill(self, slots: Sequence[int], prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+    def prefill(self, slots: Sequence[int], prompts: Sequence[Sequence[int]],
+                invariant: Sequence[bool] | None = None) -> torch.Tensor:
         """Run whole prompts into their slots (from position 0). Returns the final-norm
-        hidden state of each prompt's last token, [B, hidden]."""
+        hidden state of each prompt's last token, [B, hidden]. `invariant` (per prompt):
+        those prompts' results must not depend on the others (invariant.py), so they are
+        run in groups padded to a length of their own."""
+        groups = prompt_groups([len(p) for p in prompts], invariant, self.max_seq_len)
         with self._kernels():
-            return self._prefill(slots, prompts)
+            if len(groups) == 1:
+                return self._prefill(slots, prompts, groups[0][1])
+            out = [None] * len(prompts)
+            for members, pad_to in groups:
+                hidden = self._prefill([slots[i] for i in members],
+                                       [prompts[i] for i in members], pad_to)
+                for row, i in enumerate(members):
+                    out[i] = hidden[row]
+            return torch.stack(out)
 
-    def _prefill(self, slots: Sequence[int], prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+    def _prefill(self, slots: Sequence[int], prompts: Sequence[Sequence[int]],
+                 pad_to: int | None = None) -> torch.Tensor:
         lengths = [len(p) for p in prompts]
-        t = max(lengths)
-        if t > self.max_seq_len:
-            raise ValueError(f"prompt of {t} tokens exceeds max_seq_len {self.max_seq_len}")
+        t = max(lengths) if pad_to is None else pad_to
+        if max(lengths) > self.max_seq_len:
+            raise ValueError(f"prompt of {max(lengths)} tokens exceeds max_seq_len "
+                             f"{self.max_seq_len}")
         ids = torch.zeros((len(prompts), t), dtype=torch.long)
         for i, p in enumerate(prompts):
             ids[i, :len(p)] = torch.as_tensor(p, dtype=torch.long)
@@ -231,43 +246,67 @@ class SlotLlama:
 
     @torch.inference_mode()
     def decode(self, slots: Sequence[int], tokens: Sequence[int],
-               positions: Sequence[int]) -> torch.Tensor:
-        """One token per slot, each at its own position. Returns final-norm hidden [B, hidden]."""
+               positions: Sequence[int], invariant: Sequence[bool] | None = None
+               ) -> torch.Tensor:
+        """One token per slot, each at its own position. Returns final-norm hidden [B, hidden].
+        `invariant` (per row): those rows' results must not depend on the others
+        (invariant.py), so they attend over key spans of their own."""
         with self._kernels():
-            return self._decode(slots, tokens, positions)
+            return self._decode(slots, tokens, positions, invariant)
 
     def _decode(self, slots: Sequence[int], tokens: Sequence[int],
-                positions: Sequence[int]) -> torch.Tensor:
+                positions: Sequence[int], invariant: Sequence[bool] | None = None
+                ) -> torch.Tensor:
         bsz = len(slots)
         slot_idx = torch.as_tensor(list(slots), device=self.device)
-        # Slots lo..lo+B-1 in order (the backend sorts its batch by slot, and a full batch
-        # is exactly that): read K/V through a view instead of gathering a copy per layer.
-        lo = slots[0]
-        rows = slice(lo, lo + bsz) if list(slots) == list(range(lo, lo + bsz)) else slot_idx
         pos = torch.as_tensor(list(positions), device=self.device)
         span = int(max(positions)) + 1
         if span > self.max_seq_len:
             raise ValueError(f"position {span - 1} exceeds max_seq_len {self.max_seq_len}")
-        mask = (torch.arange(span, device=self.device)[None, :] <= pos[:, None])
-        mask = mask[:, None, None, :]  # [B, 1, 1, span]
+        if invariant is None or not any(invariant):
+            # Slots lo..lo+B-1 in order (the backend sorts its batch by slot, and a full
+            # batch is exactly that): read K/V through a view instead of gathering a copy.
+            lo = slots[0]
+            rows = (slice(lo, lo + bsz) if list(slots) == list(range(lo, lo + bsz))
+                    else slot_idx)
+            plan = [(None, rows, pos, span)]
+        else:  # each group gathers its rows' K/V (a copy: the same layout whatever the batch)
+            plan = []
+            for members, group_span in attention_groups([int(p) + 1 for p in positions],
+                                                        invariant, self.max_seq_len):
+                at = torch.as_tensor(members, device=self.device)
+                plan.append((at, slot_idx[at], pos[at], group_span))
         x = self.embed[torch.as_tensor(list(tokens), device=self.device)].unsqueeze(1)
-        kv_heads, hd = self.spec.num_key_value_heads, self.spec.head_dim
-        group = self.spec.num_attention_heads // kv_heads
         for li, layer in enumerate(self.layers):
             def attend(h, li=li, layer=layer):
                 q, k, v = self._qkv(layer, h, pos[:, None])
                 kc, vc = self.k_cache[li], self.v_cache[li]
                 kc[slot_idx, :, pos] = k[:, :, 0]
                 vc[slot_idx, :, pos] = v[:, :, 0]
-                keys, values = kc[rows, :, :span], vc[rows, :, :span]
-                if self.grouped_decode:
-                    # head kv * group + r reads K/V head kv (Llama's repeat_kv order), so the
-                    # group's queries are rows of one kv head: [B, kv_heads, group, d]
-                    o = F.scaled_dot_product_attention(q.reshape(bsz, kv_heads, group, hd),
-                                                       keys, values, attn_mask=mask)
-                    return o.reshape(bsz, 1, -1)
-                o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
-                                                   enable_gqa=True)
-                return o.transpose(1, 2).reshape(bsz, 1, -1)
+                if plan[0][0] is None:
+                    return self._attend(q, kc, vc, *plan[0][1:])
+                out = q.new_empty((bsz, 1, q.shape[1] * q.shape[3]))
+                for at, rows, p, n in plan:
+                    out[at] = self._attend(q[at], kc, vc, rows, p, n)
+                return out
             x = self._block(layer, x, attend)
         return self._rms(x[:, 0], self.final_norm)
+
+    def _attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, rows,
+                pos: torch.Tensor, span: int) -> torch.Tensor:
+        """Decode attention of q [B, heads, 1, d] over keys 0..pos of the cache rows `rows`
+        (a slice of slots or their indices), reading `span` keys: [B, 1, heads * d]."""
+        bsz = q.shape[0]
+        kv_heads, hd = self.spec.num_key_value_heads, self.spec.head_dim
+        group = self.spec.num_attention_heads // kv_heads
+        mask = (torch.arange(span, device=self.device)[None, :] <= pos[:, None])
+        mask = mask[:, None, None, :]  # [B, 1, 1, span]
+        keys, values = kc[rows, :, :span], vc[rows, :, :span]
+        if self.grouped_decode:
+            # head kv * group + r reads K/V head kv (Llama's repeat_kv order), so the
+            # group's queries are rows of one kv head: [B, kv_heads, group, d]
+            o = F.scaled_dot_product_attention(q.reshape(bsz, kv_heads, group, hd),
+                                               keys, values, attn_mask=mask)
+            return o.reshape(bsz, 1, -1)
+        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+        return o.transpose(1, 2).reshape(bsz, 1, -1)

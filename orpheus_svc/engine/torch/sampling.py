@@ -31,6 +31,7 @@ from orpheus_svc.core.tokens import (
     END_OF_SPEECH_ID,
     FRAME_TOKENS,
 )
+from orpheus_svc.engine.torch.invariant import rows_matmul
 
 STOP_COLUMN = CODES_PER_POSITION  # column index of the stop logit in a [B, 4097] row
 
@@ -97,11 +98,20 @@ def constrained_logits(hidden: torch.Tensor, lm_head: torch.Tensor,
     for p in sorted(set(positions)):
         rows = torch.nonzero(pos_t == p).flatten().to(hidden.device)
         start, stop = position_id_range(p)
-        out[rows, :CODES_PER_POSITION] = (hidden[rows] @ lm_head[start:stop].T).float()
-    out[:, STOP_COLUMN] = (hidden @ lm_head[END_OF_SPEECH_ID]).float()
+        out[rows, :CODES_PER_POSITION] = rows_matmul(hidden[rows], lm_head[start:stop].T).float()
+    out[:, STOP_COLUMN] = stop_logits(hidden, lm_head)
     allowed = torch.as_tensor(stop_allowed, device=hidden.device)
     out[:, STOP_COLUMN].masked_fill_(~allowed, float("-inf"))
     return out
+
+
+def stop_logits(hidden: torch.Tensor, lm_head: torch.Tensor) -> torch.Tensor:
+    """[B] float32: each row's logit of the stop id. On the CPU a one-column GEMM, not a
+    GEMV, so that a row's bits do not depend on its batch (invariant.py)."""
+    if hidden.device.type != "cpu":
+        return (hidden @ lm_head[END_OF_SPEECH_ID]).float()
+    stop = lm_head[END_OF_SPEECH_ID:END_OF_SPEECH_ID + 1]
+    return rows_matmul(hidden, stop.T)[:, 0].float()
 
 
 def full_head_logits(hidden: torch.Tensor, lm_head: torch.Tensor) -> torch.Tensor:

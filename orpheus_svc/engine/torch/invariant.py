@@ -1,0 +1,105 @@
+"""Batch invariance: a row's bits do not depend on the rows that share its step (issue 33).
+
+A seeded session must give the same audio whether it runs alone or beside 200 others. Its
+sampler is already per row (a counter-based uniform keyed by seed and token index), so what
+can move its tokens is the arithmetic before it: a kernel whose order of summation depends
+on the batch. Measured on the CPU (torch 2.15, MKL and oneDNN, 2 threads; docs/api.md,
+"Seeds"), for one row's result:
+
+* GEMM (x @ W.T, every linear layer and the LM head): MKL gives a row the same bits for
+  every M >= 4 rows; M = 1 (a GEMV) and M = 2..3 each take another kernel. So every matmul
+  pads its rows up to MIN_GEMM_ROWS (`rows_matmul`): a copy of at most three zero rows, only
+  when the batch is that small. `gemm_rows_invariant()` checks the property on the machine
+  it runs on (the torch backend logs it at start-up, the tests assert it).
+* Attention (torch's SDPA on the CPU): a row's output is the same for every batch at the
+  same key span, and changes with the span, even when the extra keys are masked. A batch
+  attends over max(position) + 1 keys, which its batch-mates decide. So rows that must be
+  invariant attend in groups whose span is their own length rounded up to SPAN_BLOCK
+  (`attention_groups`); the other rows keep one call over the batch's span.
+* Prefill: the same for the prompt length a batch is padded to. Invariant prompts are
+  prefilled in groups padded to their own length rounded up to PROMPT_BLOCK.
+* RMSNorm, softmax, top-k, sort, cumsum, elementwise ops: per row already (measured).
+
+Which rows pay: invariance is kept for rows whose session gave a seed (only they can ask
+for the same audio twice); an unseeded batch takes exactly the path it took before. The
+GEMM padding is always on (it costs nothing above three rows). On CUDA cuBLAS chooses its
+kernel by shape and none of this holds; docs/api.md says where seeds hold.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+MIN_GEMM_ROWS = 4   # MKL: a row's bits are the same for every M >= 4 (module docstring)
+SPAN_BLOCK = 256    # an invariant decode row attends over its length rounded up to this
+PROMPT_BLOCK = 32   # an invariant prompt is padded to its length rounded up to this
+
+
+def rows_matmul(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
+    """x [M, K] @ w_t [K, N] with M padded to MIN_GEMM_ROWS on the CPU (module docstring),
+    so that a row's result does not depend on how many rows came with it."""
+    m = x.shape[0]
+    if m >= MIN_GEMM_ROWS or x.device.type != "cpu":
+        return x @ w_t
+    padded = x.new_zeros((MIN_GEMM_ROWS, x.shape[1]))
+    padded[:m] = x
+    return (padded @ w_t)[:m]
+
+
+def round_up(n: int, block: int, cap: int) -> int:
+    """n rounded up to a multiple of block, at most cap (cap >= n)."""
+    return min(cap, -(-n // block) * block)
+
+
+def attention_groups(spans: Sequence[int], invariant: Sequence[bool] | None, cap: int
+                     ) -> list[tuple[list[int], int]]:
+    """How a decode step's rows attend: [(row indices, key span)], every row in one group.
+
+    Without invariant rows: one group, all rows, span max(spans) (the fast path). Otherwise
+    the other rows form one group over their own maximum, and the invariant ones are
+    grouped by their span rounded up to SPAN_BLOCK (at most `cap`), which depends on the row
+    alone; groups come in order of their first row.
+    """
+    rows = range(len(spans))
+    if not invariant or not any(invariant):
+        return [(list(rows), max(spans))] if len(spans) else []
+    groups: dict[object, list[int]] = {}
+    for i in rows:
+        key = round_up(spans[i], SPAN_BLOCK, cap) if invariant[i] else None
+        groups.setdefault(key, []).append(i)
+    return [(members, max(spans[i] for i in members) if key is None else key)
+            for key, members in groups.items()]
+
+
+def prompt_groups(lengths: Sequence[int], invariant: Sequence[bool] | None, cap: int
+                  ) -> list[tuple[list[int], int | None]]:
+    """How a step's prompts are prefilled: [(prompt indices, padded length)], None = the
+    longest of the group (the fast path); invariant prompts grouped by their length
+    rounded up to PROMPT_BLOCK (at most `cap`)."""
+    if not invariant or not any(invariant):
+        return [(list(range(len(lengths))), None)] if len(lengths) else []
+    groups: dict[object, list[int]] = {}
+    for i, n in enumerate(lengths):
+        groups.setdefault(round_up(n, PROMPT_BLOCK, cap) if invariant[i] else None,
+                          []).append(i)
+    return [(members, pad_to) for pad_to, members in groups.items()]
+
+
+def gemm_rows_invariant(device: torch.device | str = "cpu",
+                        dtype: torch.dtype = torch.float32, k: int = 256, n: int = 96,
+                        seed: int = 0) -> bool:
+    """Does a row of rows_matmul get the same bits for every batch size on this machine?
+    Tries M = 1 .. 9, 16, 33, 64 and 257 rows with random batch-mates."""
+    gen = torch.Generator().manual_seed(seed)
+    w_t = torch.randn((n, k), generator=gen).to(device, dtype).T
+    row = torch.randn((1, k), generator=gen).to(device, dtype)
+    want = rows_matmul(row, w_t)[0]
+    for m in (*range(2, 10), 16, 33, 64, 257):
+        x = torch.randn((m, k), generator=gen).to(device, dtype)
+        at = m // 2
+        x[at] = row[0]
+        if not torch.equal(rows_matmul(x, w_t)[at], want):
+            return False
+    return True
