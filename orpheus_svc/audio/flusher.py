@@ -505,10 +505,7 @@ class Flusher:
               rows: int | None) -> np.ndarray:
         """One SNAC call: the windows' PCM [len(part), hi - lo], padded with zero rows up to
         `rows` (audio/calls.py); a seeded window's noise comes from its own seed."""
-        z = self._latents(part)
-        if rows is not None and rows > len(part):
-            z = torch.cat([z, z.new_zeros((rows - len(part), *z.shape[1:]))])
-            self.num_padded_windows += rows - len(part)
+        z = self._latents(part, rows)
         seeds = [None if st.seed is None else _window_seed(st.seed, w) for _, st, w in part]
         if any(s is not None for s in seeds):
             seeds += [None] * (z.shape[0] - len(part))
@@ -529,24 +526,33 @@ class Flusher:
             self._fail([job[0]], exc)
             return None
 
-    def _latents(self, jobs: list[tuple[int, _Stream, Window]]) -> torch.Tensor:
+    def _latents(self, jobs: list[tuple[int, _Stream, Window]], rows: int | None = None
+                 ) -> torch.Tensor:
         """The decoder input of windows of equal num_steps, in order: one codec.latents
         call per (frames, first step) shape among them, not one per window (on a GPU each
-        call is a dozen kernel launches)."""
+        call is a dozen kernel launches). With `rows` (a fixed-size call, calls.py) each
+        codec.latents call gets exactly that many windows, padded with code-0 windows, and
+        the result has `rows` rows: SNAC's 1x1 projections are not batch-invariant either."""
         shapes: dict[tuple[int, int], list[int]] = {}
         for i, (_, _, w) in enumerate(jobs):
             shapes.setdefault((w.frame_hi - w.frame_lo, w.step_lo - w.frame_lo * 4),
                               []).append(i)
         pieces, order = [], []
-        for (_, first), members in shapes.items():
-            z = self.codec.latents([jobs[i][1].codes()[jobs[i][2].frame_lo:jobs[i][2].frame_hi]
-                                    for i in members])
+        for (frames, first), members in shapes.items():
+            codes = [jobs[i][1].codes()[jobs[i][2].frame_lo:jobs[i][2].frame_hi]
+                     for i in members]
+            if rows is not None:
+                codes += [np.zeros((frames, FRAME_TOKENS), np.int64)] * (rows - len(codes))
+            z = self.codec.latents(codes)[:len(members)]
             pieces.append(z[..., first:first + jobs[members[0]][2].num_steps])
             order.extend(members)
-        if len(pieces) == 1:
-            return pieces[0]
-        z = torch.cat(pieces)
-        return z[torch.from_numpy(np.argsort(np.asarray(order)))]
+        z = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+        if len(pieces) > 1:
+            z = z[torch.from_numpy(np.argsort(np.asarray(order)))]
+        if rows is not None and rows > len(jobs):
+            z = torch.cat([z, z.new_zeros((rows - len(jobs), *z.shape[1:]))])
+            self.num_padded_windows += rows - len(jobs)
+        return z
 
     def _fail(self, gen_ids: list[int], exc: BaseException) -> None:
         """Forget generations whose decode failed; each ends with an empty final event whose

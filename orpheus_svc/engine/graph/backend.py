@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult
-from orpheus_svc.engine.graph.runner import GraphRunner, Launch
+from orpheus_svc.engine.graph.runner import GraphRunner, Launch, PrefillRow
 from orpheus_svc.engine.torch.llama import SlotLlama
 
 log = logging.getLogger(__name__)
@@ -45,9 +45,10 @@ class GraphBackend:
             runs_ahead=True)
 
     def launch(self, plan: StepPlan) -> tuple[tuple[int, ...], Launch]:
-        prefill = [(r.slot, r.request.prompt_ids, r.request.sampling.temperature,
-                    r.request.sampling.top_p, r.request.sampling.repetition_penalty, r.seed,
-                    r.frame_position, r.stop_allowed, r.num_generated) for r in plan.prefill]
+        prefill = [PrefillRow(r.slot, r.request.prompt_ids, r.request.sampling.temperature,
+                              r.request.sampling.top_p, r.request.sampling.repetition_penalty,
+                              r.seed, r.frame_position, r.stop_allowed, r.num_generated,
+                              r.request.sampling.seed is not None) for r in plan.prefill]
         d = plan.decode
         decode = None
         if len(d):

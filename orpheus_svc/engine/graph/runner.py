@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -37,6 +37,22 @@ from orpheus_svc.engine.torch.llama import SlotLlama
 from orpheus_svc.engine.torch.sampling import int64_bits
 
 log = logging.getLogger(__name__)
+
+
+class PrefillRow(NamedTuple):
+    """One new generation of a step: its prompt goes into its slot, and its sampling state
+    (set on the device here) is what its decode rows read later."""
+
+    slot: int
+    prompt_ids: Sequence[int]
+    temperature: float
+    top_p: float
+    repetition_penalty: float
+    seed: int
+    frame_position: int
+    stop_allowed: bool
+    counter: int             # tokens sampled so far (the counter of its uniform)
+    invariant: bool = False  # a seeded session's: its bits must not depend on the batch
 
 
 @dataclass
@@ -144,11 +160,10 @@ class GraphRunner:
 
     # -- the step -------------------------------------------------------------------------
 
-    def launch(self, prefill: Sequence[tuple], decode: np.ndarray | None,
+    def launch(self, prefill: Sequence[PrefillRow], decode: np.ndarray | None,
                ahead: bool = False) -> Launch:
-        """Queue one step: prefill rows as (slot, prompt ids, temperature, top_p, penalty,
-        seed, frame position, stop allowed, counter) tuples, decode rows as a [5, n] int64
-        array (buckets.INPUT_ROWS). Returns at once on CUDA. `ahead`: launched before the
+        """Queue one step: prefill rows, decode rows as a [5, n] int64 array
+        (buckets.INPUT_ROWS). Returns at once on CUDA. `ahead`: launched before the
         previous step was read (for the timing counters only)."""
         t0 = time.perf_counter()
         cuda = self.device.type == "cuda"
@@ -203,17 +218,20 @@ class GraphRunner:
         host = self._host_out[launch.turn].numpy()
         return host[1, :launch.num_prefill].copy(), host[0, :launch.num_decode].copy()
 
-    def _prefill(self, rows: Sequence[tuple]) -> torch.Tensor:
+    def _prefill(self, rows: Sequence[PrefillRow]) -> torch.Tensor:
         """Run prompts into their slots (eager: prompt lengths vary) and choose each row's
         first token with the decode step's own function."""
         dev, state = self.device, self.state
-        slots = [r[0] for r in rows]
+        slots = [r.slot for r in rows]
         s = torch.as_tensor(slots, device=dev)
-        state.params[:, s] = torch.tensor([[r[2] for r in rows], [r[3] for r in rows],
-                                           [r[4] for r in rows]], dtype=torch.float32).to(dev)
-        state.seeds[s] = torch.from_numpy(int64_bits([r[5] for r in rows])).to(dev)
+        state.params[:, s] = torch.tensor(
+            [[r.temperature for r in rows], [r.top_p for r in rows],
+             [r.repetition_penalty for r in rows]], dtype=torch.float32).to(dev)
+        state.seeds[s] = torch.from_numpy(int64_bits([r.seed for r in rows])).to(dev)
         state.seen[s] = False
-        hidden = self.model.prefill(slots, [r[1] for r in rows])
-        small = torch.tensor([[r[6] for r in rows], [int(r[7]) for r in rows],
-                              [r[8] for r in rows]], dtype=torch.long).to(dev)
+        hidden = self.model.prefill(slots, [r.prompt_ids for r in rows],
+                                    [r.invariant for r in rows])
+        small = torch.tensor([[r.frame_position for r in rows],
+                              [int(r.stop_allowed) for r in rows],
+                              [r.counter for r in rows]], dtype=torch.long).to(dev)
         return choose_tokens(self.model, state, hidden, s, small[0], small[1], small[2])

@@ -3,14 +3,18 @@ of the others, each slot at its own position, then constrained per-row sampling.
 
 from __future__ import annotations
 
+import logging
 from typing import Sequence
 
 import torch
 
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult, StepRow
 
+from orpheus_svc.engine.torch.invariant import gemm_rows_invariant
 from orpheus_svc.engine.torch.llama import SlotLlama
 from orpheus_svc.engine.torch.sampling import RowParams, SeenAudio, apply_repetition_penalty, constrained_logits, sample_rows
+
+log = logging.getLogger(__name__)
 
 _MASK64 = (1 << 64) - 1
 
@@ -25,6 +29,10 @@ class TorchBackend:
     def __init__(self, model: SlotLlama) -> None:
         self.model = model
         self.seen = SeenAudio(model.num_slots, model.device)
+        if model.device.type == "cpu" and not gemm_rows_invariant(dtype=model.dtype):
+            log.warning("this machine's GEMM gives a row other bits in other batches even "
+                        "padded to blocks of 4 rows (engine/torch/invariant.py): a seeded "
+                        "session's audio may differ when other sessions run beside it")
         # retry_safe: a step that raises can be re-run on a subset of its rows (EngineLoop
         # isolates the row that fails): prefill rewrites a slot from position 0, decode
         # rewrites the same KV position, and the seen-token marks are only set after

@@ -6,11 +6,13 @@ can move its tokens is the arithmetic before it: a kernel whose order of summati
 on the batch. Measured on the CPU (torch 2.15, MKL and oneDNN, 2 threads; docs/api.md,
 "Seeds"), for one row's result:
 
-* GEMM (x @ W.T, every linear layer and the LM head): MKL gives a row the same bits for
-  every M >= 4 rows; M = 1 (a GEMV) and M = 2..3 each take another kernel. So every matmul
-  pads its rows up to MIN_GEMM_ROWS (`rows_matmul`): a copy of at most three zero rows, only
-  when the batch is that small. `gemm_rows_invariant()` checks the property on the machine
-  it runs on (the torch backend logs it at start-up, the tests assert it).
+* GEMM (x @ W.T, every linear layer and the LM head): MKL computes rows in blocks of 4,
+  and a row in a block of 4 gets the same bits whatever M is and wherever the block lies;
+  a row in a tail of 1-3 rows (M = 1 is even a GEMV) takes another kernel and other bits.
+  So every matmul pads its rows to a multiple of GEMM_ROW_BLOCK (`rows_matmul`): at most
+  three zero rows, a copy of the input only when M is not a multiple already.
+  `gemm_rows_invariant()` checks the property on the machine it runs on (the torch backend
+  logs it at start-up, the tests assert it).
 * Attention (torch's SDPA on the CPU): a row's output is the same for every batch at the
   same key span, and changes with the span, even when the extra keys are masked. A batch
   attends over max(position) + 1 keys, which its batch-mates decide. So rows that must be
@@ -22,7 +24,7 @@ on the batch. Measured on the CPU (torch 2.15, MKL and oneDNN, 2 threads; docs/a
 
 Which rows pay: invariance is kept for rows whose session gave a seed (only they can ask
 for the same audio twice); an unseeded batch takes exactly the path it took before. The
-GEMM padding is always on (it costs nothing above three rows). On CUDA cuBLAS chooses its
+GEMM padding is always on (at most three rows more). On CUDA cuBLAS chooses its
 kernel by shape and none of this holds; docs/api.md says where seeds hold.
 """
 
@@ -32,18 +34,20 @@ from typing import Sequence
 
 import torch
 
-MIN_GEMM_ROWS = 4   # MKL: a row's bits are the same for every M >= 4 (module docstring)
+GEMM_ROW_BLOCK = 4  # MKL's row block: a row in a full block keeps its bits (module docstring)
 SPAN_BLOCK = 256    # an invariant decode row attends over its length rounded up to this
 PROMPT_BLOCK = 32   # an invariant prompt is padded to its length rounded up to this
 
 
 def rows_matmul(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
-    """x [M, K] @ w_t [K, N] with M padded to MIN_GEMM_ROWS on the CPU (module docstring),
-    so that a row's result does not depend on how many rows came with it."""
+    """x [M, K] @ w_t [K, N] with M padded to a multiple of GEMM_ROW_BLOCK on the CPU
+    (module docstring), so that a row's result does not depend on how many rows came with
+    it or where it sits among them."""
     m = x.shape[0]
-    if m >= MIN_GEMM_ROWS or x.device.type != "cpu":
+    rows = max(GEMM_ROW_BLOCK, -(-m // GEMM_ROW_BLOCK) * GEMM_ROW_BLOCK)
+    if rows == m or x.device.type != "cpu":
         return x @ w_t
-    padded = x.new_zeros((MIN_GEMM_ROWS, x.shape[1]))
+    padded = x.new_zeros((rows, x.shape[1]))
     padded[:m] = x
     return (padded @ w_t)[:m]
 
@@ -90,16 +94,18 @@ def prompt_groups(lengths: Sequence[int], invariant: Sequence[bool] | None, cap:
 def gemm_rows_invariant(device: torch.device | str = "cpu",
                         dtype: torch.dtype = torch.float32, k: int = 256, n: int = 96,
                         seed: int = 0) -> bool:
-    """Does a row of rows_matmul get the same bits for every batch size on this machine?
-    Tries M = 1 .. 9, 16, 33, 64 and 257 rows with random batch-mates."""
+    """Does a row of rows_matmul get the same bits for every batch size, at every place in
+    the batch, on this machine? Tries M = 1 .. 24 (every place) and 33, 64 and 257 rows
+    (first, middle, last), with random batch-mates; one column (the stop logit) too."""
     gen = torch.Generator().manual_seed(seed)
-    w_t = torch.randn((n, k), generator=gen).to(device, dtype).T
-    row = torch.randn((1, k), generator=gen).to(device, dtype)
-    want = rows_matmul(row, w_t)[0]
-    for m in (*range(2, 10), 16, 33, 64, 257):
-        x = torch.randn((m, k), generator=gen).to(device, dtype)
-        at = m // 2
-        x[at] = row[0]
-        if not torch.equal(rows_matmul(x, w_t)[at], want):
-            return False
+    for cols in (n, 1):
+        w_t = torch.randn((cols, k), generator=gen).to(device, dtype).T
+        row = torch.randn((1, k), generator=gen).to(device, dtype)
+        want = rows_matmul(row, w_t)[0]
+        for m in (*range(1, 25), 33, 64, 257):
+            for at in (range(m) if m <= 24 else (0, m // 2, m - 1)):
+                x = torch.randn((m, k), generator=gen).to(device, dtype)
+                x[at] = row[0]
+                if not torch.equal(rows_matmul(x, w_t)[at], want):
+                    return False
     return True

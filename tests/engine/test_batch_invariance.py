@@ -1,0 +1,148 @@
+"""A seeded row's logits and tokens do not depend on its batch (issue 33).
+
+One seeded generation is stepped alone, then beside 1 to 63 random batch-mates (seeded and
+unseeded, other prompts and lengths, arriving and ending while it runs, prefilled with it
+or not): its logits must be the same bits and its tokens the same at every step, on the
+torch backend and on the graph backend (its CPU path: no capture, the same buffers). Float32
+on the CPU, the server's own dtype there: float64 would hide the rounding that differs.
+"""
+
+import random
+
+import pytest
+import torch
+
+from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
+from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
+from orpheus_svc.core.slots import SlotPool
+from orpheus_svc.engine.graph.backend import GraphBackend
+from orpheus_svc.engine.torch import invariant
+from orpheus_svc.engine.torch.backend import TorchBackend
+from orpheus_svc.engine.torch.llama import SlotLlama
+from orpheus_svc.engine.torch.sampling import constrained_logits
+
+from .tiny import tiny_spec
+
+from orpheus_svc.models.demo import random_state_dict
+
+SLOTS, SEQ = 72, 400
+TARGET = 1
+TARGET_PROMPT = (128259, 128000, 40, 41, 42, 43, 44, 45, 46, 128009, 128260, 128261, 128257)
+
+
+def _model(graph: bool) -> SlotLlama:
+    spec = tiny_spec()
+    w = random_state_dict(spec, 0, dtype=torch.float32)
+    w = {k: (v * 10 if not k.endswith("norm.weight") else v) for k, v in w.items()}
+    return SlotLlama(spec, w, num_slots=SLOTS, max_seq_len=SEQ, dtype=torch.float32,
+                     spare_slots=1 if graph else 0)
+
+
+class _Recording(TorchBackend):
+    """The torch backend, keeping the target's logits of every step."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.logits = []
+
+    def sample(self, rows, hidden):
+        at = [i for i, r in enumerate(rows) if r.gen_id == TARGET]
+        if at:
+            logits = constrained_logits(hidden, self.model.lm_head,
+                                        [r.frame_position for r in rows],
+                                        [r.stop_allowed for r in rows])
+            self.logits.append(logits[at[0]].clone())
+        return super().sample(rows, hidden)
+
+
+def _request(rng: random.Random, seeded: bool, max_tokens: int) -> GenerationRequest:
+    prompt = (128259, 128000, *(rng.randrange(40, 5000) for _ in range(rng.randrange(1, 40))),
+              128009, 128260, 128261, 128257)
+    return GenerationRequest(f"m{rng.random()}", 0, prompt, max_tokens,
+                             SamplingParams(0.6, 0.8, 1.1,
+                                            seed=rng.randrange(1 << 40) if seeded else None))
+
+
+def _run(backend, mates: int, seed: int) -> list[int]:
+    """The target's tokens with `mates` random batch-mates arriving over its first steps."""
+    rng = random.Random(seed)
+    sched = Scheduler(SlotPool(SLOTS, SEQ), SchedulerSettings(max_batch_size=SLOTS,
+                                                              max_waiting=256))
+    target = GenerationRequest("target", 0, TARGET_PROMPT, 120,
+                               SamplingParams(0.6, 0.8, 1.1, seed=4242))
+    # some mates are there before the target (prefilled with it), the rest arrive later
+    arrivals = sorted(rng.choice([0, 0, *range(1, 60)]) for _ in range(mates))
+    gid = TARGET + 1
+    tokens: list[int] = []
+    step = 0
+    while step == 0 or sched.has_work:
+        while arrivals and arrivals[0] <= step:
+            arrivals.pop(0)
+            req = _request(rng, rng.random() < 0.4, rng.randrange(5, 300))  # spans past 256
+            sched.add(Generation(gen_id=gid, request=req, arrival=0.0,
+                                 seed=req.sampling.seed or rng.randrange(1 << 40)))
+            gid += 1
+        if step == 0:
+            sched.add(Generation(gen_id=TARGET, request=target, arrival=0.0, seed=4242))
+        plan = sched.schedule(0.0)
+        result = backend.step(plan)
+        tokens.extend(result.tokens.get(TARGET, ()))
+        if result.decode_tokens is not None:
+            ids = plan.decode.gen_ids.tolist()
+            if TARGET in ids:
+                tokens.append(int(result.decode_tokens[ids.index(TARGET)]))
+        sched.update(plan, result, 0.0)
+        step += 1
+    return tokens
+
+
+def test_gemm_rows_are_invariant_on_this_machine():
+    """The property invariant.py relies on (MKL: a row in a full block of 4 keeps its bits
+    whatever the batch), and that it takes the padding: without it a row alone, or in the
+    tail of 7 rows, gets other bits than at the head of 8 here."""
+    assert invariant.gemm_rows_invariant(dtype=torch.float32)
+    assert invariant.gemm_rows_invariant(dtype=torch.float64)
+    gen = torch.Generator().manual_seed(1)
+    w_t = torch.randn((96, 256), generator=gen).T
+    x = torch.randn((8, 256), generator=gen)
+    head = (x @ w_t)[0]
+    assert not torch.equal((x[:1] @ w_t)[0], head)
+    tail = torch.cat([x[1:7], x[:1]])
+    assert not torch.equal((tail @ w_t)[6], head)
+    assert torch.equal(invariant.rows_matmul(tail, w_t)[6], head)
+
+
+@pytest.mark.parametrize("mates,seed", [(1, 1), (3, 3), (12, 5), (63, 7)])
+def test_a_seeded_row_gets_the_same_logits_and_tokens_whatever_its_batch(mates, seed):
+    alone = _Recording(_model(False))
+    want = _run(alone, 0, 0)
+    crowded = _Recording(_model(False))
+    got = _run(crowded, mates, seed)
+    assert got == want
+    assert len(crowded.logits) == len(alone.logits) == len(want)
+    for step, (a, b) in enumerate(zip(alone.logits, crowded.logits)):
+        assert torch.equal(a, b), f"step {step}: logits differ"
+
+
+@pytest.mark.parametrize("mates,seed", [(2, 11), (40, 13)])
+def test_the_graph_backend_keeps_a_seeded_row_invariant_too(mates, seed):
+    def graph():
+        return GraphBackend(_model(True), SLOTS, graphs=False)
+
+    want = _run(graph(), 0, 0)
+    assert len(want) > 10
+    assert _run(graph(), mates, seed) == want
+
+
+def test_unseeded_rows_take_the_batched_path():
+    """The fast path for unseeded load is untouched: one attention group over the batch's
+    span and one prefill padded to the longest prompt."""
+    assert invariant.attention_groups([5, 300, 40], [False] * 3, SEQ) == [([0, 1, 2], 300)]
+    assert invariant.attention_groups([5, 300, 40], None, SEQ) == [([0, 1, 2], 300)]
+    assert invariant.prompt_groups([9, 30], [False, False], SEQ) == [([0, 1], None)]
+    # a seeded row's span and padded length are its own, whatever shares the step
+    groups = invariant.attention_groups([5, 300, 40, 7], [True, False, False, True], 1024)
+    assert groups == [([0, 3], 256), ([1, 2], 300)]
+    assert invariant.attention_groups([300], [True], 320) == [([0], 320)]  # capped at the slot
+    assert invariant.prompt_groups([9, 30, 33], [True, False, True], SEQ) == [
+        ([0], 32), ([1], None), ([2], 64)]
