@@ -25,7 +25,7 @@ from .tiny import tiny_spec
 
 from orpheus_svc.models.demo import random_state_dict
 
-SLOTS, SEQ = 72, 400
+SLOTS, SEQ = 72, 1100
 TARGET = 1
 TARGET_PROMPT = (128259, 128000, 40, 41, 42, 43, 44, 45, 46, 128009, 128260, 128261, 128257)
 
@@ -56,7 +56,9 @@ class _Recording(TorchBackend):
 
 
 def _request(rng: random.Random, seeded: bool, max_tokens: int) -> GenerationRequest:
-    prompt = (128259, 128000, *(rng.randrange(40, 5000) for _ in range(rng.randrange(1, 40))),
+    # some prompts long enough that the step's span passes 512 keys (the kernel's block)
+    words = rng.randrange(450, 560) if rng.random() < 0.2 else rng.randrange(1, 40)
+    prompt = (128259, 128000, *(rng.randrange(40, 5000) for _ in range(words)),
               128009, 128260, 128261, 128257)
     return GenerationRequest(f"m{rng.random()}", 0, prompt, max_tokens,
                              SamplingParams(0.6, 0.8, 1.1,
@@ -78,7 +80,7 @@ def _run(backend, mates: int, seed: int) -> list[int]:
     while step == 0 or sched.has_work:
         while arrivals and arrivals[0] <= step:
             arrivals.pop(0)
-            req = _request(rng, rng.random() < 0.4, rng.randrange(5, 300))  # spans past 256
+            req = _request(rng, rng.random() < 0.4, rng.randrange(5, 300))
             sched.add(Generation(gen_id=gid, request=req, arrival=0.0,
                                  seed=req.sampling.seed or rng.randrange(1 << 40)))
             gid += 1
@@ -135,14 +137,14 @@ def test_the_graph_backend_keeps_a_seeded_row_invariant_too(mates, seed):
 
 
 def test_unseeded_rows_take_the_batched_path():
-    """The fast path for unseeded load is untouched: one attention group over the batch's
-    span and one prefill padded to the longest prompt."""
-    assert invariant.attention_groups([5, 300, 40], [False] * 3, SEQ) == [([0, 1, 2], 300)]
-    assert invariant.attention_groups([5, 300, 40], None, SEQ) == [([0, 1, 2], 300)]
+    """The fast path for unseeded load is untouched: attention over the batch's own span and
+    one prefill padded to the longest prompt; a seeded row rounds the span up to the fixed
+    block edges, and its prompt is padded to a length of its own."""
+    assert invariant.attention_span([5, 300, 40], [False] * 3, 2048) == 300
+    assert invariant.attention_span([5, 300, 40], None, 2048) == 300
+    assert invariant.attention_span([5, 300, 40], [False, False, True], 2048) == 512
+    assert invariant.attention_span([5, 513], [True, False], 2048) == 1024
+    assert invariant.attention_span([300], [True], 320) == 320  # at most the slot
     assert invariant.prompt_groups([9, 30], [False, False], SEQ) == [([0, 1], None)]
-    # a seeded row's span and padded length are its own, whatever shares the step
-    groups = invariant.attention_groups([5, 300, 40, 7], [True, False, False, True], 1024)
-    assert groups == [([0, 3], 256), ([1, 2], 300)]
-    assert invariant.attention_groups([300], [True], 320) == [([0], 320)]  # capped at the slot
     assert invariant.prompt_groups([9, 30, 33], [True, False, True], SEQ) == [
         ([0], 32), ([1], None), ([2], 64)]

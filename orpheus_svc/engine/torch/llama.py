@@ -33,7 +33,7 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from orpheus_svc.engine.torch.invariant import attention_groups, prompt_groups
+from orpheus_svc.engine.torch.invariant import attention_span, prompt_groups
 from orpheus_svc.engine.torch.linear import make_linear
 from orpheus_svc.models.llama_config import LlamaSpec
 
@@ -250,7 +250,7 @@ class SlotLlama:
                ) -> torch.Tensor:
         """One token per slot, each at its own position. Returns final-norm hidden [B, hidden].
         `invariant` (per row): those rows' results must not depend on the others
-        (invariant.py), so they attend over key spans of their own."""
+        (invariant.py), so the step attends over a span rounded up to fixed block edges."""
         with self._kernels():
             return self._decode(slots, tokens, positions, invariant)
 
@@ -259,23 +259,15 @@ class SlotLlama:
                 ) -> torch.Tensor:
         bsz = len(slots)
         slot_idx = torch.as_tensor(list(slots), device=self.device)
+        # Slots lo..lo+B-1 in order (the backend sorts its batch by slot, and a full batch
+        # is exactly that): read K/V through a view instead of gathering a copy per layer.
+        lo = slots[0]
+        rows = slice(lo, lo + bsz) if list(slots) == list(range(lo, lo + bsz)) else slot_idx
         pos = torch.as_tensor(list(positions), device=self.device)
-        span = int(max(positions)) + 1
-        if span > self.max_seq_len:
-            raise ValueError(f"position {span - 1} exceeds max_seq_len {self.max_seq_len}")
-        if invariant is None or not any(invariant):
-            # Slots lo..lo+B-1 in order (the backend sorts its batch by slot, and a full
-            # batch is exactly that): read K/V through a view instead of gathering a copy.
-            lo = slots[0]
-            rows = (slice(lo, lo + bsz) if list(slots) == list(range(lo, lo + bsz))
-                    else slot_idx)
-            plan = [(None, rows, pos, span)]
-        else:  # each group gathers its rows' K/V (a copy: the same layout whatever the batch)
-            plan = []
-            for members, group_span in attention_groups([int(p) + 1 for p in positions],
-                                                        invariant, self.max_seq_len):
-                at = torch.as_tensor(members, device=self.device)
-                plan.append((at, slot_idx[at], pos[at], group_span))
+        if int(max(positions)) + 1 > self.max_seq_len:
+            raise ValueError(f"position {int(max(positions))} exceeds max_seq_len "
+                             f"{self.max_seq_len}")
+        span = attention_span([int(p) + 1 for p in positions], invariant, self.max_seq_len)
         x = self.embed[torch.as_tensor(list(tokens), device=self.device)].unsqueeze(1)
         for li, layer in enumerate(self.layers):
             def attend(h, li=li, layer=layer):
@@ -283,12 +275,7 @@ class SlotLlama:
                 kc, vc = self.k_cache[li], self.v_cache[li]
                 kc[slot_idx, :, pos] = k[:, :, 0]
                 vc[slot_idx, :, pos] = v[:, :, 0]
-                if plan[0][0] is None:
-                    return self._attend(q, kc, vc, *plan[0][1:])
-                out = q.new_empty((bsz, 1, q.shape[1] * q.shape[3]))
-                for at, rows, p, n in plan:
-                    out[at] = self._attend(q[at], kc, vc, rows, p, n)
-                return out
+                return self._attend(q, kc, vc, rows, pos, span)
             x = self._block(layer, x, attend)
         return self._rms(x[:, 0], self.final_norm)
 
