@@ -173,7 +173,7 @@ def bounded_h11(state: ServerState) -> type:
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
-            raw = self.transport
+            raw = self._raw = self.transport
             # uvicorn closes through self.transport (here and in each request cycle)
             self.transport = LingeringTransport(
                 raw, lambda: self._close_or_linger(raw),
@@ -194,6 +194,12 @@ def bounded_h11(state: ServerState) -> type:
             super().data_received(data)
             if self.conn.their_state is not h11.IDLE:
                 self._head_done()  # a head arrived (or the connection was upgraded)
+
+        def handle_websocket_upgrade(self, event) -> None:
+            # the WebSocket protocol takes over the connection with the real transport: its
+            # closes are its own (BoundedWebSocket), never a lingering one
+            self.transport = self._raw
+            super().handle_websocket_upgrade(event)
 
         def connection_lost(self, exc) -> None:
             self._head_done()
