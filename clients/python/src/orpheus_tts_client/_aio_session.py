@@ -58,8 +58,10 @@ class AsyncSession:
         self._log = SentLog(resume is not None) if retries or resume else None
         self._view = Continuity(sample_rate)
         self._accepted = False  # a response to the current attempt arrived
-        # the last attempt's status as the reader decided on it, where grpc.aio lost it
-        self._known: tuple[grpc.StatusCode, str] | None = None
+        # the last server status an attempt ended with, and the one the session gives when
+        # grpc.aio lost an accepted attempt's (see _retry_locked)
+        self._last_status: tuple[grpc.StatusCode, str] | None = None
+        self._lost_status: tuple[grpc.StatusCode, str] | None = None
         self._lock = asyncio.Lock()  # grpc.aio allows one write at a time
         self._wake = asyncio.Event()  # set by cancel(): ends a retry's backoff, a write
         self._gave_up = False  # the reader will not retry the call (writes raise its status)
@@ -196,7 +198,7 @@ class AsyncSession:
             status = await self._status.settled()
             code = status[0]
             if status != _WRITE_RACE:
-                self._known = status
+                self._last_status = status
             elif self._attempts.resume is not None and (
                     was_accepted or self._attempts.was_accepted):
                 # A session that is being resumed whose call ended under a write: the
@@ -204,8 +206,9 @@ class AsyncSession:
                 # going out is most likely its replica going away. Resumed, within bounds;
                 # if that gives up, the caller gets UNAVAILABLE (_raise_status).
                 code = grpc.StatusCode.UNAVAILABLE
-                self._known = (code, (self._known[1] + "; " if self._known else "")
-                               + "the resumed call ended while text was being sent")
+                before = f"{self._last_status[1]}; " if self._last_status else ""
+                self._lost_status = (code, before + "a resumed call ended while text was "
+                                     "being sent, and gRPC lost its status")
             if self._nothing_left(code, was_accepted):
                 return "finished"
             wait = self._attempts.next_wait(code == grpc.StatusCode.UNAVAILABLE, was_accepted)
@@ -254,8 +257,8 @@ class AsyncSession:
         await self._call.code()
         code, details = await self._status.settled(
             wait=all_read or not self._was_accepted(self._call))
-        if (code, details) == _WRITE_RACE and self._known is not None:
-            code, details = self._known
+        if (code, details) == _WRITE_RACE and self._lost_status is not None:
+            code, details = self._lost_status
         raise TTSError(code or grpc.StatusCode.UNKNOWN, details or "")
 
     # -- output ------------------------------------------------------------------------------
