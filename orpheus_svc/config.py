@@ -323,10 +323,23 @@ class HttpConfig:
     ws_config_timeout_seconds: float = 10.0
     # Connections whose request head has not arrived yet; one more is closed at once.
     max_pending_connections: int = 256
+    # A response given before the request body was read (413, 401, 408) is followed by a
+    # lingering close (http/linger.py): the write side is shut and the rest of the body read
+    # and thrown away, so that a client still sending gets the answer instead of a reset.
+    # It ends when the client closes, after this long, or past linger_max_bytes (0 = close
+    # at once). 5 s drains 100 MB on a 1 Gbit/s link with room to spare; a refused
+    # connection is held at most this much longer than its answer.
+    linger_seconds: float = 5.0
+    # Bytes read and discarded at most while lingering: above the bodies real clients send
+    # by mistake (the openai SDK with a 100 MB input), below what would let one connection
+    # keep the server reading at line rate for the whole linger time.
+    linger_max_bytes: int = 256 << 20
 
     def __post_init__(self) -> None:
         require(self.max_body_bytes >= 1024, self, "max_body_bytes", "must be >= 1024")
-        for name in ("head_timeout_seconds", "body_timeout_seconds", "ws_config_timeout_seconds"):
+        require(self.linger_max_bytes >= 0, self, "linger_max_bytes", "must be >= 0")
+        for name in ("head_timeout_seconds", "body_timeout_seconds", "ws_config_timeout_seconds",
+                     "linger_seconds"):
             require(getattr(self, name) >= 0, self, name, "must be >= 0 (0 = off)")
         require(self.max_pending_connections >= 1, self, "max_pending_connections",
                 "must be >= 1")

@@ -22,14 +22,11 @@ log = structlog.get_logger("orpheus_svc.http.auth")
 _LEASE = "orpheus_api_key_lease"
 
 
-async def authorize(conn: HTTPConnection) -> None:
-    """Admit or refuse a request or WebSocket before any work (raises ApiError to refuse).
-
-    With API keys on (state.auth, built by the gRPC server from the same settings), every
-    route needs `Authorization: Bearer <key>` (WebSockets may pass `?api_key=<key>`, as
-    browsers cannot set headers). Session routes (POST, WebSocket) also take a per-key lease,
-    released by `ReleaseLeases` when the response or socket ends.
-    """
+def authenticate(conn: HTTPConnection):
+    """The caller's key, or None when keys are off; raises ApiError(UNAUTHENTICATED) -> 401
+    (counted and logged) without a known key. No lease is taken: `authorize` does that.
+    limits.BoundedBody calls it before reading a request body, so an unknown caller's body
+    is never read."""
     guard = getattr(conn.app.state.server_state, "auth", None)
     if guard is None:
         return None
@@ -42,12 +39,27 @@ async def authorize(conn: HTTPConnection) -> None:
         log.warning("request refused", path=conn.url.path, status="UNAUTHENTICATED",
                     reason=result.error)
         raise ApiError(Status.UNAUTHENTICATED, result.error)
+    return result.key
+
+
+async def authorize(conn: HTTPConnection) -> None:
+    """Admit or refuse a request or WebSocket before any work (raises ApiError to refuse).
+
+    With API keys on (state.auth, built by the gRPC server from the same settings), every
+    route needs `Authorization: Bearer <key>` (WebSockets may pass `?api_key=<key>`, as
+    browsers cannot set headers). Session routes (POST, WebSocket) also take a per-key lease,
+    released by `ReleaseLeases` when the response or socket ends.
+    """
+    key = authenticate(conn)
+    if key is None:
+        return None
+    guard = conn.app.state.server_state.auth
     is_session = conn.scope["type"] == "websocket" or conn.scope.get("method") == "POST"
     if is_session and _LEASE not in conn.scope.setdefault("state", {}):
-        lease, refusal = guard.limiter.acquire(result.key)
+        lease, refusal = guard.limiter.acquire(key)
         if lease is None:
             log.warning("request refused", path=conn.url.path, status="RESOURCE_EXHAUSTED",
-                        api_key=result.key.name, reason=refusal)
+                        api_key=key.name, reason=refusal)
             raise ApiError(Status.RESOURCE_EXHAUSTED, refusal)
         conn.scope["state"][_LEASE] = lease
     return None

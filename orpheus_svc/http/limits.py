@@ -11,18 +11,24 @@ info, without a traceback, under one of these reasons:
     pending_connections  http.max_pending_connections connections already wait for their
                          head: the new one is closed at once
     body_too_large       Content-Length or the body read so far is over http.max_body_bytes:
-                         413, connection closed (the rest of the body is never read)
+                         413, connection closed (the rest of the body is never kept)
     body_timeout         the body did not arrive within http.body_timeout_seconds of the
                          head: 408, connection closed
     ws_config_timeout    a WebSocket sent no config within http.ws_config_timeout_seconds
                          (counted by ws.py)
 
 A client that leaves while its body is being read is logged at info ("client left"): a
-disconnect is not an error.
+disconnect is not an error. A request that carries a body is authenticated before the body
+is read (401 without a known key, when keys are on), so an unknown caller's body is never
+read and the answer names what it must fix first.
 
-    connection --(head_timeout)--> head --(body_timeout, max_body_bytes)--> body --> route
+    connection --(head_timeout)--> head --(401, body_timeout, max_body_bytes)--> body --> route
       BoundedH11: per connection,      BoundedBody: ASGI middleware, reads the whole
       on the protocol                  body before the route runs, then replays it
+
+Every refusal made before the whole body arrived says `Connection: close`, and the
+connection then closes the way linger.py describes (http.linger_*), so the client gets the
+answer even while it is still sending.
 """
 
 from __future__ import annotations
@@ -31,13 +37,16 @@ import asyncio
 
 import h11
 import structlog
+from starlette.requests import HTTPConnection
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from orpheus_svc.core.status import Status
 from orpheus_svc.server.state import ServerState
 
+from .auth import authenticate
 from .errors import ApiError
+from .linger import Lingering, LingeringTransport
 
 log = structlog.get_logger("orpheus_svc.http")
 
@@ -65,6 +74,12 @@ class BoundedBody:
         limits = self.state.config.http
         path = scope.get("path", "")
         length = _content_length(scope)
+        if _has_body(scope, length):
+            try:
+                authenticate(HTTPConnection(scope))
+            except ApiError as error:  # counted and logged by authenticate
+                await self._answer(scope, receive, send, error)
+                return
         if length is not None and length > limits.max_body_bytes:
             await self._refuse(scope, receive, send, "body_too_large", _too_large(limits, length),
                                path=path, content_length=length)
@@ -113,7 +128,20 @@ class BoundedBody:
 
     async def _refuse(self, scope, receive, send, reason: str, error: ApiError, **fields) -> None:
         refused(self.state, reason, **fields)
-        await error.response()(scope, receive, send)
+        await self._answer(scope, receive, send, error)
+
+    @staticmethod
+    async def _answer(scope, receive, send, error: ApiError) -> None:
+        """An error before the whole body was read: the connection cannot carry another
+        request, so it closes (lingering: BoundedH11)."""
+        response = error.response()
+        response.headers["Connection"] = "close"
+        await response(scope, receive, send)
+
+
+def _has_body(scope, length: int | None) -> bool:
+    return (length is not None and length > 0) or any(
+        name == b"transfer-encoding" for name, _ in scope.get("headers", ()))
 
 
 def _content_length(scope) -> int | None:
@@ -133,16 +161,23 @@ def _too_large(limits, size: int) -> ApiError:
 
 
 def bounded_h11(state: ServerState) -> type:
-    """uvicorn's h11 protocol with a time limit on each request head and a cap on the
-    connections waiting for one (a class per server: its pending set is the server's)."""
+    """uvicorn's h11 protocol with a time limit on each request head, a cap on the
+    connections waiting for one (a class per server: its pending set is the server's), and
+    a lingering close of a connection whose response ended before its request body did."""
     pending: set = set()
     limits = state.config.http
 
     class BoundedH11(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+        _linger: Lingering | None = None
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
+            raw = self._raw = self.transport
+            # uvicorn closes through self.transport (here and in each request cycle)
+            self.transport = LingeringTransport(
+                raw, lambda: self._close_or_linger(raw),
+                lambda: self._linger is not None and self._linger.active)
             if len(pending) >= limits.max_pending_connections:
                 refused(state, "pending_connections", client=_peer(self.client),
                         limit=limits.max_pending_connections)
@@ -151,15 +186,45 @@ def bounded_h11(state: ServerState) -> type:
             self._await_head()
 
         def data_received(self, data: bytes) -> None:
+            if self._linger is not None and self._linger.active:
+                self._linger.discard(data)  # the rest of a refused body: never kept
+                return
             if self.conn.their_state is h11.IDLE and self not in pending:
                 self._await_head()  # the next request on a kept-alive connection
             super().data_received(data)
             if self.conn.their_state is not h11.IDLE:
                 self._head_done()  # a head arrived (or the connection was upgraded)
 
+        def handle_websocket_upgrade(self, event) -> None:
+            # the WebSocket protocol takes over the connection with the real transport: its
+            # closes are its own (BoundedWebSocket), never a lingering one
+            self.transport = self._raw
+            super().handle_websocket_upgrade(event)
+
         def connection_lost(self, exc) -> None:
             self._head_done()
+            if self._linger is not None:
+                self._linger.cancel()
             super().connection_lost(exc)
+
+        def _close_or_linger(self, raw) -> None:
+            """Close, unless the client is still sending the request body (an answer given
+            before it was read): then linger (linger.py) so that the answer reaches it."""
+            if self._linger is not None and self._linger.active:
+                return
+            if (raw.is_closing() or limits.linger_seconds <= 0
+                    or self.conn.their_state is not h11.SEND_BODY):
+                raw.close()
+                return
+            client = _peer(self.client)
+
+            def ended(why: str, discarded: int) -> None:
+                log.debug("lingering close ended", client=client, why=why,
+                          discarded_bytes=discarded)
+
+            self._linger = Lingering(raw, self.loop, limits.linger_seconds,
+                                     limits.linger_max_bytes, ended)
+            self._linger.start()
 
         def _await_head(self) -> None:
             pending.add(self)

@@ -2,8 +2,8 @@
 
 It implements the generated TTSServiceServicer with no model: text is cut at line breaks,
 sentence ends followed by whitespace, Flush and half-close, and every segment becomes
-SegmentStart, CHUNKS_PER_SEGMENT deterministic PCM16 chunks, SegmentEnd; a summary ends the
-call. Errors follow the API contract: INVALID_ARGUMENT for an unknown voice (voice "nobody"),
+SegmentStart, CHUNKS_PER_SEGMENT deterministic PCM16 chunks, SegmentEnd (with the segment's
+code point range in the session's text, as the server's); a summary ends the call. Errors follow the API contract: INVALID_ARGUMENT for an unknown voice (voice "nobody"),
 an empty text or a bad sample rate; FAILED_PRECONDITION when text comes before the config.
 It records what it received so tests can check what the client sent, and when.
 """
@@ -82,6 +82,7 @@ class FakeTTSServicer(tts_pb2_grpc.TTSServiceServicer):
         rec = self._record("StreamingSynthesize")
         session = None
         buf = ""
+        at = 0  # code point of the session's text where buf starts
         for req in request_iterator:
             kind = req.WhichOneof("request")
             value = getattr(req, kind) if kind == "text" else None
@@ -100,13 +101,15 @@ class FakeTTSServicer(tts_pb2_grpc.TTSServiceServicer):
                 buf += req.text
                 while (m := _CUT.search(buf)) is not None:
                     segment, buf = buf[:m.end()], buf[m.end():]
-                    yield from session.segment(segment)
+                    yield from session.segment(segment, at)
+                    at += len(segment)
             elif kind == "flush":
-                yield from session.segment(buf)
+                yield from session.segment(buf, at, req.flush.id)
+                at += len(buf)
                 buf = ""
         if session is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no config received")
-        yield from session.segment(buf)
+        yield from session.segment(buf, at)
         yield session.summary()
 
     def Synthesize(self, request, context):
@@ -115,11 +118,11 @@ class FakeTTSServicer(tts_pb2_grpc.TTSServiceServicer):
         if not request.text.strip():
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "text is empty")
         session = _Session(self, context, request.voice, request.audio_format)
-        text = request.text
+        text, at = request.text, 0
         while (m := _CUT.search(text)) is not None:
-            yield from session.segment(text[:m.end()])
-            text = text[m.end():]
-        yield from session.segment(text)
+            yield from session.segment(text[:m.end()], at)
+            text, at = text[m.end():], at + m.end()
+        yield from session.segment(text, at)
         yield session.summary()
 
     def ListVoices(self, request, context):
@@ -155,13 +158,17 @@ class _Session:
         self.started = time.monotonic()
         self.first_audio_ms = 0.0
 
-    def segment(self, text: str):
+    def segment(self, text: str, at: int = 0, flush_id: str = ""):
+        """The messages of one segment: ``text`` starts at code point ``at`` of the
+        session's text; ``flush_id`` is the flush that closed it, if one did."""
+        start = at + len(text) - len(text.lstrip())
         text = text.strip()
         if not text:
             return
+        where = {"text_start": start, "text_end": start + len(text), "flush_id": flush_id}
         n = chunk_samples(self.rate)
         yield pb.StreamingSynthesizeResponse(segment_start=pb.SegmentStart(
-            segment_index=self.index, text=text, sample_offset=self.offset))
+            segment_index=self.index, text=text, sample_offset=self.offset, **where))
         for _ in range(CHUNKS_PER_SEGMENT):
             if self.seq == 0:
                 self.first_audio_ms = (time.monotonic() - self.started) * 1000
@@ -172,7 +179,7 @@ class _Session:
             self.offset += n
         yield pb.StreamingSynthesizeResponse(segment_end=pb.SegmentEnd(
             segment_index=self.index, text=text, num_samples=CHUNKS_PER_SEGMENT * n,
-            num_tokens=TOKENS_PER_SEGMENT, finish_reason="stop"))
+            num_tokens=TOKENS_PER_SEGMENT, finish_reason="stop", **where))
         self.index += 1
         with self.servicer.segment_sent:
             self.servicer.segments_sent += 1

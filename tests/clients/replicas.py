@@ -126,3 +126,47 @@ class EndlessServicer(FakeTTSServicer):
                 audio=b"\0\0" * 480, sequence_number=seq, num_samples=480))
             seq += 1
             time.sleep(0.01)
+
+
+class BreakingServicer(FakeTTSServicer):
+    """Serves like the fake, but ends a session with UNAVAILABLE after it was accepted, as a
+    replica whose engine died does: right after segment ``at_segment``'s first audio chunk
+    (None: in place of the summary, once every segment has ended). ``breaks`` is a one-item
+    list that replicas may share: the sessions still to break, over all of them. With
+    ``then_refuse``, every session after those is refused before it is accepted (a replica
+    that began draining)."""
+
+    def __init__(self, name: str = "breaking", breaks: list[int] | None = None,
+                 at_segment: int | None = 1, then_refuse: bool = False) -> None:
+        super().__init__(name)
+        self.breaks = [1] if breaks is None else breaks
+        self.at_segment = at_segment
+        self.then_refuse = then_refuse
+        self.broke = threading.Event()  # set at each break
+
+    def StreamingSynthesize(self, request_iterator, context):
+        with self.lock:
+            breaking = self.breaks[0] > 0
+            self.breaks[0] -= breaking
+        if not breaking and self.then_refuse:
+            self._record("StreamingSynthesize")
+            next(request_iterator)  # the config
+            context.abort(grpc.StatusCode.UNAVAILABLE, DRAINING)
+        # accepted, as orpheus-svc says it: before any audio (grpc.aio may lose the audio
+        # of a call that ends while the client writes, never its headers)
+        context.send_initial_metadata((("orpheus-session-id", f"{self.name}-session"),))
+        for msg in super().StreamingSynthesize(request_iterator, context):
+            kind = msg.WhichOneof("response")
+            if breaking and kind == "summary" and self.at_segment is None:
+                self._break(context)
+            yield msg
+            if breaking and kind == "audio" and msg.audio.segment_index == self.at_segment:
+                self._break(context)
+
+    def _break(self, context):
+        self.broke.set()
+        context.abort(grpc.StatusCode.UNAVAILABLE, "the engine is gone")
+
+    def streaming_calls(self):
+        with self.lock:
+            return [c for c in self.calls if c.method == "StreamingSynthesize"]

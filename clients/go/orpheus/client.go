@@ -49,6 +49,7 @@ const (
 // Client is a connection to one orpheus-svc deployment; safe for concurrent use.
 type Client struct {
 	retries int
+	resume  *resumePolicy // nil: off
 	conn    *grpc.ClientConn
 	probe   *grpc.ClientConn // without health checking: reaches a NOT_SERVING server; nil = conn
 	tts     ttsv1.TTSServiceClient
@@ -58,11 +59,13 @@ type Client struct {
 }
 
 type dialOptions struct {
-	retries     int
-	lbPolicy    string
-	healthCheck *bool
-	creds       credentials.TransportCredentials
-	extra       []grpc.DialOption
+	retries      int
+	lbPolicy     string
+	healthCheck  *bool
+	resume       *bool
+	resumeLimits *resumePolicy
+	creds        credentials.TransportCredentials
+	extra        []grpc.DialOption
 }
 
 // HealthCheckService is the service whose health the client watches when health checking
@@ -153,9 +156,14 @@ func Dial(target string, opts ...DialOption) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	healthCheck := addrs != nil || strings.HasPrefix(target, "dns:")
+	replicas := addrs != nil || strings.HasPrefix(target, "dns:")
+	healthCheck := replicas
 	if o.healthCheck != nil {
 		healthCheck = *o.healthCheck
+	}
+	resume, err := o.resumePolicy(replicas)
+	if err != nil {
+		return nil, err
 	}
 	dopts := []grpc.DialOption{grpc.WithTransportCredentials(o.creds)}
 	if sc := serviceConfig(o.lbPolicy, healthCheck, o.retries); sc != "" {
@@ -183,7 +191,7 @@ func Dial(target string, opts ...DialOption) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orpheus: dial %q: %w", target, err)
 	}
-	c := &Client{retries: o.retries, conn: conn, tts: ttsv1.NewTTSServiceClient(conn), target: target}
+	c := &Client{retries: o.retries, resume: resume, conn: conn, tts: ttsv1.NewTTSServiceClient(conn), target: target}
 	probe := conn
 	if healthCheck {
 		if probe, err = grpc.NewClient(grpcTarget, append(probeOpts, o.extra...)...); err != nil {
@@ -194,6 +202,27 @@ func Dial(target string, opts ...DialOption) (*Client, error) {
 	}
 	c.health, c.status = healthpb.NewHealthClient(probe), ttsv1.NewTTSServiceClient(probe)
 	return c, nil
+}
+
+// resumePolicy is the resume bounds for these options, or nil when resuming is off: by
+// default on where the target names replicas.
+func (o dialOptions) resumePolicy(replicas bool) (*resumePolicy, error) {
+	on := replicas || o.resumeLimits != nil
+	if o.resume != nil {
+		on = *o.resume
+	}
+	if !on {
+		return nil, nil
+	}
+	p := &resumePolicy{attempts: DefaultResumeAttempts, within: DefaultResumeWithin}
+	if o.resumeLimits != nil {
+		p = o.resumeLimits
+	}
+	if p.attempts < 1 || p.within <= 0 {
+		return nil, fmt.Errorf("orpheus: resume limits must be at least 1 attempt within a positive "+
+			"time, got %d within %v", p.attempts, p.within)
+	}
+	return p, nil
 }
 
 // serviceConfig is the JSON service config for the policy, health checking and retries

@@ -44,7 +44,7 @@ type SegmentEnd struct {
 	FlushID            string
 }
 
-// Summary is the last event of a call (server-side figures).
+// Summary is the last event of a call (server-side figures; Resumes is the client's).
 type Summary struct {
 	SessionID          string
 	TimeToFirstAudioMs float64
@@ -53,6 +53,10 @@ type Summary struct {
 	NumSegments        uint32
 	NumSamples         uint64
 	WallMs             float64
+	// Resumes counts the times the client resumed the session on another replica
+	// (WithResume): the figures above then cover the whole session as the caller received
+	// it, except TimeToFirstAudioMs, WallMs and SessionID, which are the last replica's.
+	Resumes int
 }
 
 func (*AudioChunk) isEvent()   {}

@@ -2,7 +2,9 @@ package orpheus
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,5 +155,81 @@ func TestLiveDrainingReplicaRefusalIsRetried(t *testing.T) {
 		if len(res.Segments) != 1 || res.Segments[0].Text != "Hello there." {
 			t.Fatalf("session %d: segments %+v", i, res.Segments)
 		}
+	}
+}
+
+// liveResumeSentences: five sentences, the second long enough (about 2 s of audio) that the
+// replica serving it can be killed while it is being spoken.
+var liveResumeSentences = []string{"Hello there. ", "This second sentence runs a good while longer. ",
+	"Short third. ", "And a fourth. ", "The fifth."}
+
+// LiveResumeReady is printed (on its own line, to stdout) when the session's second segment
+// has started to play: tests/e2e/test_resume.py then kills (SIGKILL) the replica serving it.
+const LiveResumeReady = "ORPHEUS-RESUME-READY"
+
+// TestLiveResumeAfterReplicaKilled runs when tests/e2e/test_resume.py sets
+// ORPHEUS_RESUME_REPLICAS to a list of real servers. A session pushes five sentences while
+// its audio plays (the next one at each segment's start); once its second segment plays,
+// the test process kills the replica serving it. The session is resumed on another replica:
+// the ended segment once, the cut one again from its start, every later one once, with
+// contiguous sequence numbers and offsets, and a summary saying it resumed once.
+func TestLiveResumeAfterReplicaKilled(t *testing.T) {
+	addrs := os.Getenv("ORPHEUS_RESUME_REPLICAS")
+	if addrs == "" {
+		t.Skip("ORPHEUS_RESUME_REPLICAS is not set (tests/e2e/test_resume.py sets it)")
+	}
+	c, err := Dial(addrs) // a replica list: health checks and resume are on by default
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := c.OpenSession(ctx, "", WithSeed(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(liveResumeSentences[0]); err != nil {
+		t.Fatal(err)
+	}
+	next, ready := 1, false
+	var events []Event
+	for ev, err := range s.Events() {
+		if err != nil {
+			t.Fatalf("after %d events: %v", len(events), err)
+		}
+		events = append(events, ev)
+		switch e := ev.(type) {
+		case *SegmentStart: // the next sentence as this one starts to play (not again on a repeat)
+			if int(e.SegmentIndex) == next-1 && next < len(liveResumeSentences) {
+				if err := s.Send(liveResumeSentences[next]); err != nil {
+					t.Fatal(err)
+				}
+				if next++; next == len(liveResumeSentences) {
+					_ = s.End()
+				}
+			}
+		case *AudioChunk:
+			if e.SegmentIndex == 1 && !ready {
+				ready = true
+				fmt.Println(LiveResumeReady)
+			}
+		}
+	}
+	if cut := checkResumedEvents(t, events, len(liveResumeSentences), 1); cut[0] != 1 {
+		t.Fatalf("segment %d was cut, want 1 (the replica was killed while it played)", cut[0])
+	}
+	var want []string
+	for _, s := range liveResumeSentences {
+		want = append(want, strings.TrimSpace(s))
+	}
+	var got []string
+	for _, ev := range events {
+		if e, ok := ev.(*SegmentEnd); ok {
+			got = append(got, e.Text)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("segments %q, want %q", got, want)
 	}
 }

@@ -86,7 +86,7 @@ func (o synthOptions) outputRate() int {
 // Sending and reading may happen in different goroutines; Send, Flush and End are safe to call
 // from several goroutines.
 type Session struct {
-	recv       func() (response, error)
+	recv       func() (Event, error) // the next event; nil for a message kind to skip
 	cancel     context.CancelFunc
 	started    time.Time
 	encoding   ttsv1.AudioEncoding
@@ -99,19 +99,27 @@ type Session struct {
 	sendMu sync.Mutex
 	ended  bool
 	ctx    context.Context // the call's, across attempts
-	retry  *streamRetry    // nil: no retries
+	retry  *streamRetry    // nil: neither retries nor resume
+	view   continuity      // the caller's numbering (the reader's; resumed under sendMu)
+	over   bool            // the session ended with a summary of the client's own
 }
 
-// streamRetry retries a StreamingSynthesize call refused with UNAVAILABLE before the server
-// accepted it (sent a response, or the orpheus-session-id header): the same rule as gRPC's
-// retries. Until then every message sent is kept, and a new attempt is sent all of them in
-// order, so no text is lost or reordered. Its fields are under Session.sendMu.
+// streamRetry starts new attempts of a StreamingSynthesize call, with gRPC's rule for a call
+// refused with UNAVAILABLE before the server accepted it (sent a response, or the
+// orpheus-session-id header), and the resume policy (resume.go) for one that fails with
+// UNAVAILABLE after. Everything sent after the config is kept in log for a new attempt, as
+// the rules need it, so no text is lost or reordered. Its fields are under Session.sendMu.
 type streamRetry struct {
-	open     func() (ttsv1.TTSService_StreamingSynthesizeClient, error)
-	left     int
-	backoff  time.Duration                       // the next wait's upper bound (gRPC's: random below it)
-	sent     []*ttsv1.StreamingSynthesizeRequest // every message of the call so far; nil once accepted
-	accepted bool
+	open        func() (ttsv1.TTSService_StreamingSynthesizeClient, error)
+	config      *ttsv1.StreamingSynthesizeRequest
+	left        int           // retries left for refusals before the session is accepted
+	backoff     time.Duration // the next wait's upper bound (gRPC's: random below it)
+	resume      *resumePolicy // nil: off
+	resumes     int           // attempts opened to resume the session
+	accepted    bool          // the current attempt was accepted
+	wasAccepted bool          // some attempt was
+	failedAt    time.Time     // when the accepted attempt to replace failed
+	log         sentLog
 }
 
 // SessionIDHeader is the header the server sends when it accepts a streaming call.
@@ -133,6 +141,9 @@ var ErrEnded = errors.New("orpheus: the session's input has ended (End was calle
 // fragments (any size; mid-word is fine), Flush to end a segment now, End when there is no
 // more text, and read the events with Recv or Events. Cancelling ctx or calling Cancel stops
 // the call and frees the server's slot.
+//
+// A call refused with UNAVAILABLE before the server accepted it is retried (WithRetries);
+// one that fails with UNAVAILABLE after is resumed on another replica (WithResume, resume.go).
 func (c *Client) OpenSession(ctx context.Context, voice string, opts ...SynthOption) (*Session, error) {
 	o := newSynthOptions(opts)
 	ctx, cancel := context.WithCancel(ctx)
@@ -146,13 +157,16 @@ func (c *Client) OpenSession(ctx context.Context, voice string, opts ...SynthOpt
 	}
 	s := &Session{cancel: cancel, started: time.Now(), encoding: o.encoding,
 		sampleRate: o.outputRate(), stream: stream, ctx: ctx}
+	s.view.sampleRate = s.sampleRate
 	s.recv = s.recvStream
-	if c.retries > 0 {
-		s.retry = &streamRetry{open: open, left: c.retries, backoff: retryFirstBackoff}
-	}
 	config := &ttsv1.StreamingSynthesizeRequest{Request: &ttsv1.StreamingSynthesizeRequest_Config{
 		Config: &ttsv1.SynthesisConfig{Voice: voice, AudioFormat: o.format(), Sampling: o.sampling}}}
-	if err := s.send(config); err != nil && !errors.Is(err, io.EOF) {
+	if c.retries > 0 || c.resume != nil {
+		s.retry = &streamRetry{open: open, config: config, left: c.retries,
+			backoff: retryFirstBackoff, resume: c.resume,
+			log: sentLog{resume: c.resume != nil, keep: true}}
+	}
+	if err := stream.Send(config); err != nil && !errors.Is(err, io.EOF) {
 		cancel()
 		return nil, err
 	}
@@ -207,33 +221,53 @@ func (s *Session) send(req *ttsv1.StreamingSynthesizeRequest) error {
 		return ErrEnded
 	}
 	r := s.retry
-	if r != nil && !r.accepted {
-		r.sent = append(r.sent, req)
+	if r != nil {
+		r.log.add(req)
 	}
 	err := s.stream.Send(req)
-	if errors.Is(err, io.EOF) && r != nil && !r.accepted && r.left > 0 {
-		return nil // this attempt has ended; if Recv retries, the new one is sent req too
+	if errors.Is(err, io.EOF) && r != nil && r.mayGoOn() {
+		return nil // this attempt has ended; if Recv starts another, it is sent req too
 	}
 	return err
 }
 
+// mayGoOn: a new attempt may follow the current one, as far as the sending side knows
+// (Recv, which sees how it ended, decides).
+func (r *streamRetry) mayGoOn() bool {
+	if r.accepted || r.wasAccepted {
+		return r.resume != nil && r.resumes < r.resume.attempts
+	}
+	return r.left > 0
+}
+
 // recvStream is Recv's source for a StreamingSynthesize session: the current attempt's
-// next message; a refused attempt is retried here, where its status is read.
-func (s *Session) recvStream() (response, error) {
+// next event in the caller's numbering; a failed attempt is retried or resumed here, where
+// its status is read.
+func (s *Session) recvStream() (Event, error) {
+	if s.over {
+		return nil, io.EOF
+	}
 	for {
 		s.sendMu.Lock()
 		stream := s.stream
 		s.sendMu.Unlock()
 		m, err := stream.Recv()
 		if err == nil {
-			s.accept()
-			return m, nil
+			return s.deliver(m), nil
 		}
-		if !s.mayRetry(stream, err) {
+		if errors.Is(err, io.EOF) {
 			return nil, err
 		}
-		if s.wait() != nil {
-			return nil, err // cancelled or out of time while waiting: the refusal is why
+		wait, finish, ok := s.next(stream, err)
+		if finish {
+			s.over = true
+			return s.view.localSummary(sessionID(stream)), nil
+		}
+		if !ok {
+			return nil, err
+		}
+		if s.sleep(wait) != nil {
+			return nil, err // cancelled or out of time while waiting: the failure is why
 		}
 		if rerr := s.reopen(); rerr != nil {
 			return nil, rerr
@@ -241,36 +275,71 @@ func (s *Session) recvStream() (response, error) {
 	}
 }
 
+// deliver maps a message of the current attempt into the caller's view.
+func (s *Session) deliver(m *ttsv1.StreamingSynthesizeResponse) Event {
+	s.accept()
+	ev := toEvent(m)
+	if ev == nil {
+		return nil
+	}
+	ev = s.view.event(ev)
+	if e, ok := ev.(*SegmentEnd); ok && s.retry != nil {
+		s.sendMu.Lock()
+		s.retry.log.segmentEnded(e.TextEnd)
+		s.sendMu.Unlock()
+	}
+	return ev
+}
+
+// accept: the server accepted the current attempt.
 func (s *Session) accept() {
 	s.sendMu.Lock()
 	if r := s.retry; r != nil && !r.accepted {
-		r.accepted, r.sent = true, nil
+		r.accepted, r.wasAccepted, r.failedAt = true, true, time.Time{}
+		r.backoff = retryFirstBackoff
+		r.log.accept()
 	}
 	s.sendMu.Unlock()
 }
 
-// mayRetry: err ended the attempt with UNAVAILABLE before the server accepted the call, and
-// attempts are left.
-func (s *Session) mayRetry(stream ttsv1.TTSService_StreamingSynthesizeClient, err error) bool {
-	if status.Code(err) != codes.Unavailable || s.ctx.Err() != nil {
-		return false
+// next decides after the current attempt failed with err: (the backoff before a new
+// attempt, nothing is left to speak, a new attempt may start).
+func (s *Session) next(stream ttsv1.TTSService_StreamingSynthesizeClient, err error) (time.Duration, bool, bool) {
+	code := status.Code(err)
+	if s.ctx.Err() != nil || s.retry == nil {
+		return 0, false, false
 	}
 	if md, herr := stream.Header(); herr == nil && len(md.Get(SessionIDHeader)) > 0 {
 		s.accept() // the server took the call, then failed it: it may have spoken already
 	}
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
-	return s.retry != nil && !s.retry.accepted && s.retry.left > 0
+	r := s.retry
+	if r.accepted { // this attempt failed after it was accepted: a resume, if any, starts now
+		r.failedAt = time.Now()
+	}
+	resuming := r.resume != nil && (s.view.resumes > 0 || (r.accepted && code == codes.Unavailable))
+	if resuming && s.ended && (code == codes.Unavailable || code == codes.InvalidArgument) &&
+		!speakable(r.log.replay()) {
+		// every segment ended, and the input too: a new call could only be refused (the
+		// server wants text), so the session ends with the caller's own summary
+		return 0, true, false
+	}
+	if code != codes.Unavailable || !r.mayGoOn() {
+		return 0, false, false
+	}
+	bound := r.backoff
+	r.backoff = min(2*bound, retryMaxBackoff)
+	wait := time.Duration(rand.Int64N(int64(bound)))
+	if r.wasAccepted && time.Since(r.failedAt)+wait >= r.resume.within {
+		return 0, false, false
+	}
+	return wait, false, true
 }
 
-// wait sleeps gRPC's backoff (random, below 50 ms doubling to 1 s); an error if the call's
-// context ends first.
-func (s *Session) wait() error {
-	s.sendMu.Lock()
-	bound := s.retry.backoff
-	s.retry.backoff = min(2*bound, retryMaxBackoff)
-	s.sendMu.Unlock()
-	t := time.NewTimer(time.Duration(rand.Int64N(int64(bound))))
+// sleep waits d; an error if the call's context ends first.
+func (s *Session) sleep(d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-s.ctx.Done():
@@ -280,19 +349,29 @@ func (s *Session) wait() error {
 	}
 }
 
-// reopen starts the next attempt and sends it every message so far, in order, then the
-// half-close if End was called. Sends wait meanwhile (sendMu), so none is missed or reordered.
+// reopen starts the next attempt and sends it the config and what the log keeps (for a
+// resume, from the cut), in order, then the half-close if End was called. Sends wait
+// meanwhile (sendMu), so none is missed or reordered.
 func (s *Session) reopen() error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	r := s.retry
-	r.left--
+	if r.accepted {
+		s.view.resumed() // the caller's numbering goes on from here
+	}
+	if r.wasAccepted {
+		r.resumes++
+	} else {
+		r.left--
+	}
+	r.accepted = false
 	stream, err := r.open()
 	if err != nil {
 		return err
 	}
 	s.stream = stream
-	for _, m := range r.sent {
+	for _, m := range append([]*ttsv1.StreamingSynthesizeRequest{resumedConfig(r.config, s.view.ended)},
+		r.log.replay()...) {
 		if err := stream.Send(m); err != nil {
 			return nil // this attempt ended too: its Recv says how
 		}
@@ -301,6 +380,15 @@ func (s *Session) reopen() error {
 		_ = stream.CloseSend()
 	}
 	return nil
+}
+
+func sessionID(stream ttsv1.TTSService_StreamingSynthesizeClient) string {
+	if md, err := stream.Header(); err == nil {
+		if v := md.Get(SessionIDHeader); len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
 }
 
 // SampleRate is the output sample rate of this session's audio.
@@ -315,13 +403,13 @@ func (s *Session) Recv() (Event, error) {
 		return nil, io.EOF
 	}
 	for {
-		m, err := s.recv()
+		ev, err := s.recv()
 		if err != nil {
 			s.done = true
 			s.Close()
 			return nil, err
 		}
-		if ev := toEvent(m); ev != nil {
+		if ev != nil {
 			return ev, nil
 		}
 	}
@@ -397,7 +485,14 @@ func (c *Client) SynthesizeEvents(ctx context.Context, text, voice string, opts 
 		cancel()
 		return nil, err
 	}
-	return &Session{recv: func() (response, error) { return stream.Recv() }, cancel: cancel,
+	recv := func() (Event, error) {
+		m, err := stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		return toEvent(m), nil
+	}
+	return &Session{recv: recv, cancel: cancel,
 		started: time.Now(), encoding: o.encoding, sampleRate: o.outputRate()}, nil
 }
 

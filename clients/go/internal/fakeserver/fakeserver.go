@@ -1,7 +1,8 @@
 // Package fakeserver is an in-process stand-in for orpheus-svc used by this module's unit
 // tests (no model): text is cut at line breaks, sentence ends followed by whitespace, Flush
 // and half-close; each segment becomes SegmentStart, ChunksPerSegment deterministic PCM16
-// chunks and SegmentEnd; a summary ends the call. Voice "nobody" (any unknown voice) is
+// chunks and SegmentEnd (with the segment's code point range in the session's text, as the
+// server's); a summary ends the call. Voice "nobody" (any unknown voice) is
 // INVALID_ARGUMENT, an empty text too. It also serves grpc.health.v1.
 package fakeserver
 
@@ -16,6 +17,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,6 +29,9 @@ import (
 
 	ttsv1 "github.com/orpheus-svc/orpheus-svc/clients/go/gen/orpheus/tts/v1"
 )
+
+// SessionHeader is the header orpheus-svc sends as it accepts a streaming call.
+const SessionHeader = "orpheus-session-id"
 
 // Voices the fake knows; tara is the default.
 var Voices = []string{"tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe"}
@@ -65,6 +71,9 @@ type Server struct {
 	// StreamingSynthesize calls still to refuse (RefuseStreams) or to accept and then fail
 	// (FailAcceptedStreams), both with UNAVAILABLE
 	refuse, failAccepted int
+	// sessions to break mid-way (BreakStreams): shared by fakes, and where
+	breaks  *atomic.Int32
+	breakAt int
 	// SegmentSent receives a value each time a segment's SegmentEnd has been sent.
 	SegmentSent chan struct{}
 }
@@ -120,6 +129,37 @@ func (s *Server) FailAcceptedStreams(n int) {
 	s.mu.Unlock()
 }
 
+// BreakStreams makes the fake break sessions after accepting them, as a replica whose
+// engine dies does: UNAVAILABLE right after segment atSegment's first audio chunk (-1: in
+// place of the summary, once every segment has ended), while budget (which fakes may
+// share) is positive; each break takes one from it. It is checked before RefuseStreams.
+func (s *Server) BreakStreams(budget *atomic.Int32, atSegment int) {
+	s.mu.Lock()
+	s.breaks, s.breakAt = budget, atSegment
+	s.mu.Unlock()
+}
+
+// breaking: whether this call is to break (taking one from the budget), and where.
+func (s *Server) breaking() (bool, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.breaks == nil {
+		return false, 0
+	}
+	for {
+		n := s.breaks.Load()
+		if n <= 0 {
+			return false, 0
+		}
+		if s.breaks.CompareAndSwap(n, n-1) {
+			return true, s.breakAt
+		}
+	}
+}
+
+// errBroken is how a broken session ends.
+var errBroken = status.Error(codes.Unavailable, "the engine is gone")
+
 // take decrements *n if it is positive; whether it was.
 func (s *Server) take(n *int) bool {
 	s.mu.Lock()
@@ -152,6 +192,9 @@ type session struct {
 	rate        int
 	seq, offset uint64
 	index       uint32
+	at          uint64 // code point of the session's text where the pending text starts
+	breakAt     int    // break after this segment's first chunk (-1: at the summary)
+	breaking    bool
 	send        func(*ttsv1.StreamingSynthesizeResponse) error
 }
 
@@ -175,14 +218,20 @@ func newSession(srv *Server, voice string, f *ttsv1.AudioFormat, send func(*ttsv
 	return &session{srv: srv, rate: rate, send: send}, nil
 }
 
-func (ss *session) segment(text string) error {
-	text = strings.TrimSpace(text)
+// segment sends one segment of raw (the pending text, which starts at code point ss.at and
+// which this segment consumes); flushID is the flush that closed it, if one did.
+func (ss *session) segment(raw, flushID string) error {
+	start := ss.at + uint64(utf8.RuneCountInString(raw)-utf8.RuneCountInString(strings.TrimLeftFunc(raw, isSpace)))
+	ss.at += uint64(utf8.RuneCountInString(raw))
+	text := strings.TrimSpace(raw)
 	if text == "" {
 		return nil
 	}
+	end := start + uint64(utf8.RuneCountInString(text))
 	n := ChunkSamples(ss.rate)
 	msgs := []*ttsv1.StreamingSynthesizeResponse{{Response: &ttsv1.StreamingSynthesizeResponse_SegmentStart{
-		SegmentStart: &ttsv1.SegmentStart{SegmentIndex: ss.index, Text: text, SampleOffset: ss.offset}}}}
+		SegmentStart: &ttsv1.SegmentStart{SegmentIndex: ss.index, Text: text, SampleOffset: ss.offset,
+			TextStart: start, TextEnd: end, FlushId: flushID}}}}
 	for range ChunksPerSegment {
 		msgs = append(msgs, &ttsv1.StreamingSynthesizeResponse{Response: &ttsv1.StreamingSynthesizeResponse_Audio{
 			Audio: &ttsv1.AudioChunk{Audio: ChunkPCM(ss.seq, n), SegmentIndex: ss.index,
@@ -192,11 +241,16 @@ func (ss *session) segment(text string) error {
 	}
 	msgs = append(msgs, &ttsv1.StreamingSynthesizeResponse{Response: &ttsv1.StreamingSynthesizeResponse_SegmentEnd{
 		SegmentEnd: &ttsv1.SegmentEnd{SegmentIndex: ss.index, Text: text,
-			NumSamples: uint64(ChunksPerSegment * n), NumTokens: TokensPerSegment, FinishReason: "stop"}}})
+			NumSamples: uint64(ChunksPerSegment * n), NumTokens: TokensPerSegment, FinishReason: "stop",
+			TextStart: start, TextEnd: end, FlushId: flushID}}})
+	index := ss.index
 	ss.index++
-	for _, m := range msgs {
+	for i, m := range msgs {
 		if err := ss.send(m); err != nil {
 			return err
+		}
+		if i == 1 && ss.breaking && ss.breakAt == int(index) {
+			return errBroken
 		}
 	}
 	select {
@@ -213,14 +267,19 @@ func (ss *session) cutAll(buf string) (string, error) {
 		if loc == nil {
 			return buf, nil
 		}
-		if err := ss.segment(buf[:loc[1]]); err != nil {
+		if err := ss.segment(buf[:loc[1]], ""); err != nil {
 			return "", err
 		}
 		buf = buf[loc[1]:]
 	}
 }
 
+func isSpace(r rune) bool { return strings.TrimSpace(string(r)) == "" }
+
 func (ss *session) summary() error {
+	if ss.breaking && ss.breakAt < 0 {
+		return errBroken
+	}
 	return ss.send(&ttsv1.StreamingSynthesizeResponse{Response: &ttsv1.StreamingSynthesizeResponse_Summary{
 		Summary: &ttsv1.SynthesisSummary{SessionId: "fake-session", TimeToFirstAudioMs: 1,
 			AudioMs: float64(ss.offset) * 1000 / float64(ss.rate), NumTokens: uint64(TokensPerSegment * ss.index),
@@ -232,7 +291,14 @@ func (s *Server) StreamingSynthesize(stream grpc.BidiStreamingServer[ttsv1.Strea
 	var call Call
 	call.Method = "StreamingSynthesize"
 	defer func() { s.record(call) }()
-	if s.take(&s.refuse) {
+	breaking, breakAt := s.breaking()
+	if breaking {
+		call.Method = "StreamingSynthesize (broken)"
+		// accepted, as orpheus-svc says it: before any audio
+		if err := stream.SendHeader(metadata.Pairs(SessionHeader, s.Name+"-session")); err != nil {
+			return err
+		}
+	} else if s.take(&s.refuse) {
 		call.Method = "StreamingSynthesize (refused)"
 		for range 2 {
 			req, err := stream.Recv()
@@ -245,7 +311,7 @@ func (s *Server) StreamingSynthesize(stream grpc.BidiStreamingServer[ttsv1.Strea
 	}
 	if s.take(&s.failAccepted) {
 		call.Method = "StreamingSynthesize (accepted, failed)"
-		if err := stream.SendHeader(metadata.Pairs("orpheus-session-id", "fake")); err != nil {
+		if err := stream.SendHeader(metadata.Pairs(SessionHeader, "fake")); err != nil {
 			return err
 		}
 		return status.Error(codes.Unavailable, "the engine failed")
@@ -269,6 +335,7 @@ func (s *Server) StreamingSynthesize(stream grpc.BidiStreamingServer[ttsv1.Strea
 			if ss, err = newSession(s, r.Config.GetVoice(), r.Config.GetAudioFormat(), stream.Send); err != nil {
 				return err
 			}
+			ss.breaking, ss.breakAt = breaking, breakAt
 		case *ttsv1.StreamingSynthesizeRequest_Text:
 			call.Kinds = append(call.Kinds, "text")
 			call.Texts = append(call.Texts, r.Text)
@@ -283,7 +350,7 @@ func (s *Server) StreamingSynthesize(stream grpc.BidiStreamingServer[ttsv1.Strea
 			if ss == nil {
 				return status.Error(codes.FailedPrecondition, "the first message must be a config")
 			}
-			if err := ss.segment(buf); err != nil {
+			if err := ss.segment(buf, r.Flush.GetId()); err != nil {
 				return err
 			}
 			buf = ""
@@ -292,7 +359,7 @@ func (s *Server) StreamingSynthesize(stream grpc.BidiStreamingServer[ttsv1.Strea
 	if ss == nil {
 		return status.Error(codes.FailedPrecondition, "no config received")
 	}
-	if err := ss.segment(buf); err != nil {
+	if err := ss.segment(buf, ""); err != nil {
 		return err
 	}
 	return ss.summary()
@@ -337,7 +404,7 @@ func (s *Server) Synthesize(req *ttsv1.SynthesizeRequest, stream grpc.ServerStre
 	if err != nil {
 		return err
 	}
-	if err := ss.segment(rest); err != nil {
+	if err := ss.segment(rest, ""); err != nil {
 		return err
 	}
 	return ss.summary()

@@ -15,6 +15,7 @@ Generated stubs are importable as ``orpheus_tts_client.proto.v1.tts_pb2`` / ``tt
 """
 
 from ._aio_session import AsyncSession
+from ._resume import Resume
 from ._session import Session
 from ._target import tls_credentials
 from .aio import AsyncClient
@@ -29,7 +30,8 @@ from .types import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncClient", "AsyncSession", "AudioChunk", "Client", "Encoding", "Event", "FLUSH", "Sampling",
+    "AsyncClient", "AsyncSession", "AudioChunk", "Client", "Encoding", "Event", "FLUSH", "Resume",
+    "Sampling",
     "tls_credentials",
     "SegmentEnd", "SegmentStart", "ServerStatus", "Session", "Summary", "SynthesisResult", "TTSError",
     "Voice", "VoiceList", "collect", "mulaw_to_pcm16", "wav_payload",

@@ -24,8 +24,9 @@ import grpc.aio
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 
 from . import _convert
-from ._retry import Attempts, accepted
-from .types import Encoding, Event, TTSError
+from ._resume import Continuity, Resume, SentLog, resumed_config, speakable
+from ._retry import SESSION_HEADER, Attempts, accepted
+from .types import Encoding, Event, SegmentEnd, TTSError
 
 
 class AsyncSession:
@@ -37,21 +38,30 @@ class AsyncSession:
     Leaving ``async with`` cancels the call if it has not finished (a no-op after the summary).
 
     A call refused with UNAVAILABLE before the server accepted it is tried again (up to
-    ``retries`` more times) with everything written so far, in order (see ``_retry``). The
-    reader does it, as it meets the end of the call; a write to the refused call meanwhile
-    is kept for the retry instead of failing.
+    ``retries`` more times) with everything written so far, in order (see ``_retry``); one
+    that fails with UNAVAILABLE after it was accepted is resumed, within ``resume``, from
+    its first segment that had not ended (see ``_resume``). The reader does both, as it
+    meets the end of the call; a write to the failed call meanwhile is kept for the new
+    attempt instead of failing.
     """
 
     def __init__(self, open_call: Callable[[float | None], grpc.aio.StreamStreamCall],
                  config: pb.StreamingSynthesizeRequest, encoding: Encoding, sample_rate: int,
-                 *, retries: int = 0, timeout: float | None = None) -> None:
+                 *, retries: int = 0, timeout: float | None = None,
+                 resume: Resume | None = None) -> None:
         self._open_call = open_call  # timeout -> a new StreamingSynthesize call
-        self._attempts = Attempts(retries, timeout)
+        self._attempts = Attempts(retries, timeout, resume=resume)
         self._call, self._status = self._open()
-        self._config: pb.StreamingSynthesizeRequest | None = config
-        # what was written, kept for a retry until the server accepts the call
-        self._sent: list[pb.StreamingSynthesizeRequest] | None = [] if retries else None
-        self._accepted = False
+        self._first_config = config
+        self._config: pb.StreamingSynthesizeRequest | None = config  # None once sent
+        # what was written after the config, kept for a new attempt (None: none can come)
+        self._log = SentLog(resume is not None) if retries or resume else None
+        self._view = Continuity(sample_rate)
+        self._accepted = False  # a response to the current attempt arrived
+        # the last server status an attempt ended with, and the one the session gives when
+        # grpc.aio lost an accepted attempt's (see _retry_locked)
+        self._last_status: tuple[grpc.StatusCode, str] | None = None
+        self._lost_status: tuple[grpc.StatusCode, str] | None = None
         self._lock = asyncio.Lock()  # grpc.aio allows one write at a time
         self._wake = asyncio.Event()  # set by cancel(): ends a retry's backoff, a write
         self._gave_up = False  # the reader will not retry the call (writes raise its status)
@@ -135,11 +145,11 @@ class AsyncSession:
         if self._config is None:
             return
         config, self._config = self._config, None
-        await self._send_locked(config)
+        await self._send_locked(config, log=False)  # a new attempt sends its own config
 
-    async def _send_locked(self, req: pb.StreamingSynthesizeRequest) -> None:
-        if self._sent is not None:
-            self._sent.append(req)
+    async def _send_locked(self, req: pb.StreamingSynthesizeRequest, log: bool = True) -> None:
+        if self._log is not None and log:
+            self._log.add(req)
         try:
             await self._unless_cancelled(self._call.write(req))
         except (grpc.RpcError, asyncio.InvalidStateError):
@@ -150,8 +160,8 @@ class AsyncSession:
         """After a write failed: whether the reader may still retry the call. Only the reader
         decides, because only it has seen every response the call got before it ended (a
         response not read yet means the server accepted the call)."""
-        return (not self._cancelled and not self._gave_up and self._sent is not None
-                and self._attempts.number <= self._attempts.retries)
+        return (not self._cancelled and not self._gave_up and self._log is not None
+                and self._attempts.may_retry(True, self._accepted))
 
     async def _unless_cancelled(self, op: Awaitable[None]) -> None:
         """Await a write or half-close, but stop waiting at cancel(): grpc.aio can leave a
@@ -172,44 +182,83 @@ class AsyncSession:
                 raise asyncio.InvalidStateError("the session was cancelled") from None
             raise
 
-    async def _retry_locked(self, failed: grpc.aio.StreamStreamCall) -> bool:
-        """The reader, after ``failed`` ended with every response read: whether the session
-        goes on in a new attempt, made here with everything written so far if the way it
-        ended allows one (see _retry). Holds the write lock, so no write overtakes the
-        replay."""
+    async def _retry_locked(self, failed: grpc.aio.StreamStreamCall) -> str | None:
+        """The reader, after ``failed`` ended with every response read: "retried" if the
+        session goes on in a new attempt, made here with the config and what the log keeps
+        (see _retry, _resume); "finished" if nothing is left to speak (_nothing_left);
+        None if the call's status is the session's. Holds the write lock, so no write
+        overtakes the replay."""
         while not self._cancelled:
             await failed.code()  # finished: its headers, if any, are in
-            if self._was_accepted(failed) or self._sent is None:
-                return False
-            code, _ = await self._status.settled()
-            wait = self._attempts.next_wait(code == grpc.StatusCode.UNAVAILABLE, False)
+            was_accepted = self._was_accepted(failed)
+            if self._log is None:
+                return None
+            # every response was read: the server's status, if a racing write hid it,
+            # replaces the placeholder now or (grpcio 1.85) never
+            status = await self._status.settled()
+            code = status[0]
+            if status != _WRITE_RACE:
+                self._last_status = status
+            elif self._attempts.resume is not None and (
+                    was_accepted or self._attempts.was_accepted):
+                # A session that is being resumed whose call ended under a write: the
+                # server's own status is lost, and what ends a call while text is still
+                # going out is most likely its replica going away. Resumed, within bounds;
+                # if that gives up, the caller gets UNAVAILABLE (_raise_status).
+                code = grpc.StatusCode.UNAVAILABLE
+                before = f"{self._last_status[1]}; " if self._last_status else ""
+                self._lost_status = (code, before + "a resumed call ended while text was "
+                                     "being sent, and gRPC lost its status")
+            if self._nothing_left(code, was_accepted):
+                return "finished"
+            wait = self._attempts.next_wait(code == grpc.StatusCode.UNAVAILABLE, was_accepted)
             if wait is None:
-                return False
+                return None
             try:
                 await asyncio.wait_for(self._wake.wait(), wait)
             except asyncio.TimeoutError:
                 pass
             if self._cancelled:
-                return False
+                return None
+            if was_accepted:
+                self._view.resumed()  # the caller's numbering goes on from here
             self._attempts.advance()
+            self._accepted = False
             self._call, self._status = self._open()
             failed = self._call
             try:
-                for req in self._sent:
+                for req in [resumed_config(self._first_config, self._view.ended),
+                            *self._log.replay()]:
                     await self._unless_cancelled(failed.write(req))
                 if self._ended:
                     await self._unless_cancelled(failed.done_writing())
-                return True
+                return "retried"
             except (grpc.RpcError, asyncio.InvalidStateError):
                 continue  # this attempt ended too: decide again
-        return False
+        return None
 
-    async def _raise_status(self) -> None:
-        """The call has ended (a write or read failed): raise its status as TTSError."""
+    def _nothing_left(self, code: grpc.StatusCode, was_accepted: bool) -> bool:
+        """Whether a failed call leaves nothing to speak: every segment of a session that
+        has been resumed (or would be now) ended, and so did its input. A new call could
+        only be refused (the server wants text), so the session ends with the caller's own
+        summary. A resumed call refused for want of text counts too."""
+        resuming = self._view.resumes or (code == grpc.StatusCode.UNAVAILABLE and was_accepted
+                                          and self._attempts.resume is not None)
+        return (bool(resuming) and self._ended and code in (grpc.StatusCode.UNAVAILABLE,
+                                                           grpc.StatusCode.INVALID_ARGUMENT)
+                and not speakable(self._log.replay()))
+
+    async def _raise_status(self, all_read: bool = False) -> None:
+        """The call has ended (a write or read failed): raise its status as TTSError.
+        ``all_read``: the reader has read every response, so a status hidden behind a
+        write race is not held back behind audio and is worth the wait."""
         if self._cancelled:
             raise TTSError(grpc.StatusCode.CANCELLED, "the session was cancelled")
         await self._call.code()
-        code, details = await self._status.settled(wait=not self._was_accepted(self._call))
+        code, details = await self._status.settled(
+            wait=all_read or not self._was_accepted(self._call))
+        if (code, details) == _WRITE_RACE and self._lost_status is not None:
+            code, details = self._lost_status
         raise TTSError(code or grpc.StatusCode.UNKNOWN, details or "")
 
     # -- output ------------------------------------------------------------------------------
@@ -231,14 +280,17 @@ class AsyncSession:
                     if self._cancelled:
                         return
                     async with self._lock:
-                        retried = await self._retry_locked(call)
-                    if retried:
+                        outcome = await self._retry_locked(call)
+                    if outcome == "retried":
                         continue
                     self._gave_up = True
+                    if outcome == "finished":
+                        yield self._view.local_summary(await _session_id(call))
+                        return
                     if self._cancelled:
                         return
                     if call is not self._call or e.code() == grpc.StatusCode.INTERNAL:
-                        await self._raise_status()  # the last attempt's; the server's status
+                        await self._raise_status(all_read=True)  # the server's, of the last attempt
                     raise TTSError.from_rpc_error(e) from None
                 except asyncio.CancelledError:
                     # grpc.aio raises CancelledError in a pending read when the call is
@@ -249,10 +301,17 @@ class AsyncSession:
                 if msg is grpc.aio.EOF:
                     return
                 if not self._accepted:
-                    self._accepted, self._sent = True, None
+                    self._accepted = True
+                    self._attempts.accepted()
+                    if self._log is not None:
+                        self._log.accept()
                 ev = _convert.event(msg)
-                if ev is not None:
-                    yield ev
+                if ev is None:
+                    continue
+                ev = self._view.event(ev)
+                if isinstance(ev, SegmentEnd) and self._log is not None:
+                    self._log.segment_ended(ev.text_end)
+                yield ev
         finally:
             self._finished = True
 
@@ -320,6 +379,10 @@ class _StatusWatch:
             if status != _WRITE_RACE or loop.time() >= give_up:
                 return status
             await asyncio.sleep(0.005)
+
+
+async def _session_id(call: grpc.aio.StreamStreamCall) -> str:
+    return next((v for k, v in await call.initial_metadata() or () if k == SESSION_HEADER), "")
 
 
 def _at_once(coro):

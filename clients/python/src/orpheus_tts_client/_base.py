@@ -7,6 +7,7 @@ from typing import Any, Sequence
 import grpc
 
 from . import _health
+from ._resume import Resume, resume_policy
 from ._target import channel_options, names_replicas, resolve_target
 
 DEFAULT_TARGET = "localhost:50051"
@@ -25,6 +26,7 @@ class _ClientBase:
                  metadata: Metadata | None = None, wait_for_ready: bool | None = None,
                  options: Sequence[tuple[str, Any]] | None = None,
                  health_check: bool | None = None, retries: int = 2,
+                 resume: bool | Resume | None = None,
                  api_key: str | None = None, server_name: str | None = None) -> None:
         # api_key: sent as 'authorization: Bearer <key>' on every call (docs/security.md);
         # server_name: the name to check the server's TLS certificate against
@@ -41,6 +43,8 @@ class _ClientBase:
         self.health_check = names_replicas(target) if health_check is None else health_check
         health_check = self.health_check
         self.retries = retries
+        # default: on where another replica can take over (the same targets as health_check)
+        self.resume = resume_policy(resume, names_replicas(target))
         self.metadata = tuple(metadata or ())
         self.wait_for_ready = wait_for_ready
         self._credentials = credentials
@@ -67,4 +71,5 @@ class _ClientBase:
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(target={self.target!r}, lb_policy={self.lb_policy!r}, "
-                f"health_check={self.health_check!r}, retries={self.retries!r})")
+                f"health_check={self.health_check!r}, retries={self.retries!r}, "
+                f"resume={self.resume!r})")

@@ -22,8 +22,9 @@ import grpc
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 
 from . import _convert
-from ._retry import END, Attempts, ReplayInput, accepted
-from .types import FLUSH, Encoding, Event, TTSError
+from ._resume import Continuity, Resume, resumed_config, speakable
+from ._retry import END, SESSION_HEADER, Attempts, ReplayInput, accepted
+from .types import FLUSH, Encoding, Event, SegmentEnd, Summary, TTSError
 
 _END = object()  # queue item: half-close the input
 
@@ -38,9 +39,11 @@ class _Requests:
     bare CANCELLED status), and the input is never half-closed as if it had ended normally.
     """
 
-    def __init__(self, session: "Session", attempt: int) -> None:
+    def __init__(self, session: "Session", attempt: int,
+                 config: pb.StreamingSynthesizeRequest) -> None:
         self._session = session
         self._attempt = attempt
+        self._config = config
         self._call = None
         self._call_set = threading.Event()
 
@@ -50,7 +53,7 @@ class _Requests:
 
     def __iter__(self) -> Iterator[pb.StreamingSynthesizeRequest]:
         s = self._session
-        yield s._config
+        yield self._config
         i = 0
         while True:
             try:
@@ -63,6 +66,10 @@ class _Requests:
                 return
             i += 1
             yield req
+
+
+def _session_id(call) -> str:
+    return next((v for k, v in call.initial_metadata() or () if k == SESSION_HEADER), "")
 
 
 def _drain(q: "queue.SimpleQueue[Any]") -> Iterator[Any]:
@@ -81,13 +88,15 @@ class Session:
     starts at once. Leaving ``with`` cancels it if it has not finished.
 
     A call refused with UNAVAILABLE before the server accepted it is tried again (up to
-    ``retries`` more times) with everything sent so far, in order (see ``_retry``); the
-    retry happens while the events are read.
+    ``retries`` more times) with everything sent so far, in order (see ``_retry``); one
+    that fails with UNAVAILABLE after it was accepted is resumed, within ``resume``, from
+    its first segment that had not ended (see ``_resume``). Both happen while the events
+    are read.
     """
 
     def __init__(self, stub, config: pb.StreamingSynthesizeRequest, call_kwargs: dict,
                  encoding: Encoding, sample_rate: int, source: Iterable | None = None,
-                 retries: int = 0) -> None:
+                 retries: int = 0, resume: Resume | None = None) -> None:
         self._queue: queue.SimpleQueue[Any] | None = None
         if source is None:
             self._queue = queue.SimpleQueue()
@@ -95,13 +104,15 @@ class Session:
         self._stub = stub
         self._config = config
         self._kwargs = call_kwargs
-        self._input = ReplayInput(source, _convert.fragment_request, keep=retries > 0)
-        self._attempts = Attempts(retries, call_kwargs.get("timeout"))
+        self._input = ReplayInput(source, _convert.fragment_request, keep=retries > 0,
+                                  resume=resume is not None)
+        self._attempts = Attempts(retries, call_kwargs.get("timeout"), resume=resume)
+        self._view = Continuity(sample_rate)
         self._lock = threading.Lock()
         self._ended = False
         self._cancelled = False
         self._finished = False
-        self._accepted = False     # a response arrived: no retry, nothing kept to replay
+        self._accepted = False     # a response to the current attempt arrived
         self._stop_wait = threading.Event()  # cancel() ends a backoff wait
         self._call = self._start()
         #: Audio encoding and output sample rate of this session's chunks.
@@ -109,7 +120,8 @@ class Session:
         self.sample_rate = sample_rate
 
     def _start(self):
-        requests = _Requests(self, self._attempts.number)
+        config = resumed_config(self._config, self._view.ended)
+        requests = _Requests(self, self._attempts.number, config)
         call = self._stub.StreamingSynthesize(
             iter(requests), **dict(self._kwargs, timeout=self._attempts.timeout()))
         requests.set_call(call)
@@ -188,15 +200,25 @@ class Session:
                     for msg in call:
                         if not self._accepted:
                             self._accepted = True
+                            self._attempts.accepted()
                             self._input.accept()
                         ev = _convert.event(msg)
-                        if ev is not None:
-                            yield ev
+                        if ev is None:
+                            continue
+                        ev = self._view.event(ev)
+                        if isinstance(ev, SegmentEnd):
+                            self._input.segment_ended(ev.text_end)
+                        yield ev
                     return
                 except grpc.RpcError as e:
                     if self._input.error is not None:
                         raise self._input.error from None
-                    if not self._cancelled and self._retry(call):
+                    if self._cancelled:
+                        return
+                    if self._nothing_left(call):
+                        yield self._view.local_summary(_session_id(call))
+                        return
+                    if self._retry(call):
                         continue
                     if self._cancelled:
                         return
@@ -206,8 +228,22 @@ class Session:
             self._call.cancel()  # no-op once finished; frees the slot if the caller stopped early
             self._release_writer()
 
+    def _nothing_left(self, call) -> bool:
+        """Whether a failed call leaves nothing to speak: every segment of a session that
+        has been resumed (or would be now) ended and its input ended too. A new call could
+        only be refused (the server wants text), so the session ends here, with the
+        caller's own summary. A resumed call refused for want of text counts too."""
+        code = call.code()
+        resuming = self._view.resumes or (code == grpc.StatusCode.UNAVAILABLE
+                                          and self._attempts.resume is not None
+                                          and self._ending(call)[1])
+        if not resuming or code not in (grpc.StatusCode.UNAVAILABLE,
+                                        grpc.StatusCode.INVALID_ARGUMENT):
+            return False
+        return self._input.ended and not speakable(self._input.remaining())
+
     def _ending(self, call) -> tuple[bool, bool]:
-        """How a finished attempt ended: (refused with UNAVAILABLE, accepted by the server)."""
+        """How a finished attempt ended: (with UNAVAILABLE, accepted by the server)."""
         return (call.code() == grpc.StatusCode.UNAVAILABLE,
                 accepted(self._accepted, call.initial_metadata()))
 
@@ -216,14 +252,19 @@ class Session:
         return self._attempts.may_retry(*self._ending(call))
 
     def _retry(self, call) -> bool:
-        """Start the next attempt after the backoff, if the way ``call`` ended allows one."""
-        wait = self._attempts.next_wait(*self._ending(call))
+        """Start the next attempt after the backoff, if the way ``call`` ended allows one:
+        a retry of a refused call, or a resume of an accepted one (from the cut)."""
+        unavailable, was_accepted = self._ending(call)
+        wait = self._attempts.next_wait(unavailable, was_accepted)
         if wait is None or self._stop_wait.wait(wait):
             return False
         with self._lock:
             if self._cancelled:
                 return False
+            if was_accepted:
+                self._view.resumed()  # the caller's numbering goes on from here
             self._attempts.advance()
+            self._accepted = False
             self._input.begin(self._attempts.number)
             self._call = self._start()
         return True

@@ -27,7 +27,8 @@ Failover (both in the channel's service config, so gRPC does it for every call):
   ``round_robin`` picks the next replica. It covers the moment between a replica turning
   NOT_SERVING and the client hearing of it. A call the server accepted is never retried.
   StreamingSynthesize is left out of the policy: the clients retry it themselves with the
-  same rule (``_retry`` says why).
+  same rule (``_retry`` says why), and resume one the server accepted and then failed
+  (``_resume``).
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ class AsyncClient(_ClientBase):
 
         enc = _convert.as_encoding(encoding)
         return AsyncSession(open_call, config, enc, int(sample_rate or _convert.default_rate(enc)),
-                            retries=self.retries, timeout=kwargs["timeout"])
+                            retries=self.retries, timeout=kwargs["timeout"], resume=self.resume)
 
     def stream(self, text: TextSource, voice: str = DEFAULT_VOICE, *,
                encoding: Encoding | str = Encoding.PCM16, sample_rate: int | None = None,

@@ -40,6 +40,13 @@ class Client(_ClientBase):
         retries: extra attempts (0..4) for a call refused with UNAVAILABLE before the
             server accepted it (e.g. by a replica that just began draining); with
             ``round_robin`` the retry goes to the next replica. 0 turns retries off.
+        resume: a streaming session that fails with UNAVAILABLE (or a broken connection)
+            after the server accepted it is opened again, on another replica, and its text
+            sent again from the first segment that had not ended; the events go on as one
+            session (the cut segment is spoken again from its start) and the Summary counts
+            ``resumes``. True, False, or ``Resume(max_attempts, max_seconds)`` for other
+            bounds (see ``orpheus_tts_client._resume``). Default (None): on for targets that
+            name replicas (as ``health_check``), off for a single ``host:port``.
         credentials: ``grpc.ssl_channel_credentials(...)`` for TLS; None is plaintext.
         metadata: sent with every call (e.g. ``[("authorization", "Bearer ...")]``).
         wait_for_ready: queue calls while the server is unreachable instead of failing fast.
@@ -132,7 +139,7 @@ class Client(_ClientBase):
         enc = _convert.as_encoding(encoding)
         return Session(self._stub, config, self._call_kwargs(timeout, metadata), enc,
                        int(sample_rate or _convert.default_rate(enc)), source,
-                       retries=self.retries)
+                       retries=self.retries, resume=self.resume)
 
     def synthesize_events(self, text: str, voice: str = DEFAULT_VOICE, *,
                           encoding: Encoding | str = Encoding.PCM16,

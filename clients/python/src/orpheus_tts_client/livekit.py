@@ -57,7 +57,9 @@ class OrpheusTTS(tts.TTS):
         sampling: temperature / top_p / repetition_penalty / seed overrides.
         credentials: ``grpc.ssl_channel_credentials(...)`` for TLS; None is plaintext.
         api_key: sent as ``authorization: Bearer <key>``.
-        client_options: further keyword arguments for ``AsyncClient``.
+        client_options: further keyword arguments for ``AsyncClient``, e.g. ``resume``: a
+            session whose replica dies mid-way is resumed on another one (on by default for
+            a target that names replicas; docs/clients.md).
     """
 
     class Markup(tts.TTS.Markup):

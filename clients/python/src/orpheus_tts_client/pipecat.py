@@ -52,7 +52,9 @@ class OrpheusTTSService(TTSService):
         api_key: sent as ``authorization: Bearer <key>`` on every call.
         metadata: extra call metadata.
         sample_rate: output rate; None follows the pipeline (``audio_out_sample_rate``).
-        client_options: further keyword arguments for ``AsyncClient``.
+        client_options: further keyword arguments for ``AsyncClient``, e.g. ``resume``: a
+            session whose replica dies mid-way is resumed on another one (on by default for
+            a target that names replicas; docs/clients.md).
         **kwargs: passed to Pipecat's ``TTSService`` (e.g. ``text_aggregation_mode``).
     """
 

@@ -103,7 +103,7 @@ class SegmentEnd:
 
 @dataclass(frozen=True)
 class Summary:
-    """The last event of a call (server-side figures)."""
+    """The last event of a call (server-side figures; ``resumes`` is the client's)."""
 
     session_id: str
     time_to_first_audio_ms: float
@@ -112,6 +112,10 @@ class Summary:
     num_segments: int
     num_samples: int
     wall_ms: float
+    #: times the client resumed the session on another replica (``resume=``): the figures
+    #: above then cover the whole session as the caller received it, except
+    #: time_to_first_audio_ms, wall_ms and session_id, which are the last replica's
+    resumes: int = 0
 
 
 #: One event of a synthesis stream.
