@@ -41,18 +41,23 @@ def fixed_rows(per_call: int, seeded_rows: int) -> int:
 
 
 def plan_calls(shapes: Sequence[tuple[int, int, int]], seeded: Sequence[bool],
-               max_frames: int, seeded_rows: int) -> list[Call]:
+               max_frames: int, seeded_rows: int,
+               alone: Sequence[bool] | None = None) -> list[Call]:
     """The calls for jobs (in urgency order) of the given (num_steps, lo, hi) shapes, in the
     order of their most urgent job. `max_frames`: frames per call (the flusher's
-    max_decode_frames); `seeded_rows`: the cap on a seeded call's rows (module docstring)."""
+    max_decode_frames); `seeded_rows`: the cap on a seeded call's rows (module docstring).
+    `alone`: seeded jobs decoded in a call of one row, their own (a generation's last
+    window, whose length is its own: nothing would share its call, so it pays no padding)."""
     groups: dict[tuple[int, int, int], list[int]] = {}
     for i, shape in enumerate(shapes):
         groups.setdefault(shape, []).append(i)
     calls = []
     for (num_steps, lo, hi), members in groups.items():
         per_call = max(1, (max_frames * 4) // num_steps)
-        fixed = [i for i in members if seeded[i]]
+        single = [i for i in members if seeded[i] and alone is not None and alone[i]]
+        fixed = [i for i in members if seeded[i] and i not in single]
         free = [i for i in members if not seeded[i]]
+        calls.extend(Call([i], num_steps, lo, hi, 1) for i in single)
         if fixed:
             rows = fixed_rows(per_call, seeded_rows)
             for k in range(0, len(fixed), rows):

@@ -481,7 +481,9 @@ class Flusher:
         out: list[np.ndarray | None] = [None] * len(jobs)
         calls = plan_calls([(w.num_steps, w.keep.start, w.keep.stop) for _, _, w in jobs],
                            [st.seed is not None for _, st, _ in jobs],
-                           self.max_decode_frames, self.settings.seeded_call_windows)
+                           self.max_decode_frames, self.settings.seeded_call_windows,
+                           [st.final and w.end == st.num_frames * SAMPLES_PER_FRAME
+                            for _, st, w in jobs])
         for n, call in enumerate(calls):
             if n and self.clock() >= deadline:
                 return out, True

@@ -27,10 +27,14 @@ are kept:
     segment whose listener is seconds ahead goes out in large chunks from the start.
 
 A seeded session's windows (plan_fixed_windows) instead depend on its frames alone: the
-chunk boundaries are fixed (the head of frame 0, then chunk_target of what was sent), and a
-window goes only once its whole lookahead exists (or the generation ended), whatever the
-listener or the flusher's pacing. Its audio is then the same every time the same tokens
-come (issue 29), at the price of chunks that no longer follow the listener's buffer.
+chunk boundaries are fixed (the head of frame 0, then about chunk_target of what was sent,
+ending where the lookahead ends on a frame boundary: fixed_chunk_end), and a window goes
+only once its whole lookahead exists (or the generation ended), whatever the listener or
+the flusher's pacing. Its audio is then the same every time the same tokens come (issue
+29), at the price of chunks that do not follow the listener's buffer; ending each one when
+a frame completes keeps a loaded server's seeded listeners fed (issue 33: with the target
+alone, the chunk after the first waited for a third frame and 512 seeded sessions on the
+sim underran at its start).
 """
 
 from __future__ import annotations
@@ -133,12 +137,29 @@ def plan_windows(num_frames: int, final: bool, emitted: int, s: FlusherSettings,
     return windows
 
 
+def fixed_chunk_end(start: int, s: FlusherSettings) -> int:
+    """Where a seeded session's chunk that starts at `start` ends: at a point whose lookahead
+    ends on a frame boundary (n * FRAME - lookahead), so the chunk is due the moment a frame
+    completes, never a part of a frame later; the last such point within chunk_target of
+    the start, or the first one after the start when none is.
+
+        frames     |   f0   |   f1   |   f2   |   f3   |
+        ends             ^1536    ^3584    ^5632        (lookahead 2560: 1.25 frames)
+    """
+    la = s.lookahead_samples
+    n = (start + chunk_target(start, s) + la) // FRAME  # the last aligned end within target
+    end = n * FRAME - la
+    if end <= start:
+        end = (-(-(start + la + 1) // FRAME)) * FRAME - la  # the first one past the start
+    return end
+
+
 def plan_fixed_windows(num_frames: int, final: bool, emitted: int,
                        s: FlusherSettings) -> list[Window]:
     """The windows due now for a generation whose audio must not depend on timing (a
     seeded session): the same frames always give the same windows (module docstring).
 
-        boundaries  0 | head of f0 | +chunk_target(sent) | ... | end of the last frame
+        boundaries  0 | head of f0 | fixed_chunk_end | ... | end of the last frame
         due         a window whose lookahead (or the generation's end) has arrived
     """
     total = num_frames * FRAME
@@ -152,7 +173,7 @@ def plan_fixed_windows(num_frames: int, final: bool, emitted: int,
             windows.append(Window(0, end, 0, STEPS_PER_FRAME))
             start = end
             continue
-        end = min(start + chunk_target(start, s), total)
+        end = min(fixed_chunk_end(start, s), total)
         lookahead_end = -(-end // HOP) + s.lookahead_samples // HOP
         if not final and (end == total or lookahead_end > steps):
             break  # its lookahead has not arrived yet

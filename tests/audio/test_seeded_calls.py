@@ -60,7 +60,9 @@ def test_seeded_windows_share_calls_instead_of_one_each(seeded):
     """`seeded` sessions' windows through the flusher, every session with the same frames
     at the same times, so each round of windows has one shape: each round takes
     ceil(seeded / rows) calls, rows being the round's fixed call size (its cap, or what
-    max_decode_frames allows for its length), never a call per seeded window."""
+    max_decode_frames allows for its length), never a call per seeded window. The last
+    window of a generation is the exception: its length is its own, so it goes in a call
+    of one row (audio/calls.py) rather than padded to the cap."""
     def calls(n, settings):
         codec = Counting()
         _stream_all(codec, settings, n, 0)
@@ -68,9 +70,11 @@ def test_seeded_windows_share_calls_instead_of_one_each(seeded):
 
     for settings in (FlusherSettings(), FlusherSettings(seeded_call_windows=4096)):
         rounds = calls(1, settings)  # one call per round: its rows are the fixed size
+        assert rounds[-1] == 1 and min(rounds[:-1]) > 1  # the last window: a call alone
         got = calls(seeded, settings)
-        assert len(got) == sum(-(-seeded // rows) for rows in rounds) < seeded * len(rounds)
-    assert set(calls(seeded, FlusherSettings())) == {8}  # the default cap binds every call
+        want = sum(-(-seeded // rows) for rows in rounds[:-1]) + seeded
+        assert len(got) == want < seeded * len(rounds)
+    assert set(calls(seeded, FlusherSettings())) == {8, 1}  # the default cap binds the rest
 
 
 def test_a_call_with_a_seeded_window_always_has_its_fixed_rows():

@@ -9,7 +9,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from orpheus_svc.audio.settings import FRAME, HOP, FlusherSettings
 from orpheus_svc.audio.windows import (
-    Window, chunk_target, plan_fixed_windows, plan_windows, ready_end,
+    Window, chunk_target, fixed_chunk_end, plan_fixed_windows, plan_windows, ready_end,
 )
 
 S = FlusherSettings(first_chunk_samples=1024, left_context_samples=3 * HOP,
@@ -183,3 +183,26 @@ def test_a_fixed_plan_cuts_the_same_windows_however_the_frames_arrive(arrivals, 
         return out
 
     assert windows(arrivals) == windows(pattern) == windows([total])
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(start=st.integers(1, 400_000), look=st.integers(0, 12),
+       growth=st.sampled_from([0.0, 0.5, 1.0, 2.0]))
+def test_a_fixed_chunk_is_due_the_moment_a_frame_completes(start, look, growth):
+    """Issue 33: a seeded chunk that ended a part of a frame past where a frame completes
+    waited that part for nothing, and the listener ran dry after its first chunk (the
+    chunk after the head of frame 0 needed 3 frames instead of 2). Its lookahead now ends
+    on a frame boundary, within the chunk target of its start unless no such end exists."""
+    s = FlusherSettings(lookahead_samples=look * HOP, chunk_growth=growth)
+    end = fixed_chunk_end(start, s)
+    assert end > start
+    assert (end + s.lookahead_samples) % FRAME == 0
+    if end - start > FRAME:  # not the first end past the start: within the target
+        assert end - start <= chunk_target(start, s)
+    assert end - start <= max(chunk_target(start, s), FRAME)
+
+
+def test_the_chunk_after_the_first_is_due_with_two_frames():
+    s = FlusherSettings()  # first chunk 512 samples, lookahead 5 steps (1.25 frames)
+    assert [w.end for w in plan_fixed_windows(1, False, 0, s)] == [512]
+    assert [w.end for w in plan_fixed_windows(2, False, 512, s)] == [1536]

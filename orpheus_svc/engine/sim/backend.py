@@ -209,6 +209,7 @@ class SimBackend:
                              idle_starts=0, peak_kv_tokens=0, max_host_excess_s=0.0,
                              late_wakes=0, late_wake_s=0.0, max_late_wake_s=0.0,
                              host_bound_by_wake_steps=0, host_excess_wake_s=0.0)
+        self.codec: SimCodec | None = None  # build_sim_backend sets it when the codec is simulated
         self._woke_late = 0.0  # how late the engine thread got back from the last step's sleep
         # The latest steps whose host time overran the modelled step by > 20 ms:
         # (monotonic time, overrun s, rows), for correlating stalls with what else ran.
@@ -407,6 +408,10 @@ class SimBackend:
         c["step_buckets"] = {"first_s": STEP_BUCKET_FIRST_S, "ratio": STEP_BUCKET_RATIO,
                              "count": len(STEP_BUCKETS_S)}
         c["max_step_s"] = self.max_step_s
+        if self.codec is not None:  # the sim codec's own counters (flusher thread: racy, monotone)
+            c["codec_calls"] = self.codec.num_calls
+            c["codec_frames"] = round(self.codec.num_frames, 1)
+            c["codec_modelled_s"] = round(self.codec.modelled_s, 4)
         return c
 
 
@@ -505,6 +510,7 @@ def build_sim_backend(config) -> tuple[SimBackend, Callable[[str], list[int]], S
                          faults=faults)
     codec = SimCodec(profile, seed=e.seed or 0, faults=bool(faults.codec_error)) \
         if e.sim_codec else None
+    backend.codec = codec  # its counters join stats() (the benchmark's sim stats file)
     if faults:
         log.warning("engine.sim_faults is set: injecting faults %s (for tests only)", faults)
     log.warning("engine.backend is sim: no model runs; steps are paced like a %s (%s) by a "
