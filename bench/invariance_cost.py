@@ -1,6 +1,8 @@
 """What batch invariance costs the torch backend on the CPU (issue 33): one decode step of B
 rows, all unseeded (the fast path), all seeded (invariant: own spans) and half of each,
-alternated in one run so that the ratios compare like with like.
+alternated in one run so that the ratios compare like with like. A step with a seeded row
+runs as TorchBackend.step runs it: inside invariant_step (matmul rows padded to blocks of 4)
+and attending over a span rounded up to 512 keys.
 
     PYTHONPATH=. python bench/invariance_cost.py [--json out.json] [--reps 30]
 
@@ -21,6 +23,7 @@ import time
 
 import torch
 
+from orpheus_svc.engine.torch.invariant import invariant_step
 from orpheus_svc.engine.torch.llama import SlotLlama
 from orpheus_svc.models.demo import demo_spec, random_state_dict
 
@@ -42,7 +45,8 @@ def _time_step(model, slots, tokens, positions, invariant, reps) -> list[float]:
     out = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        model.decode(slots, tokens, positions, invariant)
+        with invariant_step(any(invariant)):  # as TorchBackend.step runs it
+            model.decode(slots, tokens, positions, invariant)
         out.append((time.perf_counter() - t0) * 1000)
     return out
 
@@ -62,7 +66,7 @@ def run(reps: int) -> dict:
             times = {k: [] for k in variants}
             for _ in range(3):  # warm-up
                 for inv in variants.values():
-                    model.decode(slots, tokens, positions, inv)
+                    _time_step(model, slots, tokens, positions, inv, 1)
             for _ in range(reps // 5):  # alternate in small blocks: the same window for each
                 for k, inv in variants.items():
                     times[k] += _time_step(model, slots, tokens, positions, inv, 5)

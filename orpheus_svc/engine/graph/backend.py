@@ -25,6 +25,7 @@ import numpy as np
 
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult
 from orpheus_svc.engine.graph.runner import GraphRunner, Launch, PrefillRow
+from orpheus_svc.engine.torch.invariant import invariant_step
 from orpheus_svc.engine.torch.llama import SlotLlama
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,11 @@ class GraphBackend:
             decode = np.stack([d.slots, d.position, d.frame_position,
                                d.stop_allowed.astype(np.int64), d.num_generated])
         ahead = bool(len(d)) and int(d.last_token[0]) == -1  # Scheduler.schedule_ahead's
-        return (tuple(r.gen_id for r in plan.prefill),
-                self.runner.launch(prefill, decode, ahead=ahead))
+        seeded = (any(r.invariant for r in prefill)
+                  or any(q.sampling.seed is not None for q in d.requests))
+        with invariant_step(seeded):  # the CPU path's matmuls (engine/torch/invariant.py)
+            return (tuple(r.gen_id for r in plan.prefill),
+                    self.runner.launch(prefill, decode, ahead=ahead))
 
     def collect(self, launched: tuple[tuple[int, ...], Launch]) -> StepResult:
         prefill_ids, launch = launched

@@ -10,7 +10,7 @@ import torch
 
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult, StepRow
 
-from orpheus_svc.engine.torch.invariant import gemm_rows_invariant
+from orpheus_svc.engine.torch.invariant import gemm_rows_invariant, invariant_step
 from orpheus_svc.engine.torch.llama import SlotLlama
 from orpheus_svc.engine.torch.sampling import RowParams, SeenAudio, apply_repetition_penalty, constrained_logits, sample_rows
 
@@ -49,6 +49,10 @@ class TorchBackend:
         """Nothing to stop: the model is freed with this object."""
 
     def step(self, plan: StepPlan) -> StepResult:
+        with invariant_step(any(seeded(plan.prefill)) or any(seeded(plan.decode))):
+            return self._step(plan)
+
+    def _step(self, plan: StepPlan) -> StepResult:
         parts = []
         if plan.prefill:
             self.seen.reset([r.slot for r in plan.prefill])

@@ -26,15 +26,18 @@ on the batch. Measured on the CPU (torch 2.15, MKL and oneDNN, 2 threads; docs/a
   prefilled in groups padded to their own length rounded up to PROMPT_BLOCK.
 * RMSNorm, softmax, top-k, sort, cumsum, elementwise ops: per row already (measured).
 
-Which rows pay: invariance is kept for rows whose session gave a seed (only they can ask
-for the same audio twice); an unseeded batch takes exactly the path it took before. The
-GEMM padding is always on (at most three rows more). On CUDA cuBLAS chooses its
+Which rows pay: invariance is kept for steps that hold a row whose session gave a seed
+(only they can ask for the same audio twice): the backend runs such a step inside
+`invariant_step()`. An unseeded step takes exactly the path it took before (padding a
+single row to four made the CPU's batch-1 step 45% slower: MKL's GEMV beats its GEMM). On CUDA cuBLAS chooses its
 kernel by shape and none of this holds; docs/api.md says where seeds hold.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import contextlib
+import contextvars
+from typing import Iterator, Sequence
 
 import torch
 
@@ -43,13 +46,31 @@ SPAN_BLOCK = 512    # torch's CPU flash attention walks keys in blocks of 512 (d
 PROMPT_BLOCK = 32   # an invariant prompt is padded to its length rounded up to this
 
 
+_INVARIANT = contextvars.ContextVar("invariant_step", default=False)
+
+
+@contextlib.contextmanager
+def invariant_step(on: bool = True) -> Iterator[None]:
+    """Inside: rows_matmul pads (`on`: the step holds a row that must be invariant)."""
+    token = _INVARIANT.set(on)
+    try:
+        yield
+    finally:
+        _INVARIANT.reset(token)
+
+
+def padding_rows() -> bool:
+    """Is the current step an invariant one (invariant_step)?"""
+    return _INVARIANT.get()
+
+
 def rows_matmul(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
-    """x [M, K] @ w_t [K, N] with M padded to a multiple of GEMM_ROW_BLOCK on the CPU
-    (module docstring), so that a row's result does not depend on how many rows came with
-    it or where it sits among them."""
+    """x [M, K] @ w_t [K, N]; inside invariant_step, on the CPU, with M padded to a multiple
+    of GEMM_ROW_BLOCK (module docstring), so that a row's result does not depend on how
+    many rows came with it or where it sits among them."""
     m = x.shape[0]
     rows = max(GEMM_ROW_BLOCK, -(-m // GEMM_ROW_BLOCK) * GEMM_ROW_BLOCK)
-    if rows == m or x.device.type != "cpu":
+    if rows == m or x.device.type != "cpu" or not _INVARIANT.get():
         return x @ w_t
     padded = x.new_zeros((rows, x.shape[1]))
     padded[:m] = x
@@ -90,6 +111,11 @@ def gemm_rows_invariant(device: torch.device | str = "cpu",
     """Does a row of rows_matmul get the same bits for every batch size, at every place in
     the batch, on this machine? Tries M = 1 .. 24 (every place) and 33, 64 and 257 rows
     (first, middle, last), with random batch-mates; one column (the stop logit) too."""
+    with invariant_step():
+        return _probe(device, dtype, k, n, seed)
+
+
+def _probe(device, dtype, k: int, n: int, seed: int) -> bool:
     gen = torch.Generator().manual_seed(seed)
     for cols in (n, 1):
         w_t = torch.randn((cols, k), generator=gen).to(device, dtype).T
