@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from orpheus_svc.core.generation import Generation, GenerationRequest  # noqa: E402
 from orpheus_svc.core.step import StepPlan  # noqa: E402
 from orpheus_svc.core.tokens import AUDIO_BASE, FRAME_TOKENS  # noqa: E402
-from orpheus_svc.engine.torch.llama import SlotLlama  # noqa: E402
-from orpheus_svc.engine.torch.sampling import constrained_logits, full_head_logits  # noqa: E402
+from orpheus_svc.engine.model.llama import SlotLlama  # noqa: E402
+from orpheus_svc.engine.model.sampling import constrained_logits, full_head_logits  # noqa: E402
 from orpheus_svc.engine.torch.backend import TorchBackend  # noqa: E402
 from orpheus_svc.models.demo import random_state_dict  # noqa: E402
 from orpheus_svc.models.llama_config import orpheus_3b_spec  # noqa: E402

@@ -86,7 +86,7 @@ def _weights(tiny: bool, device, dtype, seed=0):
 
 
 def _model(tiny, device, dtype, quantization, slots, seq, fp8_gemm="rowwise"):
-    from orpheus_svc.engine.torch.llama import SlotLlama
+    from orpheus_svc.engine.model.llama import SlotLlama
 
     spec, w = _weights(tiny, device, dtype)
     model = SlotLlama(spec, w, num_slots=slots, max_seq_len=seq, device=device, dtype=dtype,
@@ -181,7 +181,7 @@ def kernel(device, tiny: bool, batches, context: int) -> dict:
 def _uniforms_equal_host(device) -> bool:
     """The graph's counter-based uniforms (int64 arithmetic on `device`) equal the eager
     backend's (numpy uint64) bit for bit: the same seed draws the same token on both."""
-    from orpheus_svc.engine.torch.sampling import int64_bits, splitmix_uniform, splitmix_uniform_t
+    from orpheus_svc.engine.model.sampling import int64_bits, splitmix_uniform, splitmix_uniform_t
 
     rng = np.random.default_rng(1)
     seeds = rng.integers(0, 2**64, size=100000, dtype=np.uint64)
@@ -343,7 +343,7 @@ def steps(device, tiny, batches, context, steps_n, bandwidth, results, dtypes=("
           ) -> dict:
     from orpheus_svc.engine.graph.backend import GraphBackend
     from orpheus_svc.engine.torch.backend import TorchBackend
-    from orpheus_svc.engine.torch.sampling import constrained_logits
+    from orpheus_svc.engine.model.sampling import constrained_logits
 
     cuda = device.type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
@@ -415,7 +415,7 @@ def steps(device, tiny, batches, context, steps_n, bandwidth, results, dtypes=("
 def fp8gemm(device, tiny, batches) -> dict:
     """Each layer GEMM of the model alone, per batch: bf16, the E4M3 quantisation of the
     activations alone, and each fp8 gemm with it (device milliseconds)."""
-    from orpheus_svc.engine.torch.linear import Fp8Linear, Linear, quantize_rows
+    from orpheus_svc.engine.model.linear import Fp8Linear, Linear, quantize_rows
     from orpheus_svc.models.demo import demo_spec
     from orpheus_svc.models.llama_config import orpheus_3b_spec
 

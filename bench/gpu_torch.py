@@ -83,8 +83,8 @@ def _snr_db(x: np.ndarray, ref: np.ndarray) -> float:
 # -- parity -------------------------------------------------------------------------------
 
 def _llama_logits(device: torch.device) -> list[torch.Tensor]:
-    from orpheus_svc.engine.torch.llama import SlotLlama
-    from orpheus_svc.engine.torch.sampling import constrained_logits
+    from orpheus_svc.engine.model.llama import SlotLlama
+    from orpheus_svc.engine.model.sampling import constrained_logits
     from orpheus_svc.models.demo import demo_spec, random_state_dict
 
     spec = demo_spec()
@@ -251,7 +251,7 @@ def _loaded_backend(device: torch.device, tiny: bool, slots: int, context: int,
     """TorchBackend over random weights, every slot holding `context` tokens of random
     audio (a mid-utterance KV cache)."""
     from orpheus_svc.engine.torch.backend import TorchBackend
-    from orpheus_svc.engine.torch.llama import SlotLlama
+    from orpheus_svc.engine.model.llama import SlotLlama
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     spec, weights = _random_model(tiny, device, dtype)

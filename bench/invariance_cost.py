@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from orpheus_svc.engine.torch.invariant import invariant_step
-from orpheus_svc.engine.torch.llama import SlotLlama
+from orpheus_svc.engine.model.invariant import invariant_step
+from orpheus_svc.engine.model.llama import SlotLlama
 from orpheus_svc.models.demo import demo_spec, random_state_dict
 
 SEQ = 512

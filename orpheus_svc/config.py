@@ -49,7 +49,7 @@ class ModelConfig:
     dtype: str = "auto"   # auto (float32 on CPU, bfloat16 on CUDA) | float32 | float16 | bfloat16
     # The transformer layers' weight matrices: none (in model.dtype) | fp8 (E4M3 with one
     # scale per output row, quantised at load from the checkpoint; activations per token at
-    # each matmul: engine/torch/linear.py). The embedding, norms, LM head and KV cache stay in
+    # each matmul: engine/model/linear.py). The embedding, norms, LM head and KV cache stay in
     # model.dtype. torch and graph backends; on CUDA fp8 needs a Hopper or Ada GPU.
     quantization: str = "none"
     # fp8 on CUDA: rowwise (torch._scaled_mm with both scale vectors) | tensorwise (unit

@@ -195,8 +195,8 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
 
 
 def _torch_backend(config: Config, model_ref: str, device: torch.device, dtype: torch.dtype):
-    from orpheus_svc.engine.torch.llama import SlotLlama
-    from orpheus_svc.engine.torch.backend import TorchBackend
+    from orpheus_svc.engine.model.llama import SlotLlama
+    from orpheus_svc.engine.torch.backend import TorchBackend, check_batch_invariance
     from orpheus_svc.models.loader import load_checkpoint
 
     ckpt = load_checkpoint(model_ref, device="cpu", dtype=dtype)
@@ -211,6 +211,7 @@ def _torch_backend(config: Config, model_ref: str, device: torch.device, dtype: 
         backend = GraphBackend(model, e.max_batch_size,
                                graphs=e.cuda_graphs and device.type == "cuda")
     else:
+        check_batch_invariance(model)
         backend = TorchBackend(model)
     return backend, ckpt.tokenizer.encode, ckpt.path
 

@@ -16,10 +16,10 @@ from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingP
 from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.engine.graph.backend import GraphBackend
-from orpheus_svc.engine.torch import invariant
+from orpheus_svc.engine.model import invariant
 from orpheus_svc.engine.torch.backend import TorchBackend
-from orpheus_svc.engine.torch.llama import SlotLlama
-from orpheus_svc.engine.torch.sampling import constrained_logits
+from orpheus_svc.engine.model.llama import SlotLlama
+from orpheus_svc.engine.model.sampling import constrained_logits
 
 from .tiny import tiny_spec
 

@@ -4,7 +4,7 @@ what each generation would compute alone."""
 import torch
 
 from orpheus_svc.core.tokens import audio_token_id
-from orpheus_svc.engine.torch.sampling import constrained_logits
+from orpheus_svc.engine.model.sampling import constrained_logits
 
 from .tiny import tiny_model
 

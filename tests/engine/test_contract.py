@@ -17,7 +17,7 @@ from orpheus_svc.engine.sim.backend import SimBackend
 from orpheus_svc.engine.sim.profiles import get_profile
 from orpheus_svc.engine.graph.backend import GraphBackend
 from orpheus_svc.engine.torch.backend import TorchBackend
-from orpheus_svc.engine.torch.llama import SlotLlama
+from orpheus_svc.engine.model.llama import SlotLlama
 from orpheus_svc.engine.trtllm.backend import TrtllmBackend
 from orpheus_svc.engine.trtllm.build import sampling_kwargs
 from orpheus_svc.engine.trtllm.stream import StreamBridge

@@ -19,7 +19,7 @@ from orpheus_svc.core.tokens import END_OF_SPEECH_ID
 from orpheus_svc.engine.graph.backend import GraphBackend
 from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.torch.backend import TorchBackend
-from orpheus_svc.engine.torch.llama import SlotLlama
+from orpheus_svc.engine.model.llama import SlotLlama
 
 from .harness import Collector, RecordingFlusher
 from .tiny import tiny_spec
@@ -211,7 +211,7 @@ def test_the_decode_step_has_no_host_sync_or_data_dependent_shape():
 
 
 def test_fp8_weights_are_rowwise_e4m3_within_their_rounding():
-    from orpheus_svc.engine.torch.linear import FP8, Fp8Linear
+    from orpheus_svc.engine.model.linear import FP8, Fp8Linear
     g = torch.Generator().manual_seed(4)
     scales = torch.logspace(-3, 1, 32, dtype=torch.float64)[:, None]  # rows of any size
     w = torch.randn(32, 64, dtype=torch.float64, generator=g) * scales

@@ -4,7 +4,7 @@ from hypothesis import given, settings, strategies as st
 
 from orpheus_svc.core.grammar import FrameParser, position_id_range
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID
-from orpheus_svc.engine.torch.sampling import (
+from orpheus_svc.engine.model.sampling import (
     RowParams,
     SeenAudio,
     apply_repetition_penalty,
@@ -119,7 +119,7 @@ def test_uniforms_are_in_range_and_decorrelated():
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.floats(0.05, 1.0), st.floats(0.1, 3.0))
 def test_candidate_shortcut_samples_exactly_like_the_full_sort(seed, top_p, scale):
-    import orpheus_svc.engine.torch.sampling as S
+    import orpheus_svc.engine.model.sampling as S
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(6, 4097, generator=g) * scale
     params = _params([3] * 6, [False] * 6, temp=1.0, top_p=top_p, counters=list(range(6)))
@@ -136,7 +136,7 @@ def test_candidate_shortcut_samples_exactly_like_the_full_sort(seed, top_p, scal
 def test_the_device_uniforms_are_the_host_uniforms_bit_for_bit():
     """splitmix_uniform_t (int64 tensors, no host sync: the graph engine's) against the
     numpy uint64 original, over the whole 64-bit range of seeds and counters."""
-    from orpheus_svc.engine.torch.sampling import int64_bits, splitmix_uniform_t
+    from orpheus_svc.engine.model.sampling import int64_bits, splitmix_uniform_t
     rng = np.random.default_rng(0)
     seeds = rng.integers(0, 2**64, size=20000, dtype=np.uint64)
     counters = rng.integers(0, 2**64, size=20000, dtype=np.uint64)
@@ -152,7 +152,7 @@ def test_the_device_uniforms_are_the_host_uniforms_bit_for_bit():
 def test_branch_free_columns_are_the_columns(seed, top_p, scale):
     """choose_columns without asking the host which rows need the full sort (what a CUDA
     graph holds) picks the same columns, also when some rows' nucleus is past the top 128."""
-    from orpheus_svc.engine.torch.sampling import choose_columns
+    from orpheus_svc.engine.model.sampling import choose_columns
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(6, 4097, generator=g) * scale
     logits[0] = 0.0  # flat: its nucleus needs the full sort

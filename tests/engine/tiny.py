@@ -4,7 +4,7 @@ import dataclasses
 
 import torch
 
-from orpheus_svc.engine.torch.llama import SlotLlama
+from orpheus_svc.engine.model.llama import SlotLlama
 from orpheus_svc.models.demo import demo_spec, random_state_dict
 
 

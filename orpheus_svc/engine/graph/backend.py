@@ -25,8 +25,8 @@ import numpy as np
 
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult
 from orpheus_svc.engine.graph.runner import GraphRunner, Launch, PrefillRow
-from orpheus_svc.engine.torch.invariant import invariant_step
-from orpheus_svc.engine.torch.llama import SlotLlama
+from orpheus_svc.engine.model.invariant import invariant_step
+from orpheus_svc.engine.model.llama import SlotLlama
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class GraphBackend:
         ahead = bool(len(d)) and int(d.last_token[0]) == -1  # Scheduler.schedule_ahead's
         seeded = (any(r.invariant for r in prefill)
                   or any(q.sampling.seed is not None for q in d.requests))
-        with invariant_step(seeded):  # the CPU path's matmuls (engine/torch/invariant.py)
+        with invariant_step(seeded):  # the CPU path's matmuls (engine/model/invariant.py)
             return (tuple(r.gen_id for r in plan.prefill),
                     self.runner.launch(prefill, decode, ahead=ahead))
 

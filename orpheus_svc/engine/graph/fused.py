@@ -11,7 +11,7 @@ floor). Per layer the fused step runs:
              -> gate/up GEMM -> silu_mul -> down GEMM -> add_rms_norm (residual + next norm)
 
 Two implementations of the same functions: `TorchOps`, plain torch with the arithmetic of
-engine/torch/llama.py (the CPU path and the reference), and `TritonOps`, Triton kernels
+engine/model/llama.py (the CPU path and the reference), and `TritonOps`, Triton kernels
 written for this project (CUDA; checked against TorchOps at start-up, and in the tests
 through Triton's interpreter). Each kernel computes in float32 and rounds once, where eager
 torch rounds after each op, so their results differ in the last bits of bf16.
@@ -24,7 +24,7 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from orpheus_svc.engine.torch.llama import apply_rope, rms_norm
+from orpheus_svc.engine.model.llama import apply_rope, rms_norm
 
 log = logging.getLogger(__name__)
 

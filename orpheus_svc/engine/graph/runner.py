@@ -33,8 +33,8 @@ from orpheus_svc.engine.graph.buckets import INPUT_ROWS, batch_buckets, bucket_f
 from orpheus_svc.engine.graph.fused import TorchOps, TritonOps, triton_ops_work
 from orpheus_svc.engine.graph.step import SlotState, choose_tokens, decode_step
 from orpheus_svc.engine.graph.timing import StepTimes
-from orpheus_svc.engine.torch.llama import SlotLlama
-from orpheus_svc.engine.torch.sampling import int64_bits
+from orpheus_svc.engine.model.llama import SlotLlama
+from orpheus_svc.engine.model.sampling import int64_bits
 
 log = logging.getLogger(__name__)
 

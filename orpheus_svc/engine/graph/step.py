@@ -14,7 +14,7 @@ the data, so one CUDA graph per batch bucket can hold all of it (engine/graph/ru
     choose    audio logits of every row's frame position from the 7 x 4096 audio rows of
               the head (one GEMM for all rows, then a gather), the stop logit where the
               grammar allows it, repetition penalty, temperature, top-p and the
-              counter-based uniform (seed, counter): engine/torch/sampling.py's functions
+              counter-based uniform (seed, counter): engine/model/sampling.py's functions
     write     last_ids[slots] = ids, seen marks; ids -> the output buffer
 
 The eager reference (engine/torch/backend.py) computes the same function with host-side
@@ -29,9 +29,9 @@ import torch
 
 from orpheus_svc.core.tokens import AUDIO_BASE, CODES_PER_POSITION, END_OF_SPEECH_ID, FRAME_TOKENS
 from orpheus_svc.engine.graph.fused import TorchOps
-from orpheus_svc.engine.torch.invariant import rows_matmul
-from orpheus_svc.engine.torch.llama import SlotLlama
-from orpheus_svc.engine.torch.sampling import (
+from orpheus_svc.engine.model.invariant import rows_matmul
+from orpheus_svc.engine.model.llama import SlotLlama
+from orpheus_svc.engine.model.sampling import (
     STOP_COLUMN,
     apply_repetition_penalty,
     choose_columns,

@@ -10,9 +10,9 @@ import torch
 
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult, StepRow
 
-from orpheus_svc.engine.torch.invariant import gemm_rows_invariant, invariant_step
-from orpheus_svc.engine.torch.llama import SlotLlama
-from orpheus_svc.engine.torch.sampling import RowParams, SeenAudio, apply_repetition_penalty, constrained_logits, sample_rows
+from orpheus_svc.engine.model.invariant import gemm_rows_invariant, invariant_step
+from orpheus_svc.engine.model.llama import SlotLlama
+from orpheus_svc.engine.model.sampling import RowParams, SeenAudio, apply_repetition_penalty, constrained_logits, sample_rows
 
 log = logging.getLogger(__name__)
 
@@ -21,18 +21,25 @@ _MASK64 = (1 << 64) - 1
 
 def seeded(rows: Sequence[StepRow]) -> list[bool]:
     """Which rows' sessions gave a seed: their bits must not depend on the batch
-    (engine/torch/invariant.py); the others take the fast path."""
+    (engine/model/invariant.py); the others take the fast path."""
     return [r.request.sampling.seed is not None for r in rows]
+
+
+def check_batch_invariance(model: SlotLlama) -> bool:
+    """Does this machine keep a seeded row's bits whatever its batch (engine/model/
+    invariant.py)? Logs a warning when it does not; the builder calls it at start-up."""
+    if model.device.type != "cpu" or gemm_rows_invariant(dtype=model.dtype):
+        return True
+    log.warning("this machine's GEMM gives a row other bits in other batches even padded "
+                "to blocks of 4 rows (engine/model/invariant.py): a seeded session's audio "
+                "may differ when other sessions run beside it")
+    return False
 
 
 class TorchBackend:
     def __init__(self, model: SlotLlama) -> None:
         self.model = model
         self.seen = SeenAudio(model.num_slots, model.device)
-        if model.device.type == "cpu" and not gemm_rows_invariant(dtype=model.dtype):
-            log.warning("this machine's GEMM gives a row other bits in other batches even "
-                        "padded to blocks of 4 rows (engine/torch/invariant.py): a seeded "
-                        "session's audio may differ when other sessions run beside it")
         # retry_safe: a step that raises can be re-run on a subset of its rows (EngineLoop
         # isolates the row that fails): prefill rewrites a slot from position 0, decode
         # rewrites the same KV position, and the seen-token marks are only set after

@@ -39,7 +39,7 @@ import torch
 
 from orpheus_svc.core.grammar import position_id_range, split_audio_token, state_after_token
 from orpheus_svc.core.tokens import AUDIO_BASE, AUDIO_VOCAB, CODES_PER_POSITION, FRAME_TOKENS
-from orpheus_svc.engine.torch.sampling import apply_repetition_penalty
+from orpheus_svc.engine.model.sampling import apply_repetition_penalty
 
 
 class AudioRepetitionPenalty:

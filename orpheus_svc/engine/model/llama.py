@@ -33,8 +33,8 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from orpheus_svc.engine.torch.invariant import attention_span, prompt_groups
-from orpheus_svc.engine.torch.linear import make_linear
+from orpheus_svc.engine.model.invariant import attention_span, prompt_groups
+from orpheus_svc.engine.model.linear import make_linear
 from orpheus_svc.models.llama_config import LlamaSpec
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class SlotLlama:
                  max_seq_len: int, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32, quantization: str = "none",
                  spare_slots: int = 0, fp8_gemm: str = "rowwise") -> None:
-        """`quantization`: "none" (weights in `dtype`) or "fp8" (engine/torch/linear.py; the
+        """`quantization`: "none" (weights in `dtype`) or "fp8" (engine/model/linear.py; the
         embedding, the norms and the LM head stay in `dtype`). `spare_slots`: KV slots
         allocated beyond `num_slots` for the owner's own use (the graph engine's dummy
         slot, which padded batch rows write to). `fp8_gemm`: Fp8Linear's gemm."""

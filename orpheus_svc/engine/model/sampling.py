@@ -31,7 +31,7 @@ from orpheus_svc.core.tokens import (
     END_OF_SPEECH_ID,
     FRAME_TOKENS,
 )
-from orpheus_svc.engine.torch.invariant import padding_rows, rows_matmul
+from orpheus_svc.engine.model.invariant import padding_rows, rows_matmul
 
 STOP_COLUMN = CODES_PER_POSITION  # column index of the stop logit in a [B, 4097] row
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from orpheus_svc.engine.torch.invariant import rows_matmul
+from orpheus_svc.engine.model.invariant import rows_matmul
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
