@@ -11,6 +11,7 @@ from pathlib import Path
 
 from orpheus_svc import __version__
 from orpheus_svc.config import ConfigError, dump, load_config
+from orpheus_svc.core.backends import BACKENDS
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -19,7 +20,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model checkpoint: local dir (HF layout) or hub id; "
                                    "default: the embedded demo model")
     p.add_argument("--snac", help="SNAC checkpoint: local dir or hub id (hubertsiuzdak/snac_24khz)")
-    p.add_argument("--backend", choices=["torch", "graph", "trtllm", "sim"], help="engine backend")
+    p.add_argument("--backend", choices=list(BACKENDS), help="engine backend")
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="any config setting, e.g. --set engine.max_batch_size=16 (repeatable)")

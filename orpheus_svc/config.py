@@ -28,6 +28,7 @@ from typing import Any, Mapping
 import yaml
 
 from orpheus_svc.audio.settings import FlusherSettings
+from orpheus_svc.core.backends import BACKENDS
 from orpheus_svc.core.checks import SettingError, require
 from orpheus_svc.core.scheduler import SchedulerSettings
 from orpheus_svc.files import read_mapping
@@ -75,9 +76,6 @@ class ModelConfig:
 
 
 _SCHEDULER = SchedulerSettings()  # the scheduler's defaults, written once (core/scheduler.py)
-# Backends whose steps run at real time on any device they run on: trtllm (a GPU only) and
-# sim (it paces steps like one). torch and graph do on CUDA, not on the CPU (the demo).
-REAL_TIME_BACKENDS = ("sim", "trtllm")
 # engine.row_budget's spellings (YAML reads a bare true/on as a boolean: "True" here)
 _ON_OFF = {"auto": "auto", "true": "true", "on": "true", "1": "true", "yes": "true",
            "false": "false", "off": "false", "0": "false", "no": "false"}
@@ -85,8 +83,8 @@ _ON_OFF = {"auto": "auto", "true": "true", "on": "true", "1": "true", "yes": "tr
 
 @dataclass(frozen=True)
 class EngineConfig:
-    # torch (eager reference) | graph (the same model, CUDA graphs + run-ahead: the GPU path
-    # that is measured, BENCHMARKS.md) | trtllm | sim
+    # a name of core/backends.py BACKENDS: torch (eager reference) | graph (the same model,
+    # CUDA graphs + run-ahead: the GPU path that is measured, BENCHMARKS.md) | trtllm | sim
     backend: str = "torch"
     max_sessions: int = 32  # KV slots, allocated at start-up
     max_seq_len: int = 4096
@@ -97,7 +95,7 @@ class EngineConfig:
     max_prefill_tokens: int = _SCHEDULER.max_prefill_tokens
     max_ahead_seconds: float = _SCHEDULER.max_ahead_seconds  # playout horizon; 0 = off
     # Real-time row budget at admission (SchedulerSettings.row_budget): true | false |
-    # auto: on where the backend runs at real time (REAL_TIME_BACKENDS), off on the CPU,
+    # auto: on where the backend runs at real time (core/backends.py), off on the CPU,
     # where it only delays later segments. Resolved and logged at start-up (runtime.py).
     row_budget: str = "auto"
     row_budget_headroom: float = _SCHEDULER.row_budget_headroom
@@ -125,8 +123,8 @@ class EngineConfig:
     # the config does not import the engine.)
 
     def __post_init__(self) -> None:
-        require(self.backend in ("torch", "graph", "trtllm", "sim"), self, "backend",
-                "must be torch, graph, trtllm or sim")
+        require(self.backend in BACKENDS, self, "backend",
+                f"must be one of {', '.join(BACKENDS)}")
         require(isinstance(self.cuda_graphs, bool), self, "cuda_graphs", "must be true or false")
         require(self.max_sessions >= 1, self, "max_sessions", "must be >= 1")
         require(self.max_seq_len >= 64, self, "max_seq_len", "must be >= 64")
@@ -146,9 +144,9 @@ class EngineConfig:
         ("cpu" or "cuda"), and why, in words for the start-up log."""
         if self.row_budget != "auto":
             return self.row_budget == "true", f"engine.row_budget={self.row_budget}"
-        on = self.backend in REAL_TIME_BACKENDS or (
-            self.backend in ("torch", "graph") and device_type == "cuda")
-        where = "" if self.backend in REAL_TIME_BACKENDS else f" on {device_type}"
+        traits = BACKENDS[self.backend]
+        on = traits.runs_at_real_time(device_type)
+        where = "" if traits.real_time == "always" else f" on {device_type}"
         why = (f"the {self.backend} backend{where} "
                + ("runs at real time" if on else "is slower than real time, where the budget "
                                                  "would only delay later segments"))

@@ -30,12 +30,9 @@ from orpheus_svc.core.voices import VoiceRegistry, english_registry
 from orpheus_svc.engine.collector import CollectorPacer
 from orpheus_svc.engine.handle import EventRouter, GenerationHandle
 from orpheus_svc.engine.loop import EngineLoop
+from orpheus_svc.engine.registry import BuiltBackend, build_backend
 
 log = logging.getLogger(__name__)
-
-DEMO_WARNING = ("no model configured: using the embedded DEMO checkpoint (seeded random weights "
-                "of the Orpheus architecture). It streams audio through the full pipeline, but "
-                "the audio is NOT speech. Set model.path (and model.snac) for real voices.")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -105,8 +102,9 @@ class FrontRuntime:
 @dataclass
 class Runtime(FrontRuntime):
     flusher: Flusher = None  # type: ignore[assignment]
-    # the prompt tokenizer's file (a split topology's front-ends load it); None: the sim's
-    tokenizer_file: str | None = None
+    # the prompt tokenizer a split topology's front-ends load: a tokenizer.json or a
+    # built-in one's name (engine/registry.py load_tokenizer); None: not known
+    tokenizer: str | None = None
     _started: bool = field(default=False, repr=False)
 
     def start(self) -> None:
@@ -151,97 +149,47 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
     dtype = resolve_dtype(m.dtype, device)
     if m.cpu_threads > 0:
         torch.set_num_threads(m.cpu_threads)
-    # The demo checkpoint stands in for whatever is not configured: the LM only for the
-    # torch backend (trtllm loads its engine dir, sim computes nothing), SNAC for all.
-    is_demo = m.path is None and e.backend in ("torch", "graph")
-    model_ref, snac_ref = m.path, m.snac
-    sim_codec = e.backend == "sim" and e.sim_codec
-    if is_demo or (snac_ref is None and not sim_codec):
-        from orpheus_svc.models.demo import ensure_demo_checkpoint
-        demo = ensure_demo_checkpoint()
-        if is_demo:
-            log.warning(DEMO_WARNING)
-            model_ref = str(demo.model_dir)
-        if snac_ref is None:
-            if not is_demo:
-                log.warning("model.snac not set: using a random-init SNAC, so the audio is not "
-                            "speech; set model.snac to hubertsiuzdak/snac_24khz or a local copy")
-            snac_ref = str(demo.snac_dir)
     settings = e.scheduler_settings(device.type)
     log.info(e.row_budget_choice(device.type)[1])
-    model_dir = None
-    if e.backend in ("torch", "graph"):
-        backend, encode, model_dir = _torch_backend(config, model_ref, device, dtype)
-        model_name = "demo" if is_demo else str(model_ref)
-    elif e.backend == "trtllm":
-        from orpheus_svc.engine.trtllm.build import build_trtllm_backend
-        backend, encode = build_trtllm_backend(config)
-        model_name = str(e.trtllm_engine_dir)
-    else:  # sim: GPU pacing without compute (config validation admits nothing else)
-        from orpheus_svc.engine.sim.backend import build_sim_backend
-        backend, encode, codec = build_sim_backend(config)
-        model_name = f"sim:{e.sim_profile}"
-    if not sim_codec:
-        codec = load_snac(snac_ref, device=device, dtype=torch.float32)
+    built = build_backend(config, device, dtype)  # engine/<backend>/build.py
+    codec = built.codec or load_snac(_snac_ref(config, built.is_demo), device=device,
+                                     dtype=torch.float32)
     flusher = Flusher(codec, config.flusher, router, on_error=router.on_audio_error,
                       on_decode=on_decode)
-    engine = EngineLoop(backend, flusher, router, settings=settings, seed=e.seed, on_step=on_step,
+    engine = EngineLoop(built.backend, flusher, router, settings=settings, seed=e.seed,
+                        on_step=on_step,
                         collector=CollectorPacer() if e.gc_pacing else None)
-    return Runtime(config=config, engine=engine, flusher=flusher, router=router, encode=encode,
-                   model_name=model_name, is_demo=is_demo, device=device,
-                   voices=_voices(config, model_dir),
-                   seed_refusal=backend.capabilities.seed_refusal,
-                   tokenizer_file=_tokenizer_file(config, model_dir))
+    return Runtime(config=config, engine=engine, flusher=flusher, router=router,
+                   encode=built.encode, model_name=built.model_name, is_demo=built.is_demo,
+                   device=device, voices=_voices(config, built),
+                   seed_refusal=built.backend.capabilities.seed_refusal,
+                   tokenizer=built.tokenizer)
 
 
-def _torch_backend(config: Config, model_ref: str, device: torch.device, dtype: torch.dtype):
-    from orpheus_svc.engine.model.llama import SlotLlama
-    from orpheus_svc.engine.torch.backend import TorchBackend, check_batch_invariance
-    from orpheus_svc.models.loader import load_checkpoint
-
-    ckpt = load_checkpoint(model_ref, device="cpu", dtype=dtype)
-    e = config.engine
-    graph = e.backend == "graph"
-    model = SlotLlama(ckpt.spec, ckpt.state_dict, num_slots=e.max_sessions,
-                      max_seq_len=e.max_seq_len, device=device, dtype=dtype,
-                      quantization=config.model.quantization, spare_slots=1 if graph else 0,
-                      fp8_gemm=config.model.fp8_gemm)
-    if graph:
-        from orpheus_svc.engine.graph.backend import GraphBackend
-        backend = GraphBackend(model, e.max_batch_size,
-                               graphs=e.cuda_graphs and device.type == "cuda")
-    else:
-        check_batch_invariance(model)
-        backend = TorchBackend(model)
-    return backend, ckpt.tokenizer.encode, ckpt.path
+def _snac_ref(config: Config, is_demo: bool) -> str:
+    """model.snac, else the demo's random-init SNAC (with a warning unless the whole model
+    is the demo, whose own warning says so)."""
+    if config.model.snac is not None:
+        return config.model.snac
+    from orpheus_svc.models.demo import ensure_demo_checkpoint
+    if not is_demo:
+        log.warning("model.snac not set: using a random-init SNAC, so the audio is not "
+                    "speech; set model.snac to hubertsiuzdak/snac_24khz or a local copy")
+    return str(ensure_demo_checkpoint().snac_dir)
 
 
-def _tokenizer_file(config: Config, model_dir) -> str | None:
-    """Where the prompt tokenizer was read from (None: the sim backend's stand-in)."""
-    e = config.engine
-    if e.backend == "sim":
-        return None
-    candidates = [Path(model_dir) / "tokenizer.json"] if model_dir else []
-    if e.backend == "trtllm" and e.trtllm_engine_dir:  # engine/trtllm/startup.py load_encoder
-        candidates.append(Path(e.trtllm_engine_dir) / "tokenizer.json")
-    if config.model.path:
-        candidates.append(Path(os.path.expanduser(config.model.path)) / "tokenizer.json")
-    return next((str(c) for c in candidates if c.is_file()), None)
-
-
-def _voices(config: Config, model_dir) -> VoiceRegistry:
+def _voices(config: Config, built: BuiltBackend) -> VoiceRegistry:
     """The served model's voice list (order of sources: models/voices.py)."""
     from orpheus_svc.core.voices import VoiceRegistryError
     from orpheus_svc.models.voices import load_voice_registry
 
-    m, e = config.model, config.engine
+    m = config.model
+    model_dir = built.model_dir
     if model_dir is None and m.path and os.path.isdir(os.path.expanduser(m.path)):
-        model_dir = os.path.expanduser(m.path)  # sim / trtllm: read it, never download it
+        model_dir = Path(os.path.expanduser(m.path))  # sim / trtllm: read it, never download it
     try:
-        registry = load_voice_registry(
-            setting=m.voices, model_ref=m.path, model_dir=Path(model_dir) if model_dir else None,
-            engine_dir=Path(e.trtllm_engine_dir) if e.backend == "trtllm" and e.trtllm_engine_dir
-            else None)
+        registry = load_voice_registry(setting=m.voices, model_ref=m.path, model_dir=model_dir,
+                                       engine_dir=built.engine_dir)
     except VoiceRegistryError as exc:
         raise ConfigError(f"voices: {exc}") from exc
     log.info("voices (%s): %s; default %s", registry.source or "model", ", ".join(registry.names),

@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     from orpheus_svc.core.prompt import build_prompt
     from orpheus_svc.core.scheduler import SchedulerSettings
     from orpheus_svc.engine.loop import EngineLoop
-    from orpheus_svc.engine.sim.backend import SimBackend, SimCodec, sim_encode
+    from orpheus_svc.engine.sim.backend import SimBackend
+    from orpheus_svc.engine.sim.codec import SimCodec
+    from orpheus_svc.engine.sim.encode import sim_encode
     from orpheus_svc.engine.sim.profiles import get_profile
 
     profile = get_profile("h100-fp8")

@@ -32,6 +32,7 @@ from orpheus_svc.core.generation import GenerationRequest
 from orpheus_svc.core.scheduler import SchedulerStats
 from orpheus_svc.core.status import Status
 from orpheus_svc.engine.handle import EventRouter
+from orpheus_svc.engine.registry import load_tokenizer
 from orpheus_svc.runtime import FrontRuntime
 from orpheus_svc.threads import os_named
 
@@ -214,12 +215,7 @@ def connect(commands_addr: str, events_addr: str, index: int, *,
 def remote_runtime(config, link: EngineLink) -> RemoteRuntime:
     """The front-end runtime once the engine is warm (its snapshot carries the EngineInfo)."""
     info = link.engine.snapshot.info
-    if info.tokenizer == "sim":
-        from orpheus_svc.engine.sim.backend import sim_encode
-        encode = sim_encode
-    else:
-        from orpheus_svc.models.tokenizer import TextTokenizer
-        encode = TextTokenizer.from_file(info.tokenizer).encode
+    encode = load_tokenizer(info.tokenizer)  # the engine's: a file, or a built-in's name
     return RemoteRuntime(config=config, engine=link.engine, router=link.router, encode=encode,
                          model_name=info.model_name, is_demo=info.is_demo, device=info.device,
                          voices=info.voices, link=link)

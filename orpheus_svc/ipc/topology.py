@@ -84,7 +84,7 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop, prio
         if priority is not None:
             runtime.engine.settings = dataclasses.replace(runtime.engine.settings,
                                                           priority=priority)
-        if runtime.tokenizer_file is None and config.engine.backend != "sim":
+        if runtime.tokenizer is None:
             raise RuntimeError("split topology: the prompt tokenizer's file was not found "
                                "(the front-ends load it); set model.path")
         runtime.start()
@@ -98,7 +98,7 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop, prio
     gc.freeze()
     info = wire.EngineInfo(
         model_name=runtime.model_name, is_demo=runtime.is_demo, device=str(runtime.device),
-        backend=config.engine.backend, tokenizer=runtime.tokenizer_file or "sim",
+        backend=config.engine.backend, tokenizer=runtime.tokenizer,
         voices=runtime.voices, max_batch_size=runtime.engine.settings.max_batch_size)
     engine, router = runtime.engine, runtime.router
 

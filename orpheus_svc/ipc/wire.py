@@ -131,7 +131,8 @@ class EngineInfo:
     is_demo: bool
     device: str
     backend: str
-    tokenizer: str  # "sim" (the sim backend's stand-in) or the path of a tokenizer.json
+    tokenizer: str  # the prompt tokenizer: a tokenizer.json's path or a built-in one's name
+                    # (engine/registry.py load_tokenizer)
     voices: VoiceRegistry
     max_batch_size: int
 

@@ -13,7 +13,10 @@ from orpheus_svc.core.prompt import build_prompt, max_tokens_for_text
 from orpheus_svc.core.scheduler import SchedulerSettings
 from orpheus_svc.core.tokens import SAMPLES_PER_FRAME
 from orpheus_svc.engine.loop import EngineLoop
-from orpheus_svc.engine.sim.backend import SimBackend, SimCodec, SimFaults, sim_encode
+from orpheus_svc.engine.sim.backend import SimBackend
+from orpheus_svc.engine.sim.codec import SimCodec
+from orpheus_svc.engine.sim.faults import SimFaults
+from orpheus_svc.engine.sim.encode import sim_encode
 from orpheus_svc.engine.sim.profiles import get_profile
 
 BAD_SEED = 4242
@@ -133,10 +136,11 @@ def test_a_codec_fault_fails_only_the_generation_whose_audio_it_is():
                                     for i in range(8)])
     assert rec.finished[ids[5]].reason == "error" and ids[5] not in rec.finals
     codec = flusher.codec
-    # A seeded generation's windows are decoded in calls of their own (reproducible audio,
-    # issue 29), so its fault never reaches a batch-mate; a poisoned window in a batched
-    # call, retried alone, is tests/audio/test_flusher_planning.py's.
-    assert codec.failed_calls and set(codec.failed_calls) == {1}
+    # A seeded generation's windows share calls of a fixed row count with the others'
+    # (issue 33: 8 rows here), so its fault fails such a call; the flusher then decodes
+    # that call's windows one by one, each still in a call of its 8 rows (its bits must
+    # not change), and only the poisoned window's fails again: the others finish (below).
+    assert codec.failed_calls and set(codec.failed_calls) == {8}
     for i, gid in enumerate(ids):
         if i != 5:
             assert gid in rec.finals

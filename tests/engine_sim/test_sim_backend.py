@@ -11,7 +11,8 @@ from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.grammar import FrameParser
 from orpheus_svc.core.step import StepPlan
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, FRAME_TOKENS
-from orpheus_svc.engine.sim.backend import SimBackend, sim_encode
+from orpheus_svc.engine.sim.backend import SimBackend
+from orpheus_svc.engine.sim.encode import sim_encode
 from orpheus_svc.engine.sim.profiles import PROFILES, get_profile
 
 H100 = get_profile("h100-fp8")

@@ -7,7 +7,7 @@ import pytest
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.audio.settings import FlusherSettings
 from orpheus_svc.core.tokens import SAMPLES_PER_FRAME
-from orpheus_svc.engine.sim.backend import SimCodec
+from orpheus_svc.engine.sim.codec import SimCodec
 from orpheus_svc.engine.sim.profiles import get_profile
 
 P = get_profile("h100-fp8")

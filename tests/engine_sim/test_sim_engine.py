@@ -16,7 +16,9 @@ from orpheus_svc.core.prompt import build_prompt, max_tokens_for_text
 from orpheus_svc.core.scheduler import SchedulerSettings
 from orpheus_svc.core.tokens import SAMPLES_PER_FRAME
 from orpheus_svc.engine.loop import EngineLoop
-from orpheus_svc.engine.sim.backend import SimBackend, SimCodec, build_sim_backend
+from orpheus_svc.engine.sim.backend import SimBackend
+from orpheus_svc.engine.sim.codec import SimCodec
+from orpheus_svc.engine.sim.build import build_sim_backend
 
 
 def test_build_sim_backend_from_config():

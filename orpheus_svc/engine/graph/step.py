@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from orpheus_svc.core.tokens import AUDIO_BASE, CODES_PER_POSITION, END_OF_SPEECH_ID, FRAME_TOKENS
+from orpheus_svc.core.tokens import AUDIO_BASE, CODES_PER_POSITION, FRAME_TOKENS
 from orpheus_svc.engine.graph.fused import TorchOps
 from orpheus_svc.engine.model.invariant import rows_matmul
 from orpheus_svc.engine.model.llama import SlotLlama

@@ -49,106 +49,32 @@ import json
 import logging
 import math
 import os
-import re
 import threading
 import time
-import zlib
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
-import torch
 
-from orpheus_svc.audio.settings import GPU_BATCH_FRAMES
 from orpheus_svc.core.grammar import position_id_range
 from orpheus_svc.core.prompt import TYPICAL_CHARS_PER_SECOND
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult, StepRow
 from orpheus_svc.core.tokens import (
-    BOS_ID,
     CODES_PER_POSITION,
     END_OF_SPEECH_ID,
     FRAME_SECONDS,
     FRAME_TOKENS,
-    SAMPLE_RATE,
-    SAMPLES_PER_FRAME,
 )
 
-from orpheus_svc.engine.sim.profiles import GpuProfile, get_profile
+from orpheus_svc.engine.sim.codec import SimCodec
+from orpheus_svc.engine.sim.encode import SIM_CHARS_PER_TOKEN
+from orpheus_svc.engine.sim.faults import POISON_CODES, SimFaults
+from orpheus_svc.engine.sim.profiles import GpuProfile
 from orpheus_svc.threads import os_named
 
 log = logging.getLogger(__name__)
 
-# sim_encode's granularity; Llama-3's tokenizer averages ~4 characters of English per token.
-SIM_CHARS_PER_TOKEN = 4.0
 _PROMPT_OVERHEAD_TOKENS = 8  # start of human, BOS, "tara:", end of text/human, start of AI/speech
 _POSITION_OFFSETS = np.array([position_id_range(p)[0] for p in range(FRAME_TOKENS)], np.int64)
-_PIECE = re.compile(r"\s?[A-Za-z0-9]{1,4}|\s?[^\sA-Za-z0-9]|\s+")
-
-
-def sim_encode(text: str) -> list[int]:
-    """A cheap stand-in tokenizer: BOS + one id per ~4-character piece (Llama-3-like lengths,
-    so prefill costs are realistic). Ids are a hash of the piece, below 128000."""
-    return [BOS_ID] + [zlib.crc32(p.encode()) % 128000 for p in _PIECE.findall(text)]
-
-
-class SimFault(RuntimeError):
-    """An injected failure (engine.sim_faults)."""
-
-
-# A frame the sim never draws by chance (p = 4096^-7 per frame): the codes of a generation
-# whose audio the codec must fail on carry it, so SimCodec recognises that generation's windows.
-POISON_CODES = np.full(FRAME_TOKENS, CODES_PER_POSITION - 1, dtype=np.int64)
-
-
-@dataclass
-class SimFaults:
-    """Injected faults, keyed by generation seed. Spec (engine.sim_faults), comma separated:
-
-        step_error:SEED@TOKEN     backend.step raises while that generation is in the step,
-                                  from its token TOKEN on (0 = at prefill)
-        slow_step:SEED@SECONDS    every step with that generation in it takes SECONDS longer
-        codec_error:SEED          the codec raises on any decode call holding its audio
-    """
-
-    step_error: dict[int, int] = field(default_factory=dict)
-    slow_step: dict[int, float] = field(default_factory=dict)
-    codec_error: set[int] = field(default_factory=set)
-
-    @classmethod
-    def parse(cls, spec: str) -> "SimFaults":
-        faults = cls()
-        for item in filter(None, (p.strip() for p in (spec or "").split(","))):
-            kind, _, arg = item.partition(":")
-            seed_s, _, val = arg.partition("@")
-            try:
-                seed = int(seed_s)
-                if kind == "step_error":
-                    faults.step_error[seed] = int(val or 0)
-                elif kind == "slow_step":
-                    faults.slow_step[seed] = float(val)
-                elif kind == "codec_error" and not val:
-                    faults.codec_error.add(seed)
-                else:
-                    raise ValueError
-            except ValueError:
-                raise ValueError(f"bad fault {item!r}: use step_error:SEED@TOKEN, "
-                                 "slow_step:SEED@SECONDS or codec_error:SEED") from None
-        return faults
-
-    def __bool__(self) -> bool:
-        return bool(self.step_error or self.slow_step or self.codec_error)
-
-    def before_step(self, plan: StepPlan, sleep: Callable[[float], None]) -> None:
-        extra = 0.0
-        for g in plan.rows:
-            at = self.step_error.get(g.seed)
-            if at is not None and g.num_generated >= at:
-                raise SimFault(f"injected step fault: generation {g.gen_id} (seed {g.seed}) "
-                               f"at token {g.num_generated}")
-            extra = max(extra, self.slow_step.get(g.seed, 0.0))
-        if extra > 0:
-            sleep(extra)
-
 
 #: A return from the step's sleep later than this counts in stats()["late_wakes"] (on an idle
 #: core a return is typically 0.1-0.2 ms late); every lateness adds to "late_wake_s".
@@ -415,105 +341,3 @@ class SimBackend:
         return c
 
 
-class SimCodec:
-    """Stands in for audio.codec.SnacCodec in the Flusher (same methods it calls).
-
-    latents() makes a [B, 1, 4F] zero tensor (the flusher crops and concatenates it);
-    decode_latents(z, keep=(lo, hi)) sleeps the profile's SNAC time for the call,
-        codec_call_s + frames x codec_s_per_frame,
-        frames = B x (EARLY_SHARE x T/4 + (1 - EARLY_SHARE) x (hi - lo)/2048)
-    (the real codec drops the window's context after the first upsampling block, which
-    carries ~15% of the cost, so context frames cost 15% and kept frames 100%), and returns
-    [B, hi - lo] (no keep: [B, T*512]) float32 noise at `level_db`: not silence, so the
-    encoders see ordinary samples; not speech either.
-    """
-
-    EARLY_SHARE = 0.15
-
-    device = torch.device("cpu")
-    max_batch_frames = GPU_BATCH_FRAMES  # it models a GPU codec, whatever `device` says
-    sample_rate = SAMPLE_RATE
-    samples_per_frame = SAMPLES_PER_FRAME
-    has_noise = False
-    noise = False
-
-    def __init__(self, profile: GpuProfile, *, level_db: float = -60.0, seed: int = 0,
-                 sleep: Callable[[float], None] = time.sleep, faults: bool = False) -> None:
-        self.faults = faults  # fail decode calls holding POISON_CODES frames (SimFaults)
-        self.failed_calls: list[int] = []  # windows in each decode call that failed
-        self.profile = profile
-        self._sleep = sleep
-        amp = 10 ** (level_db / 20)
-        self._noise = (np.random.default_rng(seed).uniform(-amp, amp, 4 * SAMPLE_RATE)
-                       .astype(np.float32))
-        self.num_calls = 0
-        self.num_frames = 0.0
-        self.modelled_s = 0.0
-
-    def latents(self, batch: Sequence[np.ndarray]) -> torch.Tensor:
-        lengths = {int(np.shape(w)[0]) for w in batch}
-        if len(lengths) != 1:
-            raise ValueError(f"all windows of one decode must have the same frame count, "
-                             f"got {sorted(lengths)}")
-        z = torch.zeros((len(batch), 1, 4 * lengths.pop()), dtype=torch.float32)
-        if self.faults:  # mark poisoned windows; decode_latents refuses them
-            for i, w in enumerate(batch):
-                if len(w) and bool((np.asarray(w) == POISON_CODES).all(axis=-1).any()):
-                    z[i] = float("nan")
-        return z
-
-    def decode_latents(self, z: torch.Tensor, keep: tuple[int, int] | None = None,
-                       noise: bool | None = None, noise_seeds=None) -> np.ndarray:
-        b, steps = int(z.shape[0]), int(z.shape[-1])
-        full = steps * (SAMPLES_PER_FRAME // 4)
-        lo, hi = (0, full) if keep is None else keep
-        if not 0 <= lo <= hi <= full:
-            raise ValueError(f"keep {keep} is outside the window's {full} samples")
-        n = hi - lo
-        if self.faults and bool(torch.isnan(z).any()):
-            self.failed_calls.append(b)
-            raise SimFault(f"injected codec fault in a decode call of {b} window(s)")
-        if n == 0:
-            return np.zeros((b, 0), dtype=np.float32)
-        frames = b * (self.EARLY_SHARE * steps / 4
-                      + (1 - self.EARLY_SHARE) * n / SAMPLES_PER_FRAME)
-        cost = self.profile.codec_seconds(frames)
-        self.num_calls += 1
-        self.num_frames += frames
-        self.modelled_s += cost
-        self._sleep(cost)
-        out = np.empty((b, n), dtype=np.float32)
-        out[:] = self._noise[:n] if n <= len(self._noise) else np.resize(self._noise, n)
-        return out
-
-    def decode_frames(self, batch: Sequence[np.ndarray], noise: bool | None = None) -> np.ndarray:
-        if len(batch) == 0:
-            return np.zeros((0, 0), dtype=np.float32)
-        return self.decode_latents(self.latents(batch))
-
-
-def build_sim_backend(config) -> tuple[SimBackend, Callable[[str], list[int]], SimCodec | None]:
-    """(backend, encode, codec) for `engine.backend: sim`; codec is None when
-    engine.sim_codec is false (then load the real SNAC as for the torch backend)."""
-    from orpheus_svc.config import ConfigError
-
-    e = config.engine
-    try:
-        profile = get_profile(e.sim_profile)
-    except KeyError as exc:
-        raise ConfigError(f"engine.sim_profile: {exc.args[0]}") from None
-    try:
-        faults = SimFaults.parse(getattr(e, "sim_faults", ""))
-    except ValueError as exc:
-        raise ConfigError(f"engine.sim_faults: {exc}") from None
-    backend = SimBackend(profile, num_slots=e.max_sessions, max_seq_len=e.max_seq_len,
-                         faults=faults)
-    codec = SimCodec(profile, seed=e.seed or 0, faults=bool(faults.codec_error)) \
-        if e.sim_codec else None
-    backend.codec = codec  # its counters join stats() (the benchmark's sim stats file)
-    if faults:
-        log.warning("engine.sim_faults is set: injecting faults %s (for tests only)", faults)
-    log.warning("engine.backend is sim: no model runs; steps are paced like a %s (%s) by a "
-                "roofline model (docs/capacity.md) and the audio is low-level noise",
-                profile.gpu, profile.name)
-    return backend, sim_encode, codec

@@ -38,6 +38,7 @@ from typing import Any, Callable
 from orpheus_svc.core.step import StepRow
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, PAD_ID
 
+from orpheus_svc.engine.registry import BuiltBackend
 from orpheus_svc.engine.trtllm.backend import TrtllmBackend
 from orpheus_svc.engine.trtllm.grammar import AudioGrammarLogitsProcessor
 from orpheus_svc.engine.trtllm.manifest import KV_DTYPE_BYTES, Manifest, kv_cache_bytes
@@ -46,6 +47,7 @@ from orpheus_svc.engine.trtllm.rules import LlmPlan, plan_llm
 from orpheus_svc.engine.trtllm.startup import (
     TrtllmStartupError,
     artifact_dir,
+    find_tokenizer,
     installed_version,
     load_encoder,
     load_manifest,
@@ -80,6 +82,16 @@ def sampling_kwargs(row: StepRow, grammar: AudioGrammarLogitsProcessor | None = 
 
 
 # -- the builder -------------------------------------------------------------------------
+
+def build(config: Any, device: Any = None, dtype: Any = None) -> BuiltBackend:
+    """engine/registry.py's entry: the backend, its tokenizer and its artifact directory
+    (the model and device settings are the artifact's own)."""
+    backend, encode = build_trtllm_backend(config)
+    path = artifact_dir(config.engine)
+    return BuiltBackend(backend, encode, str(config.engine.trtllm_engine_dir),
+                        engine_dir=path,
+                        tokenizer=str(find_tokenizer(path, config.model.path)))
+
 
 def build_trtllm_backend(config: Any) -> tuple[TrtllmBackend, Callable[[str], list[int]]]:
     """Load the artifact in engine.trtllm_engine_dir and return (backend, encode)."""

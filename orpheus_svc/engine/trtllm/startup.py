@@ -56,20 +56,25 @@ def load_manifest(path: Path) -> Manifest:
         raise TrtllmStartupError(f"engine.trtllm_engine_dir: {exc}") from exc
 
 
-def load_encoder(path: Path, model_path: str | None) -> Callable[[str], list[int]]:
-    """The prompt tokenizer: the artifact's tokenizer.json (the builder copies it there),
-    else model.path's."""
-    from orpheus_svc.models.tokenizer import TextTokenizer
-
+def find_tokenizer(path: Path, model_path: str | None) -> Path:
+    """The prompt tokenizer's file: the artifact's tokenizer.json (the builder copies it
+    there), else model.path's."""
     candidates = [path / "tokenizer.json"]
     if model_path:
         candidates.append(Path(os.path.expanduser(model_path)) / "tokenizer.json")
     for file in candidates:
         if file.is_file():
-            return TextTokenizer.from_file(file).encode
+            return file
     raise TrtllmStartupError(
         f"no tokenizer.json in engine.trtllm_engine_dir ({path}) or model.path "
         f"({model_path!r}): copy the Orpheus tokenizer.json next to the engine")
+
+
+def load_encoder(path: Path, model_path: str | None) -> Callable[[str], list[int]]:
+    """The prompt tokenizer (find_tokenizer's file)."""
+    from orpheus_svc.models.tokenizer import TextTokenizer
+
+    return TextTokenizer.from_file(find_tokenizer(path, model_path)).encode
 
 
 def installed_version() -> str | None:

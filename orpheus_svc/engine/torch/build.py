@@ -1,0 +1,15 @@
+"""Builds the torch backend (the eager reference) from the config: engine/registry.py's entry."""
+
+from __future__ import annotations
+
+from orpheus_svc.engine.model.load import load_slot_llama
+from orpheus_svc.engine.registry import BuiltBackend
+from orpheus_svc.engine.torch.backend import TorchBackend, check_batch_invariance
+
+
+def build(config, device, dtype) -> BuiltBackend:
+    loaded = load_slot_llama(config, device, dtype)
+    check_batch_invariance(loaded.model)
+    return BuiltBackend(TorchBackend(loaded.model), loaded.encode, loaded.model_name,
+                        is_demo=loaded.is_demo, model_dir=loaded.model_dir,
+                        tokenizer=loaded.tokenizer)
