@@ -140,7 +140,8 @@ def test_a_codec_fault_fails_only_the_generation_whose_audio_it_is():
     # (issue 33: 8 rows here), so its fault fails such a call; the flusher then decodes
     # that call's windows one by one, each still in a call of its 8 rows (its bits must
     # not change), and only the poisoned window's fails again: the others finish (below).
-    assert codec.failed_calls and set(codec.failed_calls) == {8}
+    # (A generation's last window goes alone: a call of 1 row, if the fault reaches it.)
+    assert codec.failed_calls and set(codec.failed_calls) <= {8, 1}
     for i, gid in enumerate(ids):
         if i != 5:
             assert gid in rec.finals
