@@ -76,7 +76,7 @@ fi
 
 if [[ "${SERVE:-1}" == 1 && -f "$CKPT/config.json" ]]; then
   say "server: graph backend, weights $QUANT ($GEMM), $SLOTS slots, batch $BATCH, max_seq_len $SEQ, switch interval ${SWITCH_INTERVAL:-default}"
-  PYTHONPATH=$SERVER_PATH "$PY" -m orpheus_svc.cli serve --model "$CKPT" --device "$DEVICE" --port "$PORT" \
+  PYTHONPATH=$SERVER_PATH "$PY" -m orpheus_svc.app.cli serve --model "$CKPT" --device "$DEVICE" --port "$PORT" \
     --backend graph --set model.quantization="$QUANT" --set model.fp8_gemm="$GEMM" \
     --set engine.max_sessions="$SLOTS" \
     --set engine.max_batch_size="$BATCH" --set engine.max_seq_len="$SEQ" \

@@ -73,7 +73,7 @@ cat "$OUT/orpheus_manifest.json"
 
 say "server on :$PORT (log: $LOG)"
 mkdir -p "$(dirname "$RESULTS")"
-"$PY" -m orpheus_svc.cli serve --backend trtllm --model "$MODEL" --snac "$SNAC" \
+"$PY" -m orpheus_svc.app.cli serve --backend trtllm --model "$MODEL" --snac "$SNAC" \
   --port "$PORT" --set engine.trtllm_engine_dir="$OUT" --set engine.max_sessions="$SLOTS" \
   --set engine.max_batch_size="$SLOTS" --set engine.max_seq_len="$SEQ" \
   --set engine.trtllm_kv_free_gpu_fraction="$KV_FRAC" >"$LOG" 2>&1 &

@@ -41,7 +41,7 @@ rm -rf "$CKPT"
 timeout 120 "$PY" bench/gpu_torch.py --device "$DEVICE" $TINY --write-checkpoint "$CKPT" >/dev/null || exit 1
 
 say "server (torch backend on CUDA, $SLOTS slots)"
-"$PY" -m orpheus_svc.cli serve --model "$CKPT" --device "$DEVICE" --port "$PORT" \
+"$PY" -m orpheus_svc.app.cli serve --model "$CKPT" --device "$DEVICE" --port "$PORT" \
   --set engine.max_sessions="$SLOTS" --set engine.max_batch_size="$SLOTS" \
   --set engine.max_seq_len=2048 >"$OUT_DIR/server.log" 2>&1 &
 SERVER_PID=$!

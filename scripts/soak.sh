@@ -17,7 +17,7 @@ LOG="$(mktemp -t orpheus-soak-XXXX.log)"
 
 # Small timeouts so idle and stalled sessions end within the soak; a wait queue as deep
 # as the client's concurrency so nothing is refused for capacity.
-"${PY}" -m orpheus_svc.cli serve --host 127.0.0.1 --port "${PORT}" \
+"${PY}" -m orpheus_svc.app.cli serve --host 127.0.0.1 --port "${PORT}" \
   --set engine.backend=sim --set engine.max_sessions=64 --set engine.max_batch_size=64 \
   --set engine.max_waiting=128 --set session.idle_timeout_seconds=1 \
   --set session.stalled_consumer_timeout_seconds=2 --set server.log_level=warning \

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
                                  description="orpheus-svc serve with a baseline batch order")
     ap.add_argument("--policy", choices=list(POLICIES), required=True)
     args, serve_args = ap.parse_known_args(argv)
-    from orpheus_svc.cli import main as svc_main
+    from orpheus_svc.app.cli import main as svc_main
 
     return svc_main(["serve", *serve_args], priority=POLICIES[args.policy])
 

@@ -3,7 +3,7 @@
 It runs in the gRPC server's process and event loop, over the same Runtime (one scheduler,
 one slot pool), through the same StreamSession and the same request validation as the gRPC
 servicer; only the wire format differs. `HttpServer` (server.py) is started and stopped by
-server/app.py when `server.http_port` is set. docs/http.md describes the API.
+app/server.py when `server.http_port` is set. docs/http.md describes the API.
 """
 
 from .server import HttpServer

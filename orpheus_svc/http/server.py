@@ -1,6 +1,6 @@
 """uvicorn serving the Starlette app inside the running asyncio loop (no thread, no process).
 
-The gRPC server owns SIGTERM/SIGINT and the drain sequence (server/app.py), so uvicorn's own
+The gRPC server owns SIGTERM/SIGINT and the drain sequence (app/server.py), so uvicorn's own
 signal capture is switched off: the app tells it when to stop.
 """
 

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import orpheus_svc
-import orpheus_svc.server.app  # noqa: F401  (the server extra's modules import)
+import orpheus_svc.app.server  # noqa: F401  (the server extra's modules import)
 import orpheus_tts_client
 from orpheus_tts_client import Client, TTSError
 

@@ -45,7 +45,7 @@ def test_policies_entry_point_injects_the_order_into_serve(monkeypatch):
         seen.update(config=config, priority=priority)
         return 0
 
-    import orpheus_svc.server.app as app
+    import orpheus_svc.app.server as app
     monkeypatch.setattr(app, "serve_main", fake_serve_main)
     assert main(["--policy", "round_robin", "--backend", "sim", "--port", "0"]) == 0
     assert seen["priority"] is round_robin and seen["config"].engine.backend == "sim"

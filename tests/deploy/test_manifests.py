@@ -18,7 +18,7 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from orpheus_svc import cli
+from orpheus_svc.app import cli
 from orpheus_svc.config import Config, load_config
 
 ROOT = Path(__file__).resolve().parents[2]

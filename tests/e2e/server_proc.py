@@ -25,7 +25,7 @@ class ServerProcess:
         self.port = free_port()
         self.addr = f"127.0.0.1:{self.port}"
         self.log_path = log_dir / f"{name}-{self.port}.log"
-        args = [sys.executable, "-m", "orpheus_svc.cli", "serve", "--host", "127.0.0.1",
+        args = [sys.executable, "-m", "orpheus_svc.app.cli", "serve", "--host", "127.0.0.1",
                 "--port", str(self.port)]
         for s in settings:
             args += ["--set", s]

@@ -13,7 +13,7 @@ from orpheus_svc.config import load_config
 from orpheus_svc.core.prompt import max_tokens_for_text
 from orpheus_svc.models.demo import ensure_demo_checkpoint
 from orpheus_svc.models.tokenizer import TextTokenizer
-from orpheus_svc.server.app import Server
+from orpheus_svc.app.server import Server
 
 TEXT = "It costs $3.50 on 12/05/2024."
 SPOKEN = "It costs three dollars and fifty cents on December fifth, twenty twenty-four."

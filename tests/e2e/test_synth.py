@@ -85,7 +85,7 @@ def test_a_cancelled_handle_ends_with_one_cancelled_event(sim_runtime):
 
 def test_the_cli_writes_a_wav_from_the_demo_model(tmp_path):
     out = tmp_path / "out.wav"
-    proc = subprocess.run([sys.executable, "-m", "orpheus_svc.cli", "synth", "--text",
+    proc = subprocess.run([sys.executable, "-m", "orpheus_svc.app.cli", "synth", "--text",
                            "Hello there. General Kenobi!", "--out", str(out), "--seed", "3"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr

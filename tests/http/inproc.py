@@ -16,7 +16,7 @@ import threading
 import grpc
 
 from orpheus_svc.config import load_config
-from orpheus_svc.server.app import Server
+from orpheus_svc.app.server import Server
 
 
 def free_port() -> int:

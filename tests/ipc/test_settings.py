@@ -2,7 +2,7 @@
 
 import pytest
 
-from orpheus_svc.cli import main
+from orpheus_svc.app.cli import main
 from orpheus_svc.config import ConfigError, load_config
 
 

@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 
 import orpheus_svc
 import orpheus_tts_client
-from orpheus_svc.cli import main as svc_main
+from orpheus_svc.app.cli import main as svc_main
 from orpheus_tts_client.cli import main as say_main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -103,7 +103,7 @@ def test_wheels_declare_version_commands_and_the_server_extra(dists):
     assert not any(r.startswith(("grpcio", "orpheus-tts-client")) and "extra" not in r
                    for r in requires), "the base install must stay free of the server stack"
     entry = server.read(f"orpheus_svc-{sv}.dist-info/entry_points.txt").decode()
-    assert "orpheus-svc = orpheus_svc.cli:main" in entry
+    assert "orpheus-svc = orpheus_svc.app.cli:main" in entry
     client = _wheel(dists, "orpheus_tts_client", cv)
     assert _metadata(client, "orpheus_tts_client", cv)["Version"] == cv
     assert "orpheus-say = orpheus_tts_client.cli:main" in \

@@ -5,7 +5,7 @@ import threading
 
 from orpheus_svc.config import load_config
 from orpheus_svc.ipc import topology
-from orpheus_svc.server import app
+from orpheus_svc.app import server as app
 
 from tests.http.inproc import InProcessServer
 

@@ -4,7 +4,7 @@ that explains them. The flags are shortcuts for the same settings `--set` reache
 
 import pytest
 
-from orpheus_svc.cli import build_parser, main
+from orpheus_svc.app.cli import build_parser, main
 from orpheus_svc.config import load_config
 
 

@@ -3,7 +3,7 @@ import warnings
 
 import pytest
 
-from orpheus_svc.cli import main
+from orpheus_svc.app.cli import main
 from orpheus_svc.config import Config, ConfigError, dump, load_config
 from orpheus_svc.core.scheduler import SchedulerSettings
 
@@ -142,7 +142,7 @@ def test_config_command_from_the_shell_needs_no_model_and_no_server_stack(tmp_pa
     import subprocess
     import sys
     env = {**os.environ, "ORPHEUS_ENGINE__MAX_WAITING": "7"}
-    probe = ("import sys; from orpheus_svc.cli import main; code = main(sys.argv[1:]); "
+    probe = ("import sys; from orpheus_svc.app.cli import main; code = main(sys.argv[1:]); "
              "assert 'torch' not in sys.modules and 'grpc' not in sys.modules; sys.exit(code)")
     run = subprocess.run([sys.executable, "-c", probe, "config", "--profile", "longform"],
                          env=env, capture_output=True, text=True, timeout=60)

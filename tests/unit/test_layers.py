@@ -22,14 +22,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("audio",),                     # SNAC, flusher, encodings
     ("config",),                    # settings and their validation
     ("models",),                    # checkpoints, tokenizer, demo, voice lists
-    ("engine", "ipc"),              # the engine loop and the backends; the split
-                                    # topology's wire format and engine side
-    ("runtime", "ipc.frontend"),    # builds and owns one engine (and its flusher); a
-                                    # front-end's runtime on the engine process
+    ("engine",),                    # the engine loop and the backends
+    ("runtime", "ipc"),             # builds and owns one engine (and its flusher); the split
+                                    # topology's wire format, engine side and front-end side
     ("server", "http", "synth"),    # the edges: gRPC, HTTP, offline synthesis
-    ("server.app",),                # composition roots: the gRPC server process,
-    ("ipc.topology",),              # the split's supervisor (runs server.app front-ends),
-    ("cli",),                       # and the command line, which starts either
+    ("app",),                       # composition roots (orpheus_svc/app/, each above the
+    ("app.server",),                # one before): the gRPC server process, the split's
+    ("app.topology",),              # supervisor (runs app.server front-ends), and the
+    ("app.cli",),                   # command line, which starts either
 ]
 
 # What the pure core may import besides itself: the standard library, numpy, num2words.
@@ -102,6 +102,23 @@ def test_the_core_is_pure(module):
     assert not any(t.split(".")[0] in ("asyncio", "threading", "queue")
                    for t in _imports(module, MODULES[module])), \
         f"{module} uses threads or asyncio: those belong to the engine loop and the edges"
+
+
+def test_every_folder_sits_on_one_layer():
+    """A package folder is one layer: a module that needs a higher layer than its folder's
+    belongs in another folder (issue 38 moved the composition roots to orpheus_svc/app/)."""
+    folders: dict[str, set[int]] = {}
+    for module in MODULES:
+        parts = module.split(".")
+        if len(parts) > 2 or (len(parts) == 2 and MODULES[module].name == "__init__.py"):
+            folders.setdefault(parts[1], set()).add(_rank(module))
+    mixed = {f: sorted(LAYERS[r] for r in ranks) for f, ranks in folders.items()
+             if len(ranks) > 1 and f != "app"}
+    assert not mixed, f"folders spanning layers: {mixed}"
+    app = {_rank(m) for m in MODULES if m.startswith("orpheus_svc.app.")}
+    others = [_rank(m) for m in MODULES if not m.startswith("orpheus_svc.app")]
+    assert min(app) > max(r for r in others if r is not None), \
+        "orpheus_svc/app/ holds the composition roots: above every other layer"
 
 
 def test_every_layer_name_exists():

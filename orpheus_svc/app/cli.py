@@ -115,9 +115,9 @@ def main(argv: list[str] | None = None, *, priority=None) -> int:
     if args.command == "serve":
         try:
             if config.server.topology == "split":  # an engine process and gRPC front-ends
-                from orpheus_svc.ipc.topology import serve_split as serve
+                from orpheus_svc.app.topology import serve_split as serve
             else:
-                from orpheus_svc.server.app import serve_main as serve
+                from orpheus_svc.app.server import serve_main as serve
         except ImportError as exc:  # installed without the server extra (e.g. a build machine)
             print(f"orpheus-svc: serving needs the server extra (pip install "
                   f"'orpheus-svc[server]' and ./clients/python): {exc}", file=sys.stderr)

@@ -3,7 +3,7 @@
     orpheus-svc serve (this parent: supervises, serves nothing)
       |- engine process   build_runtime (scheduler, slots, backend, flusher, SNAC), warm-up,
       |                   EngineServer (orpheus_svc/ipc/engine.py) on two ipc:// sockets
-      |- front-end 0..N-1 server/app.py Server with a FrontendSpec: grpc.aio on server.port
+      |- front-end 0..N-1 app/server.py Server with a FrontendSpec: grpc.aio on server.port
                           (SO_REUSEPORT), sessions, encoding; RemoteEngine over ZeroMQ
 
 On SIGTERM/SIGINT the parent stops the front-ends (SIGTERM: drain delay, grace) and, once
@@ -34,8 +34,8 @@ import time
 from orpheus_svc.config import Config
 from orpheus_svc.threads import name_os_thread, os_named
 
-from . import wire
-from .frontend import DOWN_AFTER
+from orpheus_svc.ipc import wire
+from orpheus_svc.ipc.frontend import DOWN_AFTER
 
 log = logging.getLogger("orpheus_svc.topology")
 
@@ -94,7 +94,7 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop, prio
         server.close()
         sys.exit(3)
     # Start-up objects live for good: out of the cyclic collector's view (as in
-    # server/app.py Server.load; GC was 4.3% of the server's CPU under load, 2.1% frozen).
+    # app/server.py Server.load; GC was 4.3% of the server's CPU under load, 2.1% frozen).
     gc.freeze()
     info = wire.EngineInfo(
         model_name=runtime.model_name, is_demo=runtime.is_demo, device=str(runtime.device),
@@ -119,9 +119,9 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop, prio
 
 
 def frontend_main(config: Config, index: int, commands_addr: str, events_addr: str) -> None:
-    """Front-end `index`: the gRPC server (server/app.py) with the engine over ZeroMQ."""
+    """Front-end `index`: the gRPC server (app/server.py) with the engine over ZeroMQ."""
     from orpheus_svc.server import eventloop
-    from orpheus_svc.server.app import FrontendSpec, serve
+    from orpheus_svc.app.server import FrontendSpec, serve
     from orpheus_svc.server.logs import configure_logging
 
     configure_logging(config.server.log_format, config.server.log_level)
@@ -133,8 +133,8 @@ def frontend_main(config: Config, index: int, commands_addr: str, events_addr: s
 
 def serve_split(config: Config, *, priority=None) -> int:
     """The split topology's supervisor: an engine process and server.frontends gRPC
-    front-end processes (server/app.py), until a signal or one of them ends."""
-    from orpheus_svc.server.app import serving_prelude
+    front-end processes (app/server.py), until a signal or one of them ends."""
+    from orpheus_svc.app.server import serving_prelude
 
     code = serving_prelude(config)
     if code is not None:

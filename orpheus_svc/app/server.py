@@ -9,7 +9,7 @@ for `server.drain_delay_seconds` (load balancers notice), then the listener clos
 in flight get `server.grace_seconds` to finish before they are cancelled (their slots
 freed); then the engine and flusher threads stop.
 
-With `server.topology: split` (orpheus_svc/ipc/topology.py) this Server runs in each
+With `server.topology: split` (orpheus_svc/app/topology.py) this Server runs in each
 front-end process with a FrontendSpec: the port is shared (SO_REUSEPORT), load() waits for
 the engine process to be warm instead of building a runtime, metrics go to
 server.metrics_port + index, the HTTP edge runs on front-end 0 only, and health turns
@@ -37,14 +37,14 @@ from orpheus_svc.core.scheduler import PriorityFn
 from orpheus_svc.runtime import build_runtime
 from orpheus_svc.security import KeyFileError
 
-from . import eventloop
-from .auth import ApiKeyInterceptor, AuthCollector, AuthGuard
-from .logs import configure_logging
-from .metrics import Metrics
-from .reflection import add_reflection
-from .servicer import API_VERSION, TTSServicer, add_tts_servicer
-from .state import ServerState
-from .tls import CertificateFiles, TlsFilesError
+from orpheus_svc.server import eventloop
+from orpheus_svc.server.auth import ApiKeyInterceptor, AuthCollector, AuthGuard
+from orpheus_svc.server.logs import configure_logging
+from orpheus_svc.server.metrics import Metrics
+from orpheus_svc.server.reflection import add_reflection
+from orpheus_svc.server.servicer import API_VERSION, TTSServicer, add_tts_servicer
+from orpheus_svc.server.state import ServerState
+from orpheus_svc.server.tls import CertificateFiles, TlsFilesError
 
 log = structlog.get_logger("orpheus_svc.server")
 
@@ -249,7 +249,7 @@ async def serve(config: Config, stop: asyncio.Event | None = None, *,
 
 def serving_prelude(config: Config) -> int | None:
     """What every way of serving does first (this process, or the split's supervisor:
-    ipc/topology.py): logging as configured, and a missing event loop refused before any
+    app/topology.py): logging as configured, and a missing event loop refused before any
     process starts. Returns the exit code to stop with, or None."""
     configure_logging(config.server.log_format, config.server.log_level)
     try:
