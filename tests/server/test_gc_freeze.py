@@ -4,7 +4,7 @@
 import threading
 
 from orpheus_svc.config import load_config
-from orpheus_svc.ipc import topology
+from orpheus_svc.app import topology
 from orpheus_svc.app import server as app
 
 from tests.http.inproc import InProcessServer
