@@ -24,6 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult
+from orpheus_svc.engine.graph.clock import StepClock, StepMark
 from orpheus_svc.engine.graph.runner import GraphRunner, Launch, PrefillRow
 from orpheus_svc.engine.model.invariant import invariant_step
 from orpheus_svc.engine.model.llama import SlotLlama
@@ -41,11 +42,12 @@ class GraphBackend:
         self.runner = GraphRunner(model, max_batch_size, graphs=graphs, kernel=kernel,
                                   buckets=buckets, fused=fused)
         self.model = model
+        self.clock = StepClock(model.device.type == "cuda")  # timing, from outside the runner
         self.capabilities = BackendCapabilities(
             name="graph", num_slots=model.num_slots, max_seq_len=model.max_seq_len,
             runs_ahead=True)
 
-    def launch(self, plan: StepPlan) -> tuple[tuple[int, ...], Launch]:
+    def launch(self, plan: StepPlan) -> tuple[tuple[int, ...], Launch, StepMark]:
         prefill = [PrefillRow(r.slot, r.request.prompt_ids, r.request.sampling.temperature,
                               r.request.sampling.top_p, r.request.sampling.repetition_penalty,
                               r.seed, r.frame_position, r.stop_allowed, r.num_generated,
@@ -58,16 +60,20 @@ class GraphBackend:
         ahead = bool(len(d)) and int(d.last_token[0]) == -1  # Scheduler.schedule_ahead's
         seeded = (any(r.invariant for r in prefill)
                   or any(q.sampling.seed is not None for q in d.requests))
+        mark = self.clock.begin(ahead)
         with invariant_step(seeded):  # the CPU path's matmuls (engine/model/invariant.py)
-            return (tuple(r.gen_id for r in plan.prefill),
-                    self.runner.launch(prefill, decode, ahead=ahead))
+            launched = self.runner.launch(prefill, decode)
+        self.clock.launched(mark)
+        return tuple(r.gen_id for r in plan.prefill), launched, mark
 
-    def collect(self, launched: tuple[tuple[int, ...], Launch]) -> StepResult:
-        prefill_ids, launch = launched
+    def collect(self, launched: tuple[tuple[int, ...], Launch, StepMark]) -> StepResult:
+        prefill_ids, launch, mark = launched
+        t0 = time.perf_counter()
         first, decode = self.runner.collect(launch)
+        self.clock.collected(mark, launch, (time.perf_counter() - t0) * 1000)
         now = time.monotonic()
-        if now - self.runner.times.started >= TIMING_LOG_S:
-            log.info(self.runner.times.report(now))
+        if now - self.clock.times.started >= TIMING_LOG_S:
+            log.info(self.clock.times.report(now))
         return StepResult(tokens={g: (int(t),) for g, t in zip(prefill_ids, first)},
                           decode_tokens=decode if launch.num_decode else None)
 

@@ -32,7 +32,6 @@ from orpheus_svc.engine.graph.attention import (DecodeAttention, decode_attentio
 from orpheus_svc.engine.graph.buckets import INPUT_ROWS, batch_buckets, bucket_for, pack_inputs
 from orpheus_svc.engine.graph.fused import TorchOps, TritonOps, triton_ops_work
 from orpheus_svc.engine.graph.step import SlotState, choose_tokens, decode_step
-from orpheus_svc.engine.graph.timing import StepTimes
 from orpheus_svc.engine.model.llama import SlotLlama
 from orpheus_svc.engine.model.sampling import int64_bits
 
@@ -63,9 +62,6 @@ class Launch:
     num_prefill: int
     num_decode: int
     event: object | None  # torch.cuda.Event, None off CUDA (the work is done already)
-    start: object | None = None  # timing event before the step's first copy (CUDA)
-    ahead: bool = False          # launched before the previous step was read
-    host_ms: float = 0.0         # the engine thread's time inside launch()
 
 
 class GraphRunner:
@@ -103,8 +99,6 @@ class GraphRunner:
                           for _ in range(2)]
         self._events: list = [None, None]
         self._turn = 0
-        self.times = StepTimes(time.monotonic())  # timing.py; the backend logs it
-        self._last_end = None  # the last collected step's end event (CUDA)
         spec = model.spec
         sms = torch.cuda.get_device_properties(device).multi_processor_count if cuda else 8
         self._attend = {}
@@ -160,17 +154,10 @@ class GraphRunner:
 
     # -- the step -------------------------------------------------------------------------
 
-    def launch(self, prefill: Sequence[PrefillRow], decode: np.ndarray | None,
-               ahead: bool = False) -> Launch:
+    def launch(self, prefill: Sequence[PrefillRow], decode: np.ndarray | None) -> Launch:
         """Queue one step: prefill rows, decode rows as a [5, n] int64 array
-        (buckets.INPUT_ROWS). Returns at once on CUDA. `ahead`: launched before the
-        previous step was read (for the timing counters only)."""
-        t0 = time.perf_counter()
+        (buckets.INPUT_ROWS). Returns at once on CUDA. (Timed from outside: clock.py.)"""
         cuda = self.device.type == "cuda"
-        start = None
-        if cuda:
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
         turn = self._turn
         self._turn ^= 1
         if self._events[turn] is not None:
@@ -200,21 +187,12 @@ class GraphRunner:
             event = torch.cuda.Event(blocking=True, enable_timing=True)
             event.record()
         self._events[turn] = event
-        return Launch(turn, num_p, n, event, start, ahead, (time.perf_counter() - t0) * 1000)
+        return Launch(turn, num_p, n, event)
 
     def collect(self, launch: Launch) -> tuple[np.ndarray, np.ndarray]:
         """(prefill ids, decode ids) of a launched step, waiting for it if need be."""
-        t0 = time.perf_counter()
-        span = gap = None
         if launch.event is not None:
             launch.event.synchronize()
-            span = launch.start.elapsed_time(launch.event)
-            if self._last_end is not None:
-                gap = max(0.0, self._last_end.elapsed_time(launch.start))
-            self._last_end = launch.event
-        self.times.add(launch.num_prefill + launch.num_decode, launch.num_prefill > 0,
-                       launch.ahead, span, gap, (time.perf_counter() - t0) * 1000,
-                       launch.host_ms)
         host = self._host_out[launch.turn].numpy()
         return host[1, :launch.num_prefill].copy(), host[0, :launch.num_decode].copy()
 

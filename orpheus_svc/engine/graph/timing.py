@@ -1,6 +1,6 @@
-"""Where a serving graph engine's time goes, step by step (pure Python: the runner feeds it).
+"""Where a serving graph engine's time goes, step by step (pure Python: clock.py feeds it).
 
-Per step the runner reports what the device said (CUDA timing events, in ms) and what the
+Per step the backend (clock.py) reports what the device said (CUDA timing events, in ms) and what the
 host did:
 
     span   the step on the device, from its first input copy to its ids' copy back
