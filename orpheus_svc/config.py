@@ -106,6 +106,9 @@ class EngineConfig:
     # graph: capture one CUDA graph per batch bucket at start-up (on CUDA); false runs the
     # same step eagerly on the same static buffers (debugging; always so on the CPU)
     cuda_graphs: bool = True
+    # graph: prompt tokens a step's captured graph holds beside max_batch_size decode rows
+    # (a new prompt's tokens are rows of the step: no eager prefill); caps the prefill budget
+    graph_prefill_rows: int = 256
     # trtllm
     trtllm_engine_dir: str | None = None
     trtllm_kv_free_gpu_fraction: float = 0.9
@@ -127,6 +130,8 @@ class EngineConfig:
                 f"must be one of {', '.join(BACKENDS)}")
         require(isinstance(self.cuda_graphs, bool), self, "cuda_graphs", "must be true or false")
         require(self.max_sessions >= 1, self, "max_sessions", "must be >= 1")
+        require(0 <= self.graph_prefill_rows <= 65536, self, "graph_prefill_rows",
+                "must be 0..65536")
         require(self.max_seq_len >= 64, self, "max_seq_len", "must be >= 64")
         require(isinstance(self.gc_pacing, bool), self, "gc_pacing", "must be true or false")
         require(0 < self.trtllm_kv_free_gpu_fraction <= 1, self, "trtllm_kv_free_gpu_fraction",

@@ -227,6 +227,9 @@ class BackendCapabilities:
         launch the next step (Scheduler.schedule_ahead: rows advanced by one token, their
         last_token -1) before it collects this one (docs/architecture.md, "The graph
         engine and run-ahead").
+    max_prefill_tokens: the most prompt tokens one step should hold (the graph engine: what
+        its captured step holds beside the decode rows); the scheduler's prefill budget is
+        capped to it. None: no limit of the backend's own.
     seed_refusal: why a client's per-request seed (SamplingParams.seed) cannot be honoured,
         naming what ignores it; None when it is (every backend but TensorRT-LLM's PyTorch
         runtime). The edge refuses such a request (runtime.FrontRuntime.request) rather
@@ -239,6 +242,7 @@ class BackendCapabilities:
     streams_deltas: bool = False
     confirms_release: bool = False
     runs_ahead: bool = False
+    max_prefill_tokens: int | None = None
     seed_refusal: str | None = None
 
 

@@ -102,7 +102,9 @@ def effective_settings(settings: SchedulerSettings,
     """The scheduler settings a backend really runs with: the configured ones, adjusted
     here and only here for what the backend is (core/step.py, BackendCapabilities). A
     backend that streams deltas gets every running generation in every plan, no prefill
-    budget and no playout horizon."""
+    budget and no playout horizon; one with a prefill limit of its own a budget no larger."""
+    if caps.max_prefill_tokens and caps.max_prefill_tokens < settings.max_prefill_tokens:
+        settings = dataclasses.replace(settings, max_prefill_tokens=caps.max_prefill_tokens)
     if not caps.streams_deltas:
         return settings
     return dataclasses.replace(

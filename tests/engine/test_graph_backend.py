@@ -17,6 +17,7 @@ from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID
 from orpheus_svc.engine.graph.backend import GraphBackend
+from orpheus_svc.engine.graph.rows import INPUT_ROWS, PrefillRow
 from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.torch.backend import TorchBackend
 from orpheus_svc.engine.model.llama import SlotLlama
@@ -95,12 +96,45 @@ def test_padding_rows_touch_only_the_dummy_slot():
     # 3 rows (slots 0, 1, 2) run in the bucket of 4: one padding row
     rows = np.array([[0, 1, 2], [20, 3, 5], [0, 1, 2], [0, 0, 0], [0, 0, 0]], np.int64)
     runner.collect(runner.launch([], rows))
-    assert runner.ints[:, 3].tolist() == [dummy, 0, 0, 0, 0]
+    padding = dict(zip(INPUT_ROWS, runner.ints[:, 3].tolist()))
+    assert padding == dict(slots=dummy, pos=0, fpos=0, stop_ok=0, counter=0, token=-1,
+                           sample=0, first=0, seed=0)
     for li, k in enumerate(model.k_cache):
         changed = (k != before[li]).flatten(1).any(dim=1).nonzero().flatten().tolist()
         assert changed == [0, 1, 2, dummy]  # slots 3..5 (other generations') untouched
     marked = (runner.state.seen != seen_before).flatten(1).any(dim=1).nonzero().flatten()
     assert set(marked.tolist()) <= {0, 1, 2, dummy}
+
+
+@pytest.mark.parametrize("prefill_rows", [0, 3, 64])
+def test_prompts_are_rows_of_the_step_and_give_the_eager_tokens(prefill_rows):
+    """Issue 32: no eager prefill. A new prompt's tokens are rows of the captured step,
+    beside the decode rows; a step with more rows than the largest graph holds (prefill_rows
+    0 and 3 here: every prompt of 7-9 tokens is longer) runs as several replays in order.
+    Float64: any token that differs from the eager backend's is a bug."""
+    reqs = [_request(0, 20), _request(1, 14, 1.0, 0.95, 1.3), _request(2, 9, 0.0),
+            _request(3, 17)]
+    eager = _drive(TorchBackend(_model(False)), reqs, max_batch=4)
+    backend = GraphBackend(_model(True), 4, graphs=False, prefill_rows=prefill_rows)
+    assert backend.runner.capacity == 4 + prefill_rows
+    assert backend.capabilities.max_prefill_tokens == (prefill_rows or None)
+    assert _drive(backend, reqs, max_batch=4) == eager
+
+
+def test_a_prompt_row_before_the_last_writes_only_its_own_kv():
+    """A prompt's rows before its last sample nothing: last_ids and the seen marks of its
+    slot are written by its last row alone (the others' go to the dummy slot)."""
+    backend = _graph(max_batch=4)
+    runner, state = backend.runner, backend.runner.state
+    state.last_ids[2] = 4242  # what the slot held before: only the last row may change it
+    prompt = list(PROMPT)
+    row = PrefillRow(2, prompt, 0.6, 0.8, 1.1, 7, 0, False, 0)
+    first, _ = runner.collect(runner.launch([row], None))
+    assert state.last_ids[2].item() == first[0] != 4242
+    assert int(state.seen[2].sum()) == 1  # one audio id marked: the sampled one
+    k = backend.model.k_cache[0]
+    assert (k[2, :, :len(prompt)] != 0).any(dim=-1).all()  # every prompt position written
+    assert not (k[2, :, len(prompt):] != 0).any()
 
 
 def test_last_ids_on_the_device_are_the_tokens_the_host_read():
@@ -199,7 +233,8 @@ def test_rows_that_end_by_length_are_not_scheduled_ahead():
 def test_the_decode_step_has_no_host_sync_or_data_dependent_shape():
     """What a CUDA graph cannot hold (a .item(), a branch on device data, a shape that
     depends on values) breaks dynamo's full-graph trace of the step; on the CPU this is the
-    check that the captured step would be the whole step."""
+    check that the captured step would be the whole step: prompt rows and a new prompt's
+    sampling state included (issue 32)."""
     from orpheus_svc.engine.graph.step import decode_step
     backend = _graph()
     runner = backend.runner
@@ -207,7 +242,8 @@ def test_the_decode_step_has_no_host_sync_or_data_dependent_shape():
     torch._dynamo.reset()
     step = torch.compile(decode_step, backend="eager", fullgraph=True)
     with torch.inference_mode():
-        step(runner.model, runner.state, runner.ints[:, :2], runner._attend[2], runner.out[:2])
+        step(runner.model, runner.state, runner.ints[:, :2], runner.floats[:, :2],
+             runner._attend[2], runner.out[:2])
 
 
 def test_fp8_weights_are_rowwise_e4m3_within_their_rounding():

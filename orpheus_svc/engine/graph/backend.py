@@ -2,8 +2,9 @@
 decode step held in one CUDA graph per batch bucket, the token choice inside the graph, and
 run-ahead (capabilities.runs_ahead: launch(plan) returns before the step's ids exist).
 
-    launch(plan)   prefill rows (eager) and the decode rows (one graph replay) queued on the
-                   device; the decode rows' input tokens are read on the device
+    launch(plan)   the decode rows and every new prompt's tokens (rows.py) queued on the
+                   device as replays of the captured step; the decode rows' input tokens are
+                   read on the device
                    (last_ids), so a plan whose decode rows carry last_token -1 (one made
                    before the step before it was read, Scheduler.schedule_ahead) is fine
     collect(l)     waits for that step's ids: tokens for prefill rows, decode_tokens
@@ -25,8 +26,10 @@ import numpy as np
 
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult
 from orpheus_svc.engine.graph.clock import StepClock, StepMark
-from orpheus_svc.engine.graph.runner import GraphRunner, Launch, PrefillRow
+from orpheus_svc.engine.graph.rows import PrefillRow
+from orpheus_svc.engine.graph.runner import GraphRunner, Launch
 from orpheus_svc.engine.model.invariant import invariant_step
+from orpheus_svc.engine.model.sampling import int64_bits
 from orpheus_svc.engine.model.llama import SlotLlama
 
 log = logging.getLogger(__name__)
@@ -38,20 +41,24 @@ TIMING_LOG_S = 10.0
 class GraphBackend:
     def __init__(self, model: SlotLlama, max_batch_size: int, *, graphs: bool,
                  kernel: str = "auto", buckets: Sequence[int] | None = None,
-                 fused: str = "auto") -> None:
+                 fused: str = "auto", prefill_rows: int = 0) -> None:
+        """prefill_rows: prompt tokens a step's graphs hold beside the decode rows
+        (engine.graph_prefill_rows); the scheduler's prefill budget is capped to it, so a
+        step with new prompts is one replay (a lone longer prompt takes several)."""
         self.runner = GraphRunner(model, max_batch_size, graphs=graphs, kernel=kernel,
-                                  buckets=buckets, fused=fused)
+                                  buckets=buckets, fused=fused, prefill_rows=prefill_rows)
         self.model = model
         self.clock = StepClock(model.device.type == "cuda")  # timing, from outside the runner
         self.capabilities = BackendCapabilities(
             name="graph", num_slots=model.num_slots, max_seq_len=model.max_seq_len,
-            runs_ahead=True)
+            runs_ahead=True, max_prefill_tokens=prefill_rows or None)
 
     def launch(self, plan: StepPlan) -> tuple[tuple[int, ...], Launch, StepMark]:
         prefill = [PrefillRow(r.slot, r.request.prompt_ids, r.request.sampling.temperature,
                               r.request.sampling.top_p, r.request.sampling.repetition_penalty,
-                              r.seed, r.frame_position, r.stop_allowed, r.num_generated,
-                              r.request.sampling.seed is not None) for r in plan.prefill]
+                              int(int64_bits([r.seed])[0]), r.frame_position, r.stop_allowed,
+                              r.num_generated, r.request.sampling.seed is not None)
+                   for r in plan.prefill]
         d = plan.decode
         decode = None
         if len(d):

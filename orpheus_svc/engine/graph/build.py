@@ -11,6 +11,7 @@ def build(config, device, dtype) -> BuiltBackend:
     e = config.engine
     loaded = load_slot_llama(config, device, dtype, spare_slots=1)  # + the dummy slot
     backend = GraphBackend(loaded.model, e.max_batch_size,
-                           graphs=e.cuda_graphs and device.type == "cuda")
+                           graphs=e.cuda_graphs and device.type == "cuda",
+                           prefill_rows=e.graph_prefill_rows)
     return BuiltBackend(backend, loaded.encode, loaded.model_name, is_demo=loaded.is_demo,
                         model_dir=loaded.model_dir, tokenizer=loaded.tokenizer)

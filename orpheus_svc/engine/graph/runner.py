@@ -1,20 +1,23 @@
 """GraphRunner: the graph engine's static buffers, its CUDA graphs and its launches.
 
     host (engine thread)                         device (one stream)
-    launch(step n):  pack inputs into pinned  -> H2D copy -> [prefill, eager] -> graph(bucket)
-                     staging (turn n % 2)        -> D2H copy of the ids into pinned (turn n % 2)
+    launch(step n):  rows.py: decode rows + one  -> per chunk of <= capacity rows:
+                     row per prompt token, packed     H2D copy -> graph(bucket) -> D2H copy
+                     into pinned staging (turn n % 2)    of the ids into pinned (turn n % 2)
                      record event n              -> event n
-    collect(n):      wait for event n, read the ids
+    collect(n):      wait for event n, read the ids (decode rows; each prompt's last row)
 
-Everything a step needs beyond its five input rows lives on the device (step.py SlotState),
-so step n+1 can be launched before step n's ids are read (run-ahead, engine/loop.py): its
-input tokens are the ids step n writes into last_ids. Two sets of pinned buffers alternate,
-so a launch never overwrites what a step still in flight reads or writes.
+Nothing of a step runs eagerly: a new prompt's tokens are rows of the captured step
+(rows.py, issue 32), and every host-to-device copy is from pinned memory, non-blocking.
+Everything a step needs beyond its input rows lives on the device (step.py SlotState), so
+step n+1 can be launched before step n's ids are read (run-ahead, engine/loop.py): its
+decode rows' input tokens are the ids step n writes into last_ids. Two sets of pinned
+buffers alternate, so a launch never overwrites what a step still in flight reads or writes.
 
-On CUDA every bucket's decode step is captured once at start-up into one memory pool,
-largest bucket first (the smaller ones reuse its memory); elsewhere (the CPU, or
-engine.cuda_graphs off) the same function runs eagerly on the same static buffers, which is
-how the tests check the graph path's logic without a GPU.
+On CUDA every bucket's step is captured once at start-up into one memory pool, largest
+bucket first (the smaller ones reuse its memory); elsewhere (the CPU, or engine.cuda_graphs
+off) the same function runs eagerly on the same static buffers, which is how the tests
+check the graph path's logic without a GPU.
 """
 
 from __future__ import annotations
@@ -22,36 +25,20 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from orpheus_svc.engine.graph.attention import (DecodeAttention, decode_attention_reference,
                                                 splits_for, triton_kernel_works)
-from orpheus_svc.engine.graph.buckets import INPUT_ROWS, batch_buckets, bucket_for, pack_inputs
+from orpheus_svc.engine.graph.buckets import batch_buckets, bucket_for
+from orpheus_svc.engine.graph.rows import INPUT_ROWS, PARAM_ROWS, PrefillRow, step_rows
 from orpheus_svc.engine.graph.fused import TorchOps, TritonOps, triton_ops_work
-from orpheus_svc.engine.graph.step import SlotState, choose_tokens, decode_step
+from orpheus_svc.engine.graph.step import SlotState, decode_step
 from orpheus_svc.engine.model.llama import SlotLlama
-from orpheus_svc.engine.model.sampling import int64_bits
 
 log = logging.getLogger(__name__)
-
-
-class PrefillRow(NamedTuple):
-    """One new generation of a step: its prompt goes into its slot, and its sampling state
-    (set on the device here) is what its decode rows read later."""
-
-    slot: int
-    prompt_ids: Sequence[int]
-    temperature: float
-    top_p: float
-    repetition_penalty: float
-    seed: int
-    frame_position: int
-    stop_allowed: bool
-    counter: int             # tokens sampled so far (the counter of its uniform)
-    invariant: bool = False  # a seeded session's: its bits must not depend on the batch
 
 
 @dataclass
@@ -62,23 +49,27 @@ class Launch:
     num_prefill: int
     num_decode: int
     event: object | None  # torch.cuda.Event, None off CUDA (the work is done already)
+    prefill_last: np.ndarray | None = None  # each prefill's last row (its first audio id)
 
 
 class GraphRunner:
     def __init__(self, model: SlotLlama, max_batch: int, *, graphs: bool,
                  kernel: str = "auto", buckets: Sequence[int] | None = None,
-                 fused: str = "auto") -> None:
+                 fused: str = "auto", prefill_rows: int = 0) -> None:
         """model: a SlotLlama with one spare slot (the dummy). graphs: capture CUDA graphs
         (CUDA only). kernel: decode attention, "triton" | "torch" | "auto" (Triton on CUDA).
-        buckets: the batch sizes to capture (default: buckets.batch_buckets(max_batch)).
-        fused: the step's small operations (fused.py), "triton" | "torch" | "auto" (Triton on
-        CUDA when its start-up check passes)."""
+        buckets: the row counts to capture (default: buckets.batch_buckets(max_batch +
+        prefill_rows)). fused: the step's small operations (fused.py), "triton" | "torch" |
+        "auto" (Triton on CUDA when its start-up check passes). prefill_rows: prompt tokens
+        a step's largest graph holds beside max_batch decode rows (rows.py); more run as
+        further replays of the same step."""
         self.model = model
         self.device = device = model.device
         if model.k_cache[0].shape[0] != model.num_slots + 1:
             raise ValueError("the graph engine needs a SlotLlama with spare_slots=1 (its dummy slot)")
         self.state = SlotState(model.num_slots, device)
-        self.buckets = sorted(set(buckets)) if buckets else batch_buckets(max_batch)
+        self.buckets = (sorted(set(buckets)) if buckets
+                        else batch_buckets(max_batch + prefill_rows))
         cuda = device.type == "cuda"
         if graphs and not cuda:
             raise ValueError("CUDA graphs need a CUDA device")
@@ -90,12 +81,21 @@ class GraphRunner:
         self.ops = {"triton": TritonOps, "torch": TorchOps}[fused]
         log.info("graph engine: decode attention %s, small operations %s, CUDA graphs %s",
                  self.kernel, self.ops.name, "on" if graphs else "off")
-        width = self.buckets[-1]
+        width = self.capacity = self.buckets[-1]
         self.ints = torch.zeros((len(INPUT_ROWS), width), dtype=torch.long, device=device)
+        self.floats = torch.ones((len(PARAM_ROWS), width), dtype=torch.float32, device=device)
         self.out = torch.zeros((width,), dtype=torch.long, device=device)
-        self._staging = [torch.zeros((len(INPUT_ROWS), width), dtype=torch.long,
-                                     pin_memory=cuda) for _ in range(2)]
-        self._host_out = [torch.zeros((2, width), dtype=torch.long, pin_memory=cuda)
+        # Host side, two turns (a step in flight keeps its own): a step holds at most
+        # max_batch decode rows and, beside them, prefill_rows prompt tokens or one whole
+        # prompt of up to max_seq_len; each chunk's staging has a region of its own (its H2D
+        # copy may still be reading it when the next chunk is packed), so the staging is one
+        # bucket wider than the rows.
+        rows = max_batch + max(prefill_rows, model.max_seq_len)
+        self._staging = [(torch.zeros((len(INPUT_ROWS), rows + width), dtype=torch.long,
+                                      pin_memory=cuda),
+                          torch.ones((len(PARAM_ROWS), rows + width), dtype=torch.float32,
+                                     pin_memory=cuda)) for _ in range(2)]
+        self._host_out = [torch.zeros((rows,), dtype=torch.long, pin_memory=cuda)
                           for _ in range(2)]
         self._events: list = [None, None]
         self._turn = 0
@@ -119,8 +119,8 @@ class GraphRunner:
 
     @torch.inference_mode()
     def _run(self, bucket: int) -> None:
-        decode_step(self.model, self.state, self.ints[:, :bucket], self._attend[bucket],
-                    self.out[:bucket], self.ops)
+        decode_step(self.model, self.state, self.ints[:, :bucket], self.floats[:, :bucket],
+                    self._attend[bucket], self.out[:bucket], self.ops)
 
     def capture(self) -> None:
         """One CUDA graph per bucket, into one memory pool (module docstring)."""
@@ -131,9 +131,11 @@ class GraphRunner:
         torch.cuda.empty_cache()
         t0, reserved0 = time.perf_counter(), torch.cuda.memory_reserved(dev)
         pool = torch.cuda.graph_pool_handle()
-        pad = np.zeros((len(INPUT_ROWS), self.buckets[-1]), np.int64)
-        pack_inputs(pad, self.state.dummy, *(np.zeros(0, np.int64),) * 5, self.buckets[-1])
+        pad, fpad = np.zeros(tuple(self.ints.shape), np.int64), np.ones(tuple(self.floats.shape),
+                                                                        np.float32)
+        step_rows(None, ()).pack(pad, fpad, 0, 0, self.capacity, self.state.dummy)
         self.ints.copy_(torch.from_numpy(pad))  # warm-up runs touch the dummy slot only
+        self.floats.copy_(torch.from_numpy(fpad))
         side = torch.cuda.Stream(dev)
         for b in reversed(self.buckets):
             side.wait_stream(torch.cuda.current_stream(dev))
@@ -155,31 +157,32 @@ class GraphRunner:
     # -- the step -------------------------------------------------------------------------
 
     def launch(self, prefill: Sequence[PrefillRow], decode: np.ndarray | None) -> Launch:
-        """Queue one step: prefill rows, decode rows as a [5, n] int64 array
-        (buckets.INPUT_ROWS). Returns at once on CUDA. (Timed from outside: clock.py.)"""
+        """Queue one step: decode rows as a [5, n] int64 array (slots, pos, fpos, stop_ok,
+        counter) and new prompts (rows.py), all in the captured step: one replay per chunk of
+        at most `capacity` rows. Returns at once on CUDA. (Timed from outside: clock.py.)"""
         cuda = self.device.type == "cuda"
         turn = self._turn
         self._turn ^= 1
         if self._events[turn] is not None:
             self._events[turn].synchronize()  # the step before last: collected already
+        rows = step_rows(decode, prefill)
+        ints, floats = self._staging[turn]
         host = self._host_out[turn]
-        num_p = len(prefill)
-        n = 0 if decode is None else decode.shape[1]
+        at = 0  # each chunk's own staging region
         with torch.inference_mode():
-            if num_p:
-                ids = self._prefill(prefill)
-                host[1, :num_p].copy_(ids, non_blocking=True)
-            if n:
-                bucket = bucket_for(self.buckets, n)
-                staging = self._staging[turn]
-                pack_inputs(staging.numpy(), self.state.dummy, *decode, bucket)
-                self.ints[:, :bucket].copy_(staging[:, :bucket], non_blocking=True)
+            for lo, hi in rows.chunks(self.capacity):
+                bucket = bucket_for(self.buckets, hi - lo)
+                rows.pack(ints.numpy()[:, at:at + bucket], floats.numpy()[:, at:at + bucket],
+                          lo, hi, bucket, self.state.dummy)
+                self.ints[:, :bucket].copy_(ints[:, at:at + bucket], non_blocking=True)
+                self.floats[:, :bucket].copy_(floats[:, at:at + bucket], non_blocking=True)
                 graph = self.graphs.get(bucket)
                 if graph is not None:
                     graph.replay()
                 else:
                     self._run(bucket)
-                host[0, :n].copy_(self.out[:n], non_blocking=True)
+                host[lo:hi].copy_(self.out[:hi - lo], non_blocking=True)
+                at += bucket
         event = None
         if cuda:
             # blocking: the engine thread sleeps until the step is done instead of spinning
@@ -187,29 +190,12 @@ class GraphRunner:
             event = torch.cuda.Event(blocking=True, enable_timing=True)
             event.record()
         self._events[turn] = event
-        return Launch(turn, num_p, n, event)
+        return Launch(turn, len(prefill), rows.decode, event, rows.prefill_last)
 
     def collect(self, launch: Launch) -> tuple[np.ndarray, np.ndarray]:
         """(prefill ids, decode ids) of a launched step, waiting for it if need be."""
         if launch.event is not None:
             launch.event.synchronize()
         host = self._host_out[launch.turn].numpy()
-        return host[1, :launch.num_prefill].copy(), host[0, :launch.num_decode].copy()
-
-    def _prefill(self, rows: Sequence[PrefillRow]) -> torch.Tensor:
-        """Run prompts into their slots (eager: prompt lengths vary) and choose each row's
-        first token with the decode step's own function."""
-        dev, state = self.device, self.state
-        slots = [r.slot for r in rows]
-        s = torch.as_tensor(slots, device=dev)
-        state.params[:, s] = torch.tensor(
-            [[r.temperature for r in rows], [r.top_p for r in rows],
-             [r.repetition_penalty for r in rows]], dtype=torch.float32).to(dev)
-        state.seeds[s] = torch.from_numpy(int64_bits([r.seed for r in rows])).to(dev)
-        state.seen[s] = False
-        hidden = self.model.prefill(slots, [r.prompt_ids for r in rows],
-                                    [r.invariant for r in rows])
-        small = torch.tensor([[r.frame_position for r in rows],
-                              [int(r.stop_allowed) for r in rows],
-                              [r.counter for r in rows]], dtype=torch.long).to(dev)
-        return choose_tokens(self.model, state, hidden, s, small[0], small[1], small[2])
+        first = host[launch.prefill_last] if launch.num_prefill else host[:0]
+        return first.copy(), host[:launch.num_decode].copy()

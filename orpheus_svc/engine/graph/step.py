@@ -1,21 +1,24 @@
 """The graph engine's decode step as device work only: no host sync, no shape that depends on
 the data, so one CUDA graph per batch bucket can hold all of it (engine/graph/runner.py).
 
-    inputs (device, one row per batch row; padded rows point at the dummy slot)
-      slots, pos, fpos, stop_ok, counter            int64 [B]
+    inputs (device, one row per batch row; padded rows point at the dummy slot; rows.py)
+      slots, pos, fpos, stop_ok, counter, token, sample, first, seed   int64 [B]
+      temperature, top_p, penalty (a new prompt's, read where first)  float32 [B]
     device state (per KV slot, the dummy included)
       last_ids [S+1]        the token each slot feeds next (written by the step itself)
       seen     [S+1, 7, 4096]  audio ids the slot's generation emitted (repetition penalty)
-      params   [3, S+1] temperature, top_p, penalty; seeds [S+1] (set at prefill)
+      params   [3, S+1] temperature, top_p, penalty; seeds [S+1] (set by a prompt's first
+               row, in the step: start_prompts)
 
-    forward   ids = last_ids[slots]; the Llama decode forward (SlotLlama's weights and
-              arithmetic; RoPE, the K/V writes at (slot, pos), norms and SiLU fused where
+    forward   ids = token, or last_ids[slots] for a decode row; the Llama decode forward
+              (SlotLlama's weights and arithmetic; RoPE, the K/V writes at (slot, pos),
+              norms and SiLU fused where
               `ops` is fused.py's TritonOps; attention by `attend`, a length-aware kernel)
     choose    audio logits of every row's frame position from the 7 x 4096 audio rows of
               the head (one GEMM for all rows, then a gather), the stop logit where the
               grammar allows it, repetition penalty, temperature, top-p and the
               counter-based uniform (seed, counter): engine/model/sampling.py's functions
-    write     last_ids[slots] = ids, seen marks; ids -> the output buffer
+    write     last_ids[slots] = ids, seen marks (rows that sample); ids -> the output buffer
 
 The eager reference (engine/torch/backend.py) computes the same function with host-side
 grouping; for the same seeds both choose the same tokens (tests/engine/test_graph_backend.py).
@@ -84,9 +87,12 @@ def decode_hidden(model: SlotLlama, ids: torch.Tensor, slots: torch.Tensor, pos:
 
 
 def choose_tokens(model: SlotLlama, state: SlotState, hidden: torch.Tensor, slots: torch.Tensor,
-                  fpos: torch.Tensor, stop_ok: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
+                  fpos: torch.Tensor, stop_ok: torch.Tensor, counter: torch.Tensor,
+                  sample: torch.Tensor | None = None) -> torch.Tensor:
     """The token of every row (ids [B]), chosen on the device, and the slot state written:
-    last_ids and the seen marks (not for the stop id, as the eager backend)."""
+    last_ids and the seen marks (not for the stop id, as the eager backend). `sample` (0/1
+    per row, None = all): a row that does not sample (a prompt token before the last)
+    writes its slot's state nowhere (the dummy slot takes it) and its id is meaningless."""
     bsz = hidden.shape[0]
     head = model.lm_head
     audio = rows_matmul(hidden, head[AUDIO_BASE:AUDIO_BASE + FRAME_TOKENS * CODES_PER_POSITION].T)
@@ -102,16 +108,32 @@ def choose_tokens(model: SlotLlama, state: SlotState, hidden: torch.Tensor, slot
     u = splitmix_uniform_t(state.seeds[slots], counter).float()
     cols = choose_columns(logits, params[0], params[1], u, branch_free=True)
     ids = columns_to_ids(cols, fpos)
-    mark = torch.where(cols == STOP_COLUMN, torch.full_like(slots, state.dummy), slots)
+    dummy = torch.full_like(slots, state.dummy)
+    own = slots if sample is None else torch.where(sample != 0, slots, dummy)
+    mark = torch.where(cols == STOP_COLUMN, dummy, own)
     state.seen.index_put_((mark, fpos, cols.clamp(max=CODES_PER_POSITION - 1)), state.true)
-    state.last_ids[slots] = ids
+    state.last_ids[own] = ids
     return ids
 
 
-def decode_step(model: SlotLlama, state: SlotState, ints: torch.Tensor, attend: Attend,
-                out: torch.Tensor, ops=TorchOps) -> None:
-    """One decode step over the rows of `ints` ([5, B]: slots, pos, fpos, stop_ok, counter);
+def start_prompts(state: SlotState, slots: torch.Tensor, first: torch.Tensor,
+                  seed: torch.Tensor, params: torch.Tensor) -> None:
+    """A new prompt's first row sets its slot's sampling state: the parameters ([3, B]:
+    temperature, top_p, penalty), the seed, no audio seen yet. Other rows write the dummy
+    slot (no data-dependent shape: a graph can hold it)."""
+    target = torch.where(first != 0, slots, torch.full_like(slots, state.dummy))
+    state.params[:, target] = params
+    state.seeds[target] = seed
+    state.seen[target] = False
+
+
+def decode_step(model: SlotLlama, state: SlotState, ints: torch.Tensor, floats: torch.Tensor,
+                attend: Attend, out: torch.Tensor, ops=TorchOps) -> None:
+    """One step over the rows of `ints` ([9, B], rows.INPUT_ROWS) and `floats` ([3, B],
+    rows.PARAM_ROWS): decode rows feed their slot's last id, prompt rows their own token;
     the chosen ids go to `out` ([B])."""
-    slots, pos, fpos, stop_ok, counter = ints.unbind(0)
-    hidden = decode_hidden(model, state.last_ids[slots], slots, pos, attend, ops)
-    out.copy_(choose_tokens(model, state, hidden, slots, fpos, stop_ok, counter))
+    slots, pos, fpos, stop_ok, counter, token, sample, first, seed = ints.unbind(0)
+    start_prompts(state, slots, first, seed, floats)
+    ids = torch.where(token >= 0, token, state.last_ids[slots])
+    hidden = decode_hidden(model, ids, slots, pos, attend, ops)
+    out.copy_(choose_tokens(model, state, hidden, slots, fpos, stop_ok, counter, sample))

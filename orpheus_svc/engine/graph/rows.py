@@ -1,0 +1,115 @@
+"""The rows of one graph-engine step: decode rows and prompt tokens, as the captured step reads
+them (pure numpy; issue 32: no eager prefill on the hot path).
+
+A new generation's prompt enters the same captured step as the decode rows, one row per
+prompt token at its own position in its slot (chunked prefill as extra rows, as SGLang and
+vLLM mix prefill into decode batches). Every row writes its K/V before any row attends, so a
+prompt token attends to the earlier tokens of its prompt written in the same step:
+
+    row      0 .. n-1            n .. n+L0-1              ...        padding
+             decode rows         prompt 0's tokens                   (the dummy slot)
+    token    -1 (last_ids)       prompt ids
+    pos      its KV position     0 .. L0-1
+    sample   1                   0 ... 0 1 (its last token samples the first audio id)
+    first    0                   1 0 ... 0 (resets the slot's sampling state)
+
+Int rows (INPUT_ROWS) and float rows (PARAM_ROWS: a new prompt's sampling parameters, read
+where `first` is set) go to the device in one pinned copy each. A step with more rows than
+the largest graph holds runs as several replays of consecutive chunks (a long prompt alone:
+its earlier chunks' K/V are written before the later ones attend, in stream order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+# The step's integer input rows ([len(INPUT_ROWS), bucket] int64), in this order.
+INPUT_ROWS = ("slots", "pos", "fpos", "stop_ok", "counter", "token", "sample", "first", "seed")
+# Its float input rows ([len(PARAM_ROWS), bucket] float32): a new prompt's sampling.
+PARAM_ROWS = ("temperature", "top_p", "penalty")
+_I = {name: i for i, name in enumerate(INPUT_ROWS)}
+_F = {name: i for i, name in enumerate(PARAM_ROWS)}
+
+
+class PrefillRow(NamedTuple):
+    """One new generation of a step: its prompt goes into its slot, and its sampling state
+    (set on the device by its first row) is what its decode rows read later."""
+
+    slot: int
+    prompt_ids: Sequence[int]
+    temperature: float
+    top_p: float
+    repetition_penalty: float
+    seed: int                # as int64 bits (engine/model/sampling.py int64_bits)
+    frame_position: int
+    stop_allowed: bool
+    counter: int             # tokens sampled so far (the counter of its uniform)
+    invariant: bool = False  # a seeded session's: its bits must not depend on the batch
+
+
+@dataclass
+class StepRows:
+    """A step's rows (module docstring): ints [len(INPUT_ROWS), n], floats
+    [len(PARAM_ROWS), n]; `decode` rows first, then each prefill's tokens; `prefill_last`:
+    the row of each prefill's last prompt token (where its first audio id comes out)."""
+
+    ints: np.ndarray
+    floats: np.ndarray
+    decode: int
+    prefill_last: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return self.ints.shape[1]
+
+    def chunks(self, capacity: int) -> list[tuple[int, int]]:
+        """[lo, hi) row ranges of at most `capacity` rows, in order (one replay each)."""
+        return [(lo, min(lo + capacity, self.count)) for lo in range(0, self.count, capacity)]
+
+    def pack(self, ints: np.ndarray, floats: np.ndarray, lo: int, hi: int, bucket: int,
+             dummy: int) -> None:
+        """Rows [lo, hi) into ints[:, :bucket] and floats[:, :bucket], the rest padding: the
+        dummy slot at position 0, reading its own last id, sampling nothing."""
+        n = hi - lo
+        ints[:, :n] = self.ints[:, lo:hi]
+        floats[:, :n] = self.floats[:, lo:hi]
+        ints[:, n:bucket] = 0
+        ints[_I["slots"], n:bucket] = dummy
+        ints[_I["token"], n:bucket] = -1
+        floats[:, n:bucket] = 1.0
+
+
+def step_rows(decode: np.ndarray | None, prefill: Sequence[PrefillRow]) -> StepRows:
+    """The rows of a step: `decode` as a [5, n] array (slots, pos, fpos, stop_ok, counter)
+    or None, then one row per prompt token of each PrefillRow."""
+    n = 0 if decode is None else decode.shape[1]
+    lengths = [len(p.prompt_ids) for p in prefill]
+    total = n + sum(lengths)
+    ints = np.zeros((len(INPUT_ROWS), total), np.int64)
+    floats = np.ones((len(PARAM_ROWS), total), np.float32)
+    if n:
+        ints[:5, :n] = decode
+        ints[_I["token"], :n] = -1
+        ints[_I["sample"], :n] = 1
+    last = np.zeros(len(prefill), np.int64)
+    at = n
+    for k, (p, length) in enumerate(zip(prefill, lengths)):
+        rows = slice(at, at + length)
+        ints[_I["slots"], rows] = p.slot
+        ints[_I["pos"], rows] = np.arange(length)
+        ints[_I["fpos"], rows] = p.frame_position
+        ints[_I["stop_ok"], rows] = int(p.stop_allowed)
+        ints[_I["counter"], rows] = p.counter
+        ints[_I["token"], rows] = p.prompt_ids
+        ints[_I["seed"], rows] = p.seed
+        ints[_I["first"], at] = 1
+        ints[_I["sample"], at + length - 1] = 1
+        floats[_F["temperature"], rows] = p.temperature
+        floats[_F["top_p"], rows] = p.top_p
+        floats[_F["penalty"], rows] = p.repetition_penalty
+        last[k] = at + length - 1
+        at += length
+    return StepRows(ints, floats, n, last)
