@@ -18,7 +18,8 @@ from orpheus_svc.core.voices import VoiceRegistry
 
 from .calls import SessionCall, Settings
 from .options import SamplingChoice, session_settings
-from .session import AudioOut, FlushIn, Input, SegmentEnded, SegmentStarted, SessionError, Summary, TextIn
+from .session import (AudioOut, FlushIn, Input, SegmentEnded, SegmentStarted, SessionError,
+                      Summary, TextIn)
 from .settings import SessionSettings
 from .state import OpenCall, ServerState
 

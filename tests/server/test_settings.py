@@ -126,7 +126,8 @@ def test_settings_are_frozen():
 
 @pytest.mark.parametrize("params, field", [
     (SamplingParams(top_p=math.nan), "top_p"), (SamplingParams(seed=1.5), "seed"),
-    (SamplingParams(seed=True), "seed"), (SamplingParams(repetition_penalty=2.5), "repetition_penalty"),
+    (SamplingParams(seed=True), "seed"),
+    (SamplingParams(repetition_penalty=2.5), "repetition_penalty"),
 ])
 def test_the_engines_guard_is_the_same_rule_with_the_same_words(params, field):
     """What the loop kept (engine/loop.py _row_problem): SamplingParams.validate, not
