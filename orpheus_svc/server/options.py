@@ -25,10 +25,10 @@ from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
 
 from .session import SessionError
-from .settings import SessionSettings
+from .settings import SEED_MODULUS, SessionSettings
 from .state import ServerState
 
-SEED_MAX = (1 << 64) - 1  # SamplingOptions.seed is a uint64
+SEED_MAX = SEED_MODULUS - 1  # SamplingOptions.seed is a uint64
 RATE_MAX = (1 << 31) - 1  # AudioFormat.sample_rate_hz is an int32
 
 
