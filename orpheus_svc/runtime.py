@@ -72,14 +72,15 @@ class FrontRuntime:
     seed_refusal: str | None = None
 
     def request(self, session_id: str, segment_index: int, voice: str, text: str,
-                sampling: SamplingParams | None = None) -> GenerationRequest:
-        """A GenerationRequest for one segment (prompt ids and token budget from the text).
+                sampling: SamplingParams = SamplingParams()) -> GenerationRequest:
+        """A GenerationRequest for one segment (prompt ids and token budget from the text),
+        with `sampling` as it is given: a session's was validated and completed at its edge
+        (server/options.py, the one place config.sampling fills what a request left unset);
+        a caller with none (warm-up) gets SamplingParams' own, Orpheus's recommended values.
         ValueError (the caller's INVALID_ARGUMENT) for a seed the engine would ignore."""
-        if sampling is not None and sampling.seed is not None and self.seed_refusal:
+        if sampling.seed is not None and self.seed_refusal:
             raise ValueError(f"sampling.seed: {self.seed_refusal}")
         prompt = tuple(build_prompt(self.encode, voice, text))
-        s = self.config.sampling
-        sampling = sampling or SamplingParams(s.temperature, s.top_p, s.repetition_penalty)
         expected = max(1, round(expected_audio_seconds(text) / FRAME_SECONDS))
         return GenerationRequest(session_id=session_id, segment_index=segment_index,
                                  prompt_ids=prompt, max_tokens=max_tokens_for_text(text),

@@ -13,12 +13,11 @@ from pathlib import Path
 import numpy as np
 
 from orpheus_svc.audio.pcm import float_to_pcm16
-from orpheus_svc.core.generation import SamplingParams
-from orpheus_svc.core.normalize import has_normalizer
 from orpheus_svc.core.tokens import SAMPLE_RATE
 from orpheus_svc.runtime import Runtime
+from orpheus_svc.server.options import SamplingChoice, build_settings
 from orpheus_svc.server.session import (
-    AudioOut, Input, SegmentEnded, SessionError, SessionOptions, StreamSession, Summary, TextIn,
+    AudioOut, Input, SegmentEnded, SessionError, StreamSession, Summary, TextIn,
 )
 
 
@@ -44,21 +43,17 @@ def synthesize(runtime: Runtime, text: str, voice: str = "", seed: int | None = 
     once (none waits for a listener). `normalize` None follows text.normalize (English
     voices only, as in the server). The PCM is the session's PCM16 output as float32,
     so the WAV written from it holds exactly the samples a client would get."""
-    entry = runtime.voices.resolve(voice)  # any case; empty = the model's default voice
-    if entry is None:
-        raise SynthesisError(runtime.voices.unknown_message(voice))
-    if normalize is None:
-        normalize = runtime.config.text.normalize
-    s = runtime.config.sampling
-    options = SessionOptions(
-        voice=entry.name, encoding="pcm16", sample_rate=SAMPLE_RATE,
-        sampling=SamplingParams(s.temperature, s.top_p, s.repetition_penalty, seed),
-        normalize_text=normalize and has_normalizer(entry.language), language=entry.language)
+    try:  # the servers' own validation and defaults (server/options.py)
+        settings = build_settings(runtime.config, runtime.voices, voice, "pcm16", SAMPLE_RATE,
+                                  SamplingChoice(seed=seed), allow_wav=False,
+                                  normalize=normalize)
+    except SessionError as exc:
+        raise SynthesisError(exc.message) from None
     # no per-call text limit offline, and every segment in flight (a segment is >= 1 char)
     text_config = dataclasses.replace(
         runtime.config.text, max_text_chars=max(runtime.config.text.max_text_chars, len(text)),
         max_segments_in_flight=max(1, len(text)))
-    session = StreamSession(runtime, options, text_config, f"synth-{uuid.uuid4().hex[:8]}")
+    session = StreamSession(runtime, settings, text_config, f"synth-{uuid.uuid4().hex[:8]}")
     try:
         return asyncio.run(_collect(session, [TextIn(text)], _bar(progress)))
     except SessionError as exc:

@@ -10,6 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+class SamplingError(ValueError):
+    """A SamplingParams field out of range; `field` names it, so no caller reads the text."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """Per-generation sampling; defaults are Orpheus's recommended values."""
@@ -20,12 +28,24 @@ class SamplingParams:
     seed: int | None = None
 
     def validate(self) -> None:
+        """The one rule for what sampling a backend may be given: SamplingError otherwise.
+
+        The edges apply it once, with the field for the client (server/options.py); the
+        engine applies it again only as a guard for requests that reach it another way
+        (engine/loop.py). A seed is any integer here: the engine takes it modulo 2^64, and
+        the edges range-check it as a uint64."""
+        # "not low <= x <= high": NaN fails every comparison, so NaN is refused too
         if not 0.0 <= self.temperature <= 2.0:
-            raise ValueError(f"temperature must be in [0, 2], got {self.temperature}")
+            raise SamplingError("temperature",
+                                f"temperature must be in [0, 2], got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise SamplingError("top_p", f"top_p must be in (0, 1], got {self.top_p}")
         if not 1.0 <= self.repetition_penalty <= 2.0:
-            raise ValueError(f"repetition_penalty must be in [1, 2], got {self.repetition_penalty}")
+            raise SamplingError("repetition_penalty", "repetition_penalty must be in [1, 2], "
+                                f"got {self.repetition_penalty}")
+        seed = self.seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise SamplingError("seed", f"seed must be an integer, got {seed!r}")
 
 
 @dataclass(frozen=True)

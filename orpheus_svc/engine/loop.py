@@ -69,15 +69,17 @@ def internal_message(error_id: str) -> str:
 
 
 def _row_problem(req: GenerationRequest) -> str | None:
-    """Why a request's per-row inputs cannot go to a backend, or None. The servicer checks
-    the same ranges with friendlier words; this is the engine's own edge, for every caller."""
+    """Why a request's per-row inputs cannot go to a backend, or None.
+
+    A guard, not a second validation: a request from an edge was validated there
+    (server/options.py) with the same rule, `SamplingParams.validate`, so this never
+    refuses one. It stays because the engine is an edge of its own (a split topology's
+    engine process takes requests off a socket; warm-up and benchmarks submit
+    directly), and a NaN or a non-integer seed must fail its own row, not a batch."""
     try:
         req.sampling.validate()
     except ValueError as exc:
         return f"sampling: {exc}"
-    seed = req.sampling.seed
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        return f"sampling: seed must be an integer, got {seed!r}"
     if req.max_tokens < 1:
         return f"max_tokens must be >= 1, got {req.max_tokens}"
     if not req.prompt_ids:

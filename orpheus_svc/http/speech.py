@@ -32,7 +32,7 @@ from orpheus_svc.server.session import AudioOut, SessionError, Summary, TextIn
 from . import jsonwire
 from .auth import authorize
 from .errors import ApiError
-from .sessions import require_runtime, run_session, session_options
+from .sessions import api_error, require_runtime, run_session, session_settings
 
 # response_format -> (our encoding, content type). OpenAI's pcm is 24 kHz s16le mono, as ours.
 FORMATS = {
@@ -112,15 +112,17 @@ async def speech(request: Request) -> Response:
         seed = jsonwire.integer(body, "seed")  # its range: the shared validation
         voice = _field(body, "voice", str, "")
         encoding, media_type = FORMATS[response_format]
+        # refused before the call opens (counted as errors, not as sessions), and the
+        # runtime first: a loading server answers 503 whatever the request says
         require_runtime(state)
-        options = session_options(state, voice, encoding, seed=seed, whole=not stream)
+        settings = session_settings(state, voice, encoding, seed=seed, whole=not stream)
 
         async def inputs():
             yield TextIn(text)
 
-        outputs = run_session(state, options, inputs(), rpc="http.speech")
+        outputs = run_session(state, settings, inputs(), rpc="http.speech")
         first = await _first_audio(outputs)  # refusals before any audio get a status
-        if not stream:  # the whole audio came as the first bytes (SessionOptions.whole)
+        if not stream:  # the whole audio came as the first bytes (SessionSettings.whole)
             return Response(b"".join(await _bytes(first, outputs)), media_type=media_type)
     except ApiError as exc:
         return exc.response()
@@ -139,7 +141,7 @@ async def _first_audio(outputs: AsyncIterator) -> list:
             if isinstance(out, AudioOut) and out.audio or isinstance(out, Summary):
                 return got
     except SessionError as exc:
-        raise ApiError(exc.code, exc.message) from exc
+        raise api_error(exc) from exc
     except BaseException:
         await outputs.aclose()  # cancelled while waiting: free the slots now, not at GC
         raise
@@ -171,7 +173,7 @@ async def _bytes(first: list, outputs: AsyncIterator) -> list[bytes]:
         return [out.audio async for out in _chain(first, outputs)
                 if isinstance(out, AudioOut) and out.audio]
     except SessionError as exc:
-        raise ApiError(exc.code, exc.message) from exc
+        raise api_error(exc) from exc
 
 
 async def _sse(first: list, outputs: AsyncIterator) -> AsyncIterator[str]:
@@ -188,7 +190,7 @@ async def _sse(first: list, outputs: AsyncIterator) -> AsyncIterator[str]:
                 continue
             yield f"data: {json.dumps(event)}\n\n"
     except SessionError as exc:
-        yield f"data: {json.dumps({'type': 'error', **ApiError(exc.code, exc.message).body()})}\n\n"
+        yield f"data: {json.dumps({'type': 'error', **api_error(exc).body()})}\n\n"
 
 
 async def voices(request: Request) -> Response:

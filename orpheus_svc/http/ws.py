@@ -43,6 +43,8 @@ import structlog
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from orpheus_svc.core.status import Status
+from orpheus_svc.server import options as shared
+from orpheus_svc.server.calls import Settings
 from orpheus_svc.server.session import (AudioOut, FlushIn, SegmentEnded, SegmentStarted,
                                         SessionError, Summary, TextIn)
 from orpheus_svc.server.state import OpenCall, ServerState
@@ -51,7 +53,7 @@ from . import jsonwire
 from .auth import authorize
 from .errors import ApiError
 from .limits import URGENT, refused
-from .sessions import open_call, require_runtime, run_session, session_options
+from .sessions import open_call, run_session
 
 log = structlog.get_logger("orpheus_svc.http")
 
@@ -88,7 +90,7 @@ async def stream(ws: WebSocket) -> None:
         try:
             await authorize(ws)
             call = open_call(state, "http.ws")  # counted (GetStatus) before its config
-            options = _options(state, await _config(ws, state))
+            settings = _settings(state, await _config(ws, state))
         except ApiError as exc:
             await _send_error(ws, exc.code, exc.message)
             if call is not None:
@@ -98,7 +100,7 @@ async def stream(ws: WebSocket) -> None:
             if call is not None:
                 state.close_call(call, "cancelled")
             return
-        await _serve(ws, state, options, call)
+        await _serve(ws, state, settings, call)
     except Exception as exc:  # noqa: BLE001 - a bug here must still end with a close frame
         error_id = uuid.uuid4().hex[:10]
         log.error("websocket failed", error_id=error_id, exc_info=exc)
@@ -131,7 +133,10 @@ async def _config(ws: WebSocket, state: ServerState) -> dict:
     return first
 
 
-def _options(state: ServerState, first: dict):
+def _settings(state: ServerState, first: dict) -> Settings:
+    """The config's settings: its JSON types checked here (ApiError), the rest validated by
+    the call runner after its runtime check, as a gRPC call's are (server/calls.py); a
+    refusal there is the open call's outcome and ends the socket with the error event."""
     encoding = first.get("encoding") or "pcm16"
     if not isinstance(encoding, str) or encoding not in _encodings():
         raise ApiError(Status.INVALID_ARGUMENT, f"encoding {str(encoding)[:40]!r} is not "
@@ -141,14 +146,13 @@ def _options(state: ServerState, first: dict):
         raise ApiError(Status.INVALID_ARGUMENT, "'voice' must be a string", "voice")
     sample_rate = jsonwire.integer(first, "sample_rate", "config ") or 0
     seed = jsonwire.integer(first, "seed", "config ")
-    # counted once, as the open call's outcome (stream)
-    require_runtime(state, count=False)
-    return session_options(state, voice, encoding, sample_rate, seed, count=False)
+    return lambda: shared.session_settings(state, voice, encoding, sample_rate,
+                                           shared.SamplingChoice(seed=seed), allow_wav=True)
 
 
-async def _serve(ws: WebSocket, state: ServerState, options, call: OpenCall) -> None:
+async def _serve(ws: WebSocket, state: ServerState, settings: Settings, call: OpenCall) -> None:
     inbox: asyncio.Queue = asyncio.Queue()
-    pump = asyncio.create_task(_pump(ws, state, options, inbox, call))
+    pump = asyncio.create_task(_pump(ws, state, settings, inbox, call))
     receiver = asyncio.create_task(_receive(ws, inbox, pump))
     try:
         await pump
@@ -211,7 +215,7 @@ async def _receive(ws: WebSocket, inbox: asyncio.Queue, pump: asyncio.Task) -> N
     pump.cancel()  # disconnected or cancelled: the session's finally frees its slots
 
 
-async def _pump(ws: WebSocket, state: ServerState, options, inbox: asyncio.Queue,
+async def _pump(ws: WebSocket, state: ServerState, settings: Settings, inbox: asyncio.Queue,
                 call: OpenCall) -> None:
     async def inputs():
         while True:
@@ -222,7 +226,7 @@ async def _pump(ws: WebSocket, state: ServerState, options, inbox: asyncio.Queue
                 raise item
             yield item
 
-    outputs = run_session(state, options, inputs(), rpc="http.ws", call=call)
+    outputs = run_session(state, settings, inputs(), rpc="http.ws", call=call)
     try:
         async for out in outputs:
             if isinstance(out, AudioOut):
@@ -233,7 +237,7 @@ async def _pump(ws: WebSocket, state: ServerState, options, inbox: asyncio.Queue
         # the summary went out and the session ended normally (an idle timeout raises
         # after its summary: the error event below tells the client why it ended)
         await ws.close(1000)
-    except (SessionError, ApiError) as exc:  # ApiError: refused at server.max_sessions
+    except SessionError as exc:  # refused (its config, a loading server) or failed
         await outputs.aclose()
         await _send_error(ws, exc.code, exc.message)
     except (WebSocketDisconnect, OSError, RuntimeError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import time
+import functools
 import uuid
 from typing import AsyncIterator
 
@@ -16,19 +16,11 @@ from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import VoiceRegistry
 
-from .options import SamplingChoice, session_options
-from .session import (
-    AudioOut,
-    FlushIn,
-    Input,
-    SegmentEnded,
-    SegmentStarted,
-    SessionError,
-    SessionOptions,
-    StreamSession,
-    Summary,
-    TextIn,
-)
+from .calls import SessionCall, Settings
+from .options import SamplingChoice, session_settings
+from .session import (AudioOut, FlushIn, Input, SegmentEnded, SegmentStarted, SessionError,
+                      Summary, TextIn)
+from .settings import SessionSettings
 from .state import OpenCall, ServerState
 
 log = structlog.get_logger("orpheus_svc.session")
@@ -52,22 +44,23 @@ _ENCODINGS = {
 }
 
 
-def _options(state: ServerState, voice: str, fmt: tts_pb2.AudioFormat,
-             sampling: tts_pb2.SamplingOptions, *, allow_wav: bool,
-             normalize: bool | None = None) -> SessionOptions:
-    """The proto's settings as plain values, validated by server/options.py (shared with
-    the HTTP edge); SessionError(INVALID_ARGUMENT) says what to change."""
+def _settings(state: ServerState, msg, *, allow_wav: bool) -> SessionSettings:
+    """A SynthesisConfig's or SynthesizeRequest's settings (voice, audio_format, sampling,
+    normalize_text) as plain values, validated by server/options.py (shared with the HTTP
+    edge); SessionError(INVALID_ARGUMENT) says what to change."""
+    fmt, sampling = msg.audio_format, msg.sampling
     encoding = _ENCODINGS.get(fmt.encoding)
     if encoding is None:
-        raise SessionError(Status.INVALID_ARGUMENT, f"unknown audio encoding {fmt.encoding}")
+        raise SessionError(Status.INVALID_ARGUMENT, f"unknown audio encoding {fmt.encoding}",
+                           field="encoding")
 
-    def field(name: str):
+    def given(name: str):  # proto3 optional: unset is None, an explicit 0 stays 0
         return getattr(sampling, name) if sampling.HasField(name) else None
 
-    choice = SamplingChoice(field("temperature"), field("top_p"), field("repetition_penalty"),
-                            field("seed"))
-    return session_options(state, voice, encoding, fmt.sample_rate_hz, choice,
-                           allow_wav=allow_wav, normalize=normalize)
+    choice = SamplingChoice(given("temperature"), given("top_p"), given("repetition_penalty"),
+                            given("seed"))
+    return session_settings(state, msg.voice, encoding, fmt.sample_rate_hz, choice,
+                            allow_wav=allow_wav, normalize=_normalize(msg))
 
 
 _CAUSES = {
@@ -178,8 +171,10 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
 
     async def StreamingSynthesize(self, request_iterator, context):
         async def body(call: OpenCall):
-            settings = await self._first_message(request_iterator)
-            await self._run(context, call, settings, self._client_inputs(request_iterator),
+            config = await self._first_message(request_iterator)
+            await self._run(context, call,
+                            functools.partial(_settings, self.state, config, allow_wav=False),
+                            self._client_inputs(request_iterator),
                             tts_pb2.StreamingSynthesizeResponse)
         await self._serve(context, "StreamingSynthesize", body)
 
@@ -193,8 +188,8 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
             if not request.text.strip():
                 raise SessionError(Status.INVALID_ARGUMENT,
                                    "text is empty or only whitespace; nothing to speak")
-            await self._run(context, call, (request.voice, request.audio_format,
-                                            request.sampling, True, _normalize(request)),
+            await self._run(context, call,
+                            functools.partial(_settings, self.state, request, allow_wav=True),
                             inputs(), tts_pb2.SynthesizeResponse)
         await self._serve(context, "Synthesize", body)
 
@@ -300,43 +295,19 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
                                "the first message must be a SynthesisConfig (voice, audio "
                                f"format); got {first.WhichOneof('request') or 'an empty message'}"
                                " first")
-        c = first.config
-        return (c.voice, c.audio_format, c.sampling, False, _normalize(c))
+        return first.config
 
-    async def _run(self, context, call: OpenCall, settings, inputs, response_cls) -> None:
-        voice, fmt, sampling, allow_wav, normalize = settings
-        runtime = self.state.runtime_or_none()
-        if runtime is None:
-            raise SessionError(Status.UNAVAILABLE,
-                               "the model is still loading or the server is shutting down; "
-                               "retry shortly (health reports SERVING when ready)")
-        options = _options(self.state, voice, fmt, sampling, allow_wav=allow_wav,
-                           normalize=normalize)
-        session = StreamSession(runtime, options, self.state.config.text,
-                                session_id=call.session_id)
-        await context.send_initial_metadata((("orpheus-session-id", session.session_id),))
-        call.session = session
-        loop = asyncio.get_running_loop()
-        t0 = time.monotonic()
-        log.info("session started", rpc=call.rpc, voice=options.voice,
-                 encoding=options.encoding, rate=options.sample_rate,
-                 normalize=options.normalize_text)
+    async def _run(self, context, call: OpenCall, settings: Settings, inputs,
+                   response_cls) -> None:
+        """The call's session through the runner both edges share (server/calls.py), its
+        outputs as proto messages."""
+        run = SessionCall(self.state, call, settings)
+        await context.send_initial_metadata((("orpheus-session-id", call.session_id),))
         # aclosing: however the call ends (a stalled write cancelled, an abort), the session's
         # own cleanup runs now: its undelivered generations are cancelled, slots freed
-        async with contextlib.aclosing(session.run(inputs)) as outs:
+        async with contextlib.aclosing(run.outputs(inputs)) as outs:
             async for out in outs:
-                call.writing_since = loop.time()  # the watchdog's stalled-consumer clock
                 await context.write(_to_proto(out, response_cls))
-                call.writing_since = None
-                call.writes += 1
-                if isinstance(out, Summary):  # logged once it is on its way to the client
-                    self.state.add_audio_seconds(out.num_samples / options.sample_rate)
-                    if out.time_to_first_audio_ms > 0:
-                        self.state.observe_ttfa(out.time_to_first_audio_ms / 1000)
-                    log.info("session finished", ttfa_ms=round(out.time_to_first_audio_ms, 1),
-                             audio_ms=round(out.audio_ms), tokens=out.num_tokens,
-                             segments=out.num_segments)
-        log.debug("session closed", wall_s=round(time.monotonic() - t0, 3))
 
     @staticmethod
     async def _client_inputs(request_iterator) -> AsyncIterator[Input]:

@@ -32,7 +32,6 @@ import structlog
 from orpheus_svc.audio.pcm import Encoder, SessionEncoder
 from orpheus_svc.config import TextConfig
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
-from orpheus_svc.core.generation import SamplingParams
 from orpheus_svc.core.normalize import normalize_text
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.tokens import SAMPLE_RATE
@@ -40,34 +39,24 @@ from orpheus_svc.engine.handle import GenerationHandle
 from orpheus_svc.runtime import Runtime
 
 from .segmenter import END_OF_INPUT, FLUSH, Cut, SentenceBuffer
+from .settings import SessionSettings
 
 _log = structlog.get_logger("orpheus_svc.session")
 
 
 class SessionError(Exception):
     """Ends a call with a domain Status (core/status.py; its name is accepted) and a message
-    a person can act on; `cause` names a time limit that ended it ("idle"), for the counters."""
+    a person can act on; `cause` names a time limit that ended it ("idle"), for the counters;
+    `field` names the setting a refusal is about (a SessionSettings or SamplingParams field:
+    "voice", "seed", ...), which the HTTP edge reports as its error's `param`."""
 
-    def __init__(self, code: Status | str, message: str, cause: str | None = None) -> None:
+    def __init__(self, code: Status | str, message: str, cause: str | None = None,
+                 field: str | None = None) -> None:
         super().__init__(message)
         self.code = Status(code)
         self.message = message
         self.cause = cause
-
-
-@dataclass(frozen=True)
-class SessionOptions:
-    voice: str
-    encoding: str  # one of orpheus_svc.audio.pcm.ENCODINGS
-    sample_rate: int
-    sampling: SamplingParams
-    # speak numbers, dates, currency... as words (core/normalize.py); the servicer turns it
-    # off for voices whose language has no normaliser
-    normalize_text: bool = False
-    language: str = "en"  # of the session's voice (BCP 47)
-    # all the audio in one piece after the last segment, with its length in the header
-    # (audio/pcm.py SessionEncoder): the HTTP edge's non-streamed responses
-    whole: bool = False
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -162,19 +151,21 @@ def _coalesce(pcm, final: bool, queued: deque) -> tuple:
 
 _WAKE = object()
 _IDLE = object()  # the watchdog saw the session idle for session.idle_timeout_seconds
-SEED_MODULUS = 1 << 64
 
 
 class StreamSession:
-    def __init__(self, runtime: Runtime, options: SessionOptions, text: TextConfig,
+    """One call's text in, its audio and segment events out (`run`); the settings were
+    validated at the edge and are used as they are."""
+
+    def __init__(self, runtime: Runtime, settings: SessionSettings, text: TextConfig,
                  session_id: str | None = None) -> None:
         self.runtime = runtime
-        self.options = options
+        self.settings = settings
         self.text_config = text
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self._buffer = SentenceBuffer(max_chars=text.max_segment_chars,
                                       first_clause_min_chars=text.first_clause_min_chars,
-                                      language=options.language)
+                                      language=settings.language)
         self._segments: list[_Segment] = []
         self._by_gen: dict[int, _Segment] = {}
         self._inbox: asyncio.Queue = asyncio.Queue()
@@ -190,7 +181,7 @@ class StreamSession:
         self._last_input = time.monotonic()  # the last client message (the idle clock)
         self._idle_cut: float | None = None  # idle timeout that ended the input, if one did
         # one output stream across segments (WAV header once, one Opus/MP3/FLAC stream)
-        self._audio = SessionEncoder(options.encoding, options.sample_rate, whole=options.whole)
+        self._audio = SessionEncoder(settings.encoding, settings.sample_rate, whole=settings.whole)
 
     async def run(self, inputs: AsyncIterator[Input]) -> AsyncIterator[Output]:
         loop = asyncio.get_running_loop()
@@ -315,15 +306,10 @@ class StreamSession:
         for seg in self._segments[self._delivered:limit]:
             if seg.handle is not None:
                 continue
-            sampling = self.options.sampling
-            if sampling.seed is not None:
-                # segment i runs with seed + i, taken modulo 2^64 (the seed is a uint64)
-                sampling = SamplingParams(sampling.temperature, sampling.top_p,
-                                          sampling.repetition_penalty,
-                                          (sampling.seed + seg.index) % SEED_MODULUS)
             try:
-                req = self.runtime.request(self.session_id, seg.index, self.options.voice,
-                                           self._spoken(seg), sampling)
+                req = self.runtime.request(self.session_id, seg.index, self.settings.voice,
+                                           self._spoken(seg),
+                                           self.settings.segment_sampling(seg.index))
             except ValueError as exc:  # e.g. control tokens spelled in the text
                 raise SessionError(Status.INVALID_ARGUMENT, f"segment {seg.index}: {exc}") from exc
             seg.handle = self.runtime.open(req, self._inbox.put_nowait, loop)
@@ -332,9 +318,9 @@ class StreamSession:
     def _spoken(self, seg: _Segment) -> str:
         """The text the model gets for `seg`: normalised when the session asked for it.
         Clients keep seeing seg.text (segment events); the spoken form is logged at debug."""
-        if not self.options.normalize_text:
+        if not self.settings.normalize_text:
             return seg.text
-        spoken = normalize_text(seg.text, self.options.language)
+        spoken = normalize_text(seg.text, self.settings.language)
         if spoken != seg.text:
             _log.debug("segment normalised", session_id=self.session_id, segment=seg.index,
                        spoken=spoken)
@@ -393,5 +379,5 @@ class StreamSession:
         now = time.monotonic()
         start = self.t_first_text or now
         ttfa = (self.t_first_audio - start) * 1000 if self.t_first_audio else 0.0
-        return Summary(self.session_id, ttfa, self._offset / self.options.sample_rate * 1000,
+        return Summary(self.session_id, ttfa, self._offset / self.settings.sample_rate * 1000,
                        self.num_tokens, len(self._segments), self._offset, (now - start) * 1000)

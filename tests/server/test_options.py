@@ -7,7 +7,7 @@ from prometheus_client import generate_latest
 from orpheus_svc.config import load_config
 from orpheus_svc.core.status import Status
 from orpheus_svc.server.metrics import Metrics
-from orpheus_svc.server.options import SEED_MAX, SamplingChoice, session_options
+from orpheus_svc.server.options import SEED_MAX, SamplingChoice, session_settings
 from orpheus_svc.server.session import SessionError
 from orpheus_svc.server.state import ServerState
 
@@ -18,8 +18,8 @@ def state():
 
 
 def options(state, rate=0, seed=None, encoding="pcm16"):
-    return session_options(state, "tara", encoding, rate, SamplingChoice(seed=seed),
-                           allow_wav=True)
+    return session_settings(state, "tara", encoding, rate, SamplingChoice(seed=seed),
+                            allow_wav=True)
 
 
 @pytest.mark.parametrize("seed", [-1, SEED_MAX + 1, 10 ** 5000, True, 1.0],

@@ -11,8 +11,9 @@ from orpheus_svc.core.events import AudioEvent, Finish
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.engine.handle import GenerationHandle
 from orpheus_svc.server.session import (
-    AudioOut, FlushIn, SegmentEnded, SessionError, SessionOptions, StreamSession, Summary, TextIn,
+    AudioOut, FlushIn, SegmentEnded, SessionError, StreamSession, Summary, TextIn,
 )
+from orpheus_svc.server.settings import SessionSettings
 
 
 class FakeRuntime:
@@ -72,7 +73,7 @@ class FakeRuntime:
         return GenerationHandle(self, self, request, on_event, loop)
 
 
-OPTS = SessionOptions("tara", "pcm16", 24000, SamplingParams())
+OPTS = SessionSettings("tara", "pcm16", 24000, SamplingParams())
 
 
 async def _run(runtime, inputs, **text):

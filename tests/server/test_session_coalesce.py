@@ -12,8 +12,9 @@ from orpheus_svc.config import TextConfig
 from orpheus_svc.core.events import AudioEvent, Finish
 from orpheus_svc.core.generation import SamplingParams
 from orpheus_svc.server.session import (
-    MAX_CHUNK_SAMPLES, AudioOut, SegmentEnded, SegmentStarted, SessionOptions, StreamSession, TextIn,
+    MAX_CHUNK_SAMPLES, AudioOut, SegmentEnded, SegmentStarted, StreamSession, TextIn,
 )
+from orpheus_svc.server.settings import SessionSettings
 
 from .test_session import FakeRuntime
 
@@ -53,7 +54,7 @@ def _session(rt, encoding="pcm16", rate=24000):
         yield TextIn("Just one sentence here.")
 
     async def run():
-        session = StreamSession(rt, SessionOptions("tara", encoding, rate, SamplingParams()),
+        session = StreamSession(rt, SessionSettings("tara", encoding, rate, SamplingParams()),
                                 TextConfig())
         return [o async for o in session.run(source())]
 
