@@ -348,7 +348,10 @@ SUMMARY_NAMES = {"bf16": "bf16", "bf16u": "bf16_unfused", "fp8": "fp8", "fp8t": 
 
 def steps(device, tiny, batches, context, steps_n, bandwidth, results, dtypes=("bf16", "fp8")
           ) -> dict:
+    from gpu_parity import teacher_forced
+
     from orpheus_svc.engine.graph.backend import GraphBackend
+    from orpheus_svc.engine.graph.nodes import count_step_nodes
     from orpheus_svc.engine.torch.backend import TorchBackend
     from orpheus_svc.engine.model.sampling import constrained_logits
 
@@ -379,6 +382,13 @@ def steps(device, tiny, batches, context, steps_n, bandwidth, results, dtypes=("
         ref = drive(eager, reqs)
         got = drive(graph, reqs)
         par = {"graph_vs_eager": agreement(ref, got)}
+        if qname == "bf16":  # the same step on two models with their own caches
+            twin = _model(tiny, device, dtype, quant, 8, seq, gemm)
+            par["teacher_forced"] = teacher_forced(twin, graph.runner, steps=min(
+                200, results.get("parity_steps", 200)), rows=8)
+            del twin
+            _free(device)
+        r["graph_nodes"] = count_step_nodes(graph.runner, 8)
         if qname == "bf16":
             if cuda:  # on the CPU nothing is captured: no comparison to make (and none named)
                 uncaptured = GraphBackend(model, 8, graphs=False)
@@ -587,6 +597,12 @@ def summary(doc: dict) -> dict:
         best = min(fp8, key=lambda q: st[q]["graph"][big]["step_ms"])
         out["fp8_gemm"] = DTYPES[best][1]
     out["fused"] = {SUMMARY_NAMES[q]: st[q].get("fused") for q in DTYPES if st.get(q)}
+    # issue 32: the step's kernels (engine/graph/nodes.py, at 8 rows) and the teacher-forced
+    # parity of the bf16 graph step against the eager one (bench/gpu_parity.py)
+    out["graph_nodes"] = {SUMMARY_NAMES[q]: st[q]["graph_nodes"]["total"] for q in DTYPES
+                          if st.get(q, {}).get("graph_nodes")}
+    tf = (st.get("bf16") or {}).get("parity", {}).get("teacher_forced") or {}
+    out["parity"] = {k: tf.get(k) for k in ("top1_agreement", "max_abs_logit_diff")}
     for q in ("bf16", "bf16u", "fp8", "fp8t"):
         r = st.get(q) or {}
         if q == "bf16u" and not r:

@@ -73,5 +73,11 @@ def test_the_cpu_dry_run_of_the_whole_check(tmp_path):
     assert doc["kernel"]["uniforms_equal_host"] is True
     parity = doc["steps"]["bf16"]["parity"]
     assert parity["graph_vs_eager"]["identical"]  # float32 on the CPU: the same tokens
+    # issue 32: the teacher-forced parity and the step's kernel count, in the summary too
+    tf = parity["teacher_forced"]
+    assert tf["top1_agreement"] == 1.0 and tf["max_abs_logit_diff"] < 1e-3  # float32, CPU
+    assert summary["parity"] == {k: tf[k] for k in ("top1_agreement", "max_abs_logit_diff")}
+    assert set(summary["graph_nodes"]) >= {"bf16", "fp8"}
+    assert summary["graph_nodes"]["fp8"] > summary["graph_nodes"]["bf16"]  # activation quant
     # the CPU captures nothing: the dry run must not claim a comparison it did not make
     assert parity["uncaptured_vs_captured"] == {"skipped": "no CUDA graphs on the CPU"}

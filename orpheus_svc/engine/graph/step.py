@@ -86,13 +86,10 @@ def decode_hidden(model: SlotLlama, ids: torch.Tensor, slots: torch.Tensor, pos:
     return h
 
 
-def choose_tokens(model: SlotLlama, state: SlotState, hidden: torch.Tensor, slots: torch.Tensor,
-                  fpos: torch.Tensor, stop_ok: torch.Tensor, counter: torch.Tensor,
-                  sample: torch.Tensor | None = None) -> torch.Tensor:
-    """The token of every row (ids [B]), chosen on the device, and the slot state written:
-    last_ids and the seen marks (not for the stop id, as the eager backend). `sample` (0/1
-    per row, None = all): a row that does not sample (a prompt token before the last)
-    writes its slot's state nowhere (the dummy slot takes it) and its id is meaningless."""
+def step_logits(model: SlotLlama, hidden: torch.Tensor, fpos: torch.Tensor,
+                stop_ok: torch.Tensor) -> torch.Tensor:
+    """[B, 4097] float32: each row's audio logits at its frame position (one GEMM over the
+    7 x 4096 audio rows of the head, then a gather) and its stop logit where allowed."""
     bsz = hidden.shape[0]
     head = model.lm_head
     audio = rows_matmul(hidden, head[AUDIO_BASE:AUDIO_BASE + FRAME_TOKENS * CODES_PER_POSITION].T)
@@ -103,6 +100,17 @@ def choose_tokens(model: SlotLlama, state: SlotState, hidden: torch.Tensor, slot
         rows, fpos].float()
     logits[:, STOP_COLUMN] = stop_logits(hidden, head)
     logits[:, STOP_COLUMN].masked_fill_(stop_ok == 0, float("-inf"))
+    return logits
+
+
+def choose_tokens(model: SlotLlama, state: SlotState, hidden: torch.Tensor, slots: torch.Tensor,
+                  fpos: torch.Tensor, stop_ok: torch.Tensor, counter: torch.Tensor,
+                  sample: torch.Tensor | None = None) -> torch.Tensor:
+    """The token of every row (ids [B]), chosen on the device, and the slot state written:
+    last_ids and the seen marks (not for the stop id, as the eager backend). `sample` (0/1
+    per row, None = all): a row that does not sample (a prompt token before the last)
+    writes its slot's state nowhere (the dummy slot takes it) and its id is meaningless."""
+    logits = step_logits(model, hidden, fpos, stop_ok)
     params = state.params[:, slots]
     logits = apply_repetition_penalty(logits, state.seen[slots, fpos], params[2])
     u = splitmix_uniform_t(state.seeds[slots], counter).float()
