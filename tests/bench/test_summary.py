@@ -154,7 +154,9 @@ def test_no_raw_results_are_committed():
                               "floor-10ms-work1.json",
                               # the graph engine's GPU check (issue 28 names summary.json)
                               "summary.json", "gpu-engine.json", "run1-summary.json",
-                              "run1-gpu-engine.json"), p
+                              "run1-gpu-engine.json",
+                              # issue 33: the seed guard's verdict, the CPU invariance cost
+                              "verdict.json", "invariance-cost-cpu.json"), p
         if p.name.endswith(".summary.json"):
             text = p.read_text()
             assert '"sessions_detail"' not in text and '"traces"' not in text, p
