@@ -49,6 +49,22 @@ def test_run_ahead_goes_on_while_every_candidate_runs():
     assert not ahead.prefill and not ahead.admitted and not ahead.released
 
 
+def test_a_generation_waiting_for_a_slot_or_a_cancel_stops_run_ahead():
+    """schedule() would admit the waiting one into the next free slot, or release the
+    cancelled one's slot (also pinned with the graph backend's own tests)."""
+    sched = make_scheduler(slots=2, batch=2)
+    for _ in range(3):
+        sched.add(make_gen())
+    plan = sched.schedule(0.0)
+    assert sched.schedule_ahead(plan, 0.0) is None  # the third waits for a slot
+    sched = make_scheduler(slots=2, batch=2)
+    running = make_gen()
+    sched.add(running)
+    plan = sched.schedule(0.0)
+    sched.cancel(running.gen_id, 0.0)
+    assert sched.schedule_ahead(plan, 0.0) is None
+
+
 def test_a_candidate_left_out_of_the_plan_stops_run_ahead():
     """The second new generation's prompt does not fit this step's prefill budget: it is a
     candidate the plan left out, and the next schedule() would prefill it. Caught planted
