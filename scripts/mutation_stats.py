@@ -2,6 +2,7 @@
 
     mutation_stats.py widen STATS_JSON GLOB      every function of the modules GLOB names is
                                                  credited with every test that ran any of them
+    mutation_stats.py drop STATS_JSON TEST ...   no mutant runs these tests (node ids)
     mutation_stats.py summary OUT GROUP ...      the score per module, as a Markdown table
 
 `widen` is for functions that run once per pytest session (while a session fixture builds
@@ -38,6 +39,17 @@ def widen(stats_path: str, pattern: str) -> None:
         by_function[f] = tests
     path.write_text(json.dumps(stats, indent=4))
     print(f"widened {len(mine)} functions of {pattern} to {len(tests)} tests each")
+
+
+def drop(stats_path: str, tests: list[str]) -> None:
+    path = Path(stats_path)
+    stats = json.loads(path.read_text())
+    by_function = stats["tests_by_mangled_function_name"]
+    gone = set(tests)
+    for f in by_function:
+        by_function[f] = [t for t in by_function[f] if t not in gone]
+    path.write_text(json.dumps(stats, indent=4))
+    print(f"no mutant runs {len(gone)} tests: " + ", ".join(sorted(gone)))
 
 
 def _status(code) -> str:
@@ -84,6 +96,8 @@ if __name__ == "__main__":
     command, *args = sys.argv[1:]
     if command == "widen":
         widen(*args)
+    elif command == "drop":
+        drop(args[0], args[1:])
     elif command == "summary":
         summary(args[0], args[1:])
     else:
