@@ -87,6 +87,18 @@ def test_graph_step_chooses_the_eager_tokens_with_bucket_padding(quantization):
     assert [len(got[i + 1]) for i in range(5)] == [40, 25, 33, 40, 12]
 
 
+def test_a_full_batch_of_max_batch_size_rows_steps_without_padding():
+    """Every slot busy: 6 rows in the bucket of 6 (the last one, no padding row) choose the
+    eager tokens. Caught planted bug: `bisect_right` in buckets.bucket_for, which made a
+    step of exactly max_batch_size rows raise and so fail every row of it."""
+    reqs = [_request(i, 10) for i in range(6)]
+    eager = _drive(TorchBackend(_model(False)), reqs)
+    graph_backend = _graph(max_batch=6)
+    assert graph_backend.runner.buckets == [1, 2, 4, 6]
+    got = _drive(graph_backend, reqs)
+    assert got == eager and [len(got[i + 1]) for i in range(6)] == [10] * 6
+
+
 def test_padding_rows_touch_only_the_dummy_slot():
     backend = _graph(max_batch=8)
     model, runner = backend.model, backend.runner

@@ -36,3 +36,27 @@ def test_only_an_object_is_a_request():
 
 def test_an_escaped_surrogate_pair_is_one_character_and_accepted():
     assert decode('"\\ud83d\\ude00"') == "\U0001F600"
+
+
+def test_the_documented_depth_of_32_is_accepted_and_33_refused():
+    """Literal depths (docs/http.md says 32), not the module's own constant, so that changing
+    MAX_DEPTH is seen; objects count as arrays do."""
+    value = decode("[" * 32 + "]" * 32)
+    for _ in range(31):
+        (value,) = value
+    assert value == []
+    assert decode('{"a": ' * 32 + "1" + "}" * 32) is not None
+    for text in ("[" * 33 + "]" * 33, '{"a": ' * 33 + "1" + "}" * 33,
+                 '{"a": ' + "[" * 32 + "]" * 32 + "}"):
+        with pytest.raises(ApiError, match="deeper than 32 levels"):
+            decode(text)
+
+
+def test_siblings_do_not_add_up_to_depth():
+    """Only nesting counts: 33 (or 1000) empty arrays side by side are depth 2. Caught
+    planted bug: counting every opening bracket instead of the depth (a closing bracket
+    not lowering it) refused a plain list of 33 lists."""
+    assert decode("[" + ",".join(["[]"] * 33) + "]") == [[]] * 33
+    assert decode('{"rows": [' + ",".join(['{"a": [1]}'] * 1000) + "]}")["rows"][999] == {"a": [1]}
+    deep_after_siblings = "[" + "[]," * 40 + "[" * 31 + "]" * 31 + "]"
+    assert decode(deep_after_siblings) is not None  # depth 32 after 40 siblings

@@ -8,11 +8,14 @@ import select
 import socket
 import time
 
+import httpx
 import pytest
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
+
+from orpheus_svc.http.limits import BoundedWebSocket
 
 from .conftest import BOUNDS
 
@@ -145,6 +148,69 @@ def test_half_sent_heads_and_silent_connections_are_closed_and_their_fds_freed(b
     assert wait_for(lambda: fds() <= baseline)
 
 
+def read_one_response(sock) -> tuple[int, bytes]:
+    """One response with a Content-Length off a kept-alive connection: (status, body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "closed before a whole response head"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "closed before a whole response body"
+        body += chunk
+    return int(head.split(b" ")[1]), body
+
+
+def test_half_a_second_head_on_a_kept_alive_connection_is_closed_within_the_bound(
+        bounded, error_logs):
+    """The head timer starts again with the next request on a kept-alive connection.
+    Caught planted bug: dropping it (data_received no longer calling _await_head) left a
+    connection that sent half its second head open for ever (past the socket timeout)."""
+    before = refused(bounded, "head_timeout")
+    with open_socket(bounded) as sock:
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: test\r\n\r\n")  # keep-alive
+        assert read_one_response(sock)[0] == 200
+        sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: te")
+        started = time.monotonic()
+        assert read_until_closed(sock) == b""  # a timeout here is the bug
+    assert time.monotonic() - started < BOUND + MARGIN
+    assert refused(bounded, "head_timeout") == before + 1
+    assert error_logs == []
+
+
+def padded(length: int, voice: str = "alloy") -> bytes:
+    """A speech request of exactly `length` bytes (JSON padded with spaces) whose voice
+    is refused by the route: a 400 naming the voice proves the body was read whole."""
+    body = json.dumps({"model": "tts-1", "input": "Hi.", "voice": voice,
+                       "response_format": "pcm"}).encode()
+    return body + b" " * (length - len(body))
+
+
+def test_a_body_of_exactly_max_body_bytes_is_read_and_one_byte_more_is_413(
+        bounded, error_logs):
+    """http.max_body_bytes is the largest body accepted, by Content-Length and by a chunked
+    body's count alike. Caught planted bug: `>` -> `>=` (a body of exactly the limit was
+    refused 413)."""
+    limit = BOUNDS["http.max_body_bytes"]
+    url = f"{bounded.http}/v1/audio/speech"
+    headers = {"content-type": "application/json"}
+
+    def chunked(body):  # an iterator: httpx sends it chunked, without a Content-Length
+        yield from (body[i:i + 4096] for i in range(0, len(body), 4096))
+
+    for content in (padded(limit), chunked(padded(limit))):
+        r = httpx.post(url, content=content, headers=headers, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "voice", r.text[:200]
+    for content in (padded(limit + 1), chunked(padded(limit + 1))):
+        r = httpx.post(url, content=content, headers=headers, timeout=60)
+        assert r.status_code == 413 and "http.max_body_bytes" in r.text
+    assert error_logs == []
+
+
 def test_connections_past_the_pending_cap_are_closed_at_once(bounded):
     cap = BOUNDS["http.max_pending_connections"]
     before = refused(bounded, "pending_connections")
@@ -260,3 +326,51 @@ def test_a_websocket_that_stops_reading_gets_the_error_event_and_close_behind_it
     assert ws.close_code == 1008
     assert wait_for(lambda: active_sessions(bounded) == 0)
     assert error_logs == []
+
+
+def test_a_websocket_that_never_reads_again_is_aborted_when_its_close_times_out(
+        bounded, error_logs):
+    """The path the test above never takes, because it reads in the end: the client reads
+    nothing, ever. The error event and close frame then sit behind the unread audio, and
+    when the close handshake times out with bytes still unsent the server aborts the
+    connection (limits.BoundedWebSocket._close_or_abort): its socket is freed, though the
+    client still holds its end. The close timeout (uvicorn's 10 s) is shortened to 0.5 s on
+    this one connection. Caught planted bug: a plain close() there, which waits for the
+    client to read the buffered bytes, for ever."""
+    before = bounded.server.state.timeouts["stalled"]
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect(("127.0.0.1", bounded.http_port))
+    long_text = " ".join(["This sentence goes on for quite a while, so it cannot end soon."] * 6)
+    server_side = []
+
+    def shrink_and_hurry():
+        known = set(srv_connections(bounded))
+        shrink_send_buffers(bounded)
+        for protocol in known:
+            if isinstance(protocol, BoundedWebSocket):
+                protocol.close_timeout = 0.5
+                server_side.append(protocol)
+
+    with connect(ws_url(bounded), sock=client, open_timeout=30, max_queue=2) as ws:
+        ws.send(json.dumps({"type": "config", "sample_rate": 48000, "seed": 3}))
+        bounded.loop.call_soon_threadsafe(shrink_and_hurry)
+        ws.send(json.dumps({"type": "text", "text": long_text}))
+        ws.send(json.dumps({"type": "end"}))
+        assert wait_for(lambda: bounded.server.state.timeouts["stalled"] == before + 1,
+                        timeout=120)
+        assert len(server_side) == 1
+        # still reading nothing: the server gives the connection up on its own
+        assert wait_for(lambda: server_side[0] not in srv_connections(bounded),
+                        timeout=0.5 + MARGIN)
+        assert server_side[0].transport.is_closing()
+        with pytest.raises(ConnectionClosed):
+            while True:
+                ws.recv(timeout=BOUND + MARGIN)
+    assert ws.close_code == 1006  # aborted: the close frame never went out
+    assert wait_for(lambda: active_sessions(bounded) == 0)
+    assert error_logs == []
+
+
+def srv_connections(srv) -> set:
+    return set(srv.server.http._server.server_state.connections)

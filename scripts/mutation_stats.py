@@ -1,0 +1,104 @@
+"""Helpers of scripts/mutation.sh (mutmut 3's files, read and patched as JSON).
+
+    mutation_stats.py widen STATS_JSON GLOB      every function of the modules GLOB names is
+                                                 credited with every test that ran any of them
+    mutation_stats.py drop STATS_JSON TEST ...   no mutant runs these tests (node ids)
+    mutation_stats.py summary OUT GROUP ...      the score per module, as a Markdown table
+
+`widen` is for functions that run once per pytest session (while a session fixture builds
+the server): mutmut credits a function to the tests during which it ran, so those would be
+checked against the first test alone.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+# mutmut's exit codes (mutmut/stats.py status_by_exit_code)
+KILLED, SURVIVED, NO_TESTS, TIMEOUT = {1, 3}, {0}, {5, 33}, {24, -24, 36, 152, 255}
+
+
+def _module_of(mangled: str) -> str:
+    """'orpheus_svc.http.limits.xǁBoundedH11ǁf__mutmut_3' -> 'orpheus_svc/http/limits.py'."""
+    head = mangled.split("__mutmut_")[0]
+    parts = head.split(".")
+    return "/".join(parts[:-1]) + ".py"
+
+
+def widen(stats_path: str, pattern: str) -> None:
+    path = Path(stats_path)
+    stats = json.loads(path.read_text())
+    by_function = stats["tests_by_mangled_function_name"]
+    mine = [f for f in by_function if fnmatch.fnmatch(_module_of(f), pattern)]
+    tests = sorted({t for f in mine for t in by_function[f]})
+    for f in mine:
+        by_function[f] = tests
+    path.write_text(json.dumps(stats, indent=4))
+    print(f"widened {len(mine)} functions of {pattern} to {len(tests)} tests each")
+
+
+def drop(stats_path: str, tests: list[str]) -> None:
+    path = Path(stats_path)
+    stats = json.loads(path.read_text())
+    by_function = stats["tests_by_mangled_function_name"]
+    gone = set(tests)
+    for f in by_function:
+        by_function[f] = [t for t in by_function[f] if t not in gone]
+    path.write_text(json.dumps(stats, indent=4))
+    print(f"no mutant runs {len(gone)} tests: " + ", ".join(sorted(gone)))
+
+
+def _status(code) -> str:
+    if code in KILLED:
+        return "killed"
+    if code in TIMEOUT:
+        return "timeout"
+    if code in SURVIVED:
+        return "survived"
+    if code in NO_TESTS:
+        return "no tests"
+    return "not checked" if code is None else "other"
+
+
+def summary(out: str, groups: list[str]) -> None:
+    rows, total = [], Counter()
+    for group in groups:
+        for meta in sorted(Path(out, group, "mutants").rglob("*.py.meta")):
+            codes = json.loads(meta.read_text())["exit_code_by_key"]
+            if not codes:
+                continue
+            count = Counter(_status(c) for c in codes.values())
+            module = str(meta.relative_to(Path(out, group, "mutants")))[:-len(".meta")]
+            rows.append((module, count, len(codes)))
+            total.update(count)
+            total["all"] += len(codes)
+    if not rows:
+        print("no mutation results under", out)
+        return
+    print("| Module | Mutants | Killed | Timeout | Survived | No tests | Not run | Killed % |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+
+    def line(name, c, n):
+        dead = c["killed"] + c["timeout"]
+        print(f"| {name} | {n} | {c['killed']} | {c['timeout']} | {c['survived']} | "
+              f"{c['no tests']} | {c['not checked'] + c['other']} | {100 * dead / n:.0f}% |")
+
+    for module, count, n in rows:
+        line(f"`{module.removeprefix('orpheus_svc/')}`", count, n)
+    line("**all**", total, total["all"])
+
+
+if __name__ == "__main__":
+    command, *args = sys.argv[1:]
+    if command == "widen":
+        widen(*args)
+    elif command == "drop":
+        drop(args[0], args[1:])
+    elif command == "summary":
+        summary(args[0], args[1:])
+    else:
+        sys.exit(__doc__)
