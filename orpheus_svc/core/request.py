@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Seeds are 64-bit (SamplingOptions.seed is a uint64; the torch sampler's counter RNG holds
+# uint64): wherever a seed is made or taken (a session's seed + segment index, the engine's
+# edge), any integer is reduced modulo this, so no backend is handed one that overflows.
+SEED_MODULUS = 1 << 64
+
 
 class SamplingError(ValueError):
     """A SamplingParams field out of range; `field` names it, so no caller reads the text."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
+from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
 from orpheus_svc.core.scheduler import AdmissionError, Scheduler, SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.step import StepResult
@@ -48,6 +49,7 @@ class Life:
     bad_p: float = 0.002     # a token that breaks the grammar
     error_p: float = 0.002   # a row the backend fails
     multi_p: float = 0.0     # rows given 0..3 tokens at once (a backend that streams deltas)
+    prompt_lens: tuple[int, ...] = (6, 9, 30, 200)
     # what this life must reach besides admissions, frames, ends and a queue (replay's counts)
     expect: tuple[str, ...] = ()
 
@@ -79,6 +81,9 @@ LIVES = {
                                settings=dict(max_batch_size=6, max_waiting=4)),
     "run-ahead-horizon": Life(13, slots=8, sessions=4, runs_ahead=True, expect=("parked",),
                               settings=dict(max_batch_size=8, max_ahead_seconds=0.3)),
+    "long-prompts": Life(15, slots=6, max_seq_len=256, prompt_lens=(6, 30, 200, 250, 300),
+                         expect=("full", "too long", "cut"),
+                         settings=dict(max_batch_size=6, max_waiting=4)),
     "deltas": Life(8, slots=6, multi_p=0.5, confirm_frees=True, expect=("full", "released"),
                    settings=dict(max_batch_size=6, max_waiting=4, max_prefill_tokens=10**6)),
     "many-sessions": Life(9, steps=900, slots=32, sessions=64, max_segments=5, arrival_p=0.5,
@@ -111,9 +116,18 @@ class Twin:
         self.old.settings = legacy.SchedulerSettings(**settings)
         self.new.settings = SchedulerSettings(**settings)
 
-    def add(self, gen_id: int, req: GenerationRequest, now: float) -> bool:
+    def add(self, gen_id: int, req: GenerationRequest, now: float) -> str:
+        """Submit to both: "queued", "rejected" (the waiting cap), "too long" (the slot)."""
         pair = tuple(Generation(gen_id=gen_id, request=req, arrival=now, seed=gen_id)
                      for _ in range(2))
+        try:
+            fit_to_slot(len(req.prompt_ids), req.max_tokens, self.life.max_seq_len)
+        except PromptTooLong:
+            # The old scheduler never saw such a prompt: the engine loop refused it first.
+            # Now the scheduler's add() is that one check.
+            with pytest.raises(PromptTooLong):
+                self.new.add(pair[1])
+            return "too long"
         answers = []
         for sched, gen in zip((self.old, self.new), pair):
             try:
@@ -123,7 +137,7 @@ class Twin:
                 answers.append(str(exc))
         assert answers[0] == answers[1]
         self.gens[gen_id] = pair
-        return answers[0] is None
+        return "queued" if answers[0] is None else "rejected"
 
     def cancel(self, gen_id: int, now: float) -> None:
         a, b = self.old.cancel(gen_id, now), self.new.cancel(gen_id, now)
@@ -173,16 +187,21 @@ class Twin:
             assert old.buffered_seconds(sid, now) == new.buffered_seconds(sid, now)
         if everything:
             for a, b in self.gens.values():
-                assert _state(a) == _state(b), a.gen_id
+                assert self._state(a) == self._state(b), a.gen_id
+
+    def _state(self, gen: Generation) -> tuple:
+        # The old scheduler cut max_tokens to the slot at admission, the new one when it
+        # queues: compare the budgets as fitted (fitting twice changes nothing). The plans'
+        # rows carry the requests as the backend gets them, compared as they are.
+        req = gen.request
+        req = dataclasses.replace(req, max_tokens=fit_to_slot(
+            len(req.prompt_ids), req.max_tokens, self.life.max_seq_len))
+        return (gen.slot, gen.num_frames, gen.cancelled, gen.finish_reason, gen.steps_waited,
+                gen.frames_not_in_playout, gen.num_generated, gen.last_token, req)
 
 
 def _gen_key(gen: Generation | None):
     return None if gen is None else (gen.gen_id, gen.finish_reason)
-
-
-def _state(gen: Generation) -> tuple:
-    return (gen.slot, gen.num_frames, gen.cancelled, gen.finish_reason, gen.steps_waited,
-            gen.frames_not_in_playout, gen.num_generated, gen.last_token, gen.request)
 
 
 def _plan_key(plan) -> tuple:
@@ -250,7 +269,8 @@ def replay(life: Life) -> dict[str, int]:
     twin = Twin(life)
     seen = dict(admitted=0, refused=0, released=0, idle=0, parked_idle=0, ahead=0,
                 finished=0, frames=0, waiting=0, full=0, parked=0, deferred=0,
-                rejected=0)
+                queued=0, rejected=0, cut=0)
+    seen["too long"] = 0
     segments: dict[str, int] = {}  # session -> its last segment so far
     names = [f"s{i}" for i in range(life.sessions)]  # each client's current session
     now, next_id, ahead, draining = 0.0, 1, None, []
@@ -274,10 +294,11 @@ def replay(life: Life) -> dict[str, int]:
                     break
                 segments[sid] = seg
                 req = GenerationRequest(
-                    sid, seg, tuple(range(rng.choice([6, 9, 30, 200]))),
+                    sid, seg, tuple(range(rng.choice(life.prompt_lens))),
                     rng.choice([7, 70, 140, 700]), SamplingParams(seed=next_id),
                     expected_frames=rng.randrange(0, 60))
-                seen["rejected"] += not twin.add(next_id, req, now)
+                seen[twin.add(next_id, req, now)] += 1
+                seen["cut"] += req.max_tokens > life.max_seq_len - len(req.prompt_ids)
                 next_id += 1
         if next_id > 1 and rng.random() < life.cancel_p:
             live = [g for g, _ in twin.gens.values() if not g.finished]
