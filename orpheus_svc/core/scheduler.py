@@ -533,7 +533,9 @@ class Scheduler:
         """Give free slots to queued generations (core/admission.py decides who, in batch
         order, within the row budget); the first segments the waiting cap turns away go
         out with the plan (StepPlan.refused) and leave their sessions."""
-        if not self.pool.num_free:  # nothing can be admitted (and nobody refused: see add)
+        # A full pool (the common case under load): nobody to judge, and a refusal the cap
+        # owes waits for the next free slot too.
+        if not self.pool.num_free:
             return [], ()
         max_waiting = self.settings.max_waiting
         admitted, refused = self._queue.admit(now, self.pool.num_free, self._budget_room(),
