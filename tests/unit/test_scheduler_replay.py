@@ -16,6 +16,7 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 
 from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
@@ -236,8 +237,6 @@ def _tokens(rng: random.Random, row, life: Life, one: bool) -> list[int]:
 def _result(rng: random.Random, plan, life: Life, draining: list[int]) -> StepResult:
     """A backend's answer to `plan`: tokens by gen_id or the decode rows' array, a failed
     row now and then, and (a backend that drains) some earlier ends confirmed."""
-    import numpy as np
-
     result = StepResult()
     as_array = len(plan.decode) and life.multi_p == 0 and rng.random() < 0.5
     rows = plan.prefill if as_array else plan.rows
@@ -269,10 +268,9 @@ def replay(life: Life) -> dict[str, int]:
     """Run `life` through both schedulers; what happened, counted (to show it was covered)."""
     rng = random.Random(life.seed)
     twin = Twin(life)
-    seen = dict(admitted=0, refused=0, released=0, idle=0, parked_idle=0, ahead=0,
-                finished=0, frames=0, waiting=0, full=0, parked=0, deferred=0,
-                queued=0, rejected=0, cut=0)
-    seen["too long"] = 0
+    seen = dict.fromkeys(["admitted", "refused", "released", "idle", "parked_idle", "ahead",
+                          "finished", "frames", "waiting", "full", "parked", "deferred",
+                          "queued", "rejected", "too long", "cut"], 0)
     segments: dict[str, int] = {}  # session -> its last segment so far
     names = [f"s{i}" for i in range(life.sessions)]  # each client's current session
     now, next_id, ahead, draining = 0.0, 1, None, []
@@ -299,8 +297,10 @@ def replay(life: Life) -> dict[str, int]:
                     sid, seg, tuple(range(rng.choice(life.prompt_lens))),
                     rng.choice([7, 70, 140, 700]), SamplingParams(seed=next_id),
                     expected_frames=rng.randrange(0, 60))
-                seen[twin.add(next_id, req, now)] += 1
-                seen["cut"] += req.max_tokens > life.max_seq_len - len(req.prompt_ids)
+                outcome = twin.add(next_id, req, now)
+                seen[outcome] += 1
+                if outcome == "queued":  # a budget the slot cannot hold: cut to fit
+                    seen["cut"] += req.max_tokens > life.max_seq_len - len(req.prompt_ids)
                 next_id += 1
         if next_id > 1 and rng.random() < life.cancel_p:
             live = [g for g, _ in twin.gens.values() if not g.finished]
