@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Seeds are 64-bit (SamplingOptions.seed is a uint64; the torch sampler's counter RNG holds
-# uint64): wherever a seed is made or taken (a session's seed + segment index, the engine's
-# edge), any integer is reduced modulo this, so no backend is handed one that overflows.
+# uint64): a session's segment seeds wrap around this (server/settings.py), the edges accept
+# seeds below it (server/options.py SEED_MAX), and the engine reduces any integer modulo it
+# (engine/loop.py), so no backend is handed one that overflows.
 SEED_MODULUS = 1 << 64
 
 

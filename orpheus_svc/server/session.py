@@ -33,7 +33,6 @@ from orpheus_svc.audio.pcm import Encoder, SessionEncoder
 from orpheus_svc.config import TextConfig
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
 from orpheus_svc.core.normalize import normalize_text
-from orpheus_svc.core.request import SEED_MODULUS
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.tokens import SAMPLE_RATE
 from orpheus_svc.engine.handle import GenerationHandle
