@@ -17,8 +17,11 @@ import sys
 
 FRAME = re.compile(r"^(?P<fn>.*?) \((?P<file>[^():]*?)(?::(?P<line>\d+))?\)$")
 
-SCHEDULE_FNS = {"schedule", "_priority", "deadline_priority", "_admit", "_unpark", "_park",
-                "_next_wakeup", "_forget_idle_sessions", "_fit_to_slot", "", "add", "cancel"}
+# Scheduler methods charged to "schedule". The admission queue and the parking lot
+# (core/admission.py, core/parking.py) match no area: a sample in them goes to the
+# Scheduler method that called them.
+SCHEDULE_FNS = {"schedule", "_priority", "deadline_priority", "_admit", "_unpark",
+                "_park", "_forget_idle_sessions", "", "add", "cancel"}
 
 # (area, predicate on (function, file)) tried from the leaf frame upwards; the first frame
 # that matches decides the sample's area. Generic stdlib frames (threading, queue, enum,

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Seeds are 64-bit (SamplingOptions.seed is a uint64; the torch sampler's counter RNG holds
+# uint64): a session's segment seeds wrap around this (server/settings.py), the edges accept
+# seeds below it (server/options.py SEED_MAX), and the engine reduces any integer modulo it
+# (engine/loop.py), so no backend is handed one that overflows.
+SEED_MODULUS = 1 << 64
+
 
 class SamplingError(ValueError):
     """A SamplingParams field out of range; `field` names it, so no caller reads the text."""

@@ -19,6 +19,13 @@ order is computed for the decode rows then: Scheduler._everything_runs).
 With the real-time row budget on (engine.row_budget, core/budget.py), admission keeps the
 running generations within what the engine can run at real time: later segments wait in
 the queue, in the same order, until a row ends or they are needed within MIN_SLACK_S.
+
+Who owns what: the admission queue (core/admission.py) holds the generations without a slot
+(waiting, or deferred by slack) and the cap on new sessions; the parking lot
+(core/parking.py) the running ones beyond the playout horizon, until their wake time. The
+Scheduler composes the two and keeps the rest: slot allocations, the running generations
+(their token state as BatchState rows, core/batch.py), the batch order, the row budget's
+measurements and each session's playout clock (core/playout.py).
 """
 
 from __future__ import annotations
@@ -31,14 +38,21 @@ from typing import Callable
 
 import numpy as np
 
+from .admission import AdmissionError, AdmissionQueue
 from .batch import ERROR, REASONS, BatchState
-from .budget import MIN_SLACK_S, RowBudget
+from .budget import RowBudget
 from .checks import is_finite, is_int, require
 from .generation import Generation
+from .parking import ParkingLot
 from .playout import PlayoutSnapshot, SessionPlayout
-from .prompt import PromptTooLong, fit_to_slot
+from .prompt import fit_to_slot
 from .slots import SlotPool
 from .step import StepPlan, StepResult
+
+# AdmissionError is defined with the queue (core/admission.py) and importable from here too,
+# as callers always did.
+__all__ = ["AdmissionError", "PriorityFn", "Scheduler", "SchedulerSettings", "SchedulerStats",
+           "StepOutcome", "UNDERRUN_RISK_SECONDS", "deadline_priority"]
 
 
 def _frozen(codes: np.ndarray) -> np.ndarray:
@@ -102,10 +116,6 @@ class SchedulerSettings:
         require(callable(self.priority), self, "priority", "must be a function")
 
 
-class AdmissionError(RuntimeError):
-    """The admission queue is full; the caller should answer RESOURCE_EXHAUSTED."""
-
-
 @dataclass
 class StepOutcome:
     """What a step did: per generation with new frames, their codes ([n, 7], read-only);
@@ -140,6 +150,12 @@ UNDERRUN_RISK_SECONDS = 0.25
 
 
 class Scheduler:
+    """The engine thread's scheduler (see the module docstring). It owns the slot pool's
+    allocations, the running generations (their token state in one BatchState), the batch
+    order, the row budget's measurements and every session's playout clock; it composes the
+    admission queue (generations without a slot) and the parking lot (running ones beyond
+    the playout horizon)."""
+
     def __init__(self, pool: SlotPool, settings: SchedulerSettings = SchedulerSettings()) -> None:
         self.pool = pool
         self.settings = settings
@@ -154,19 +170,12 @@ class Scheduler:
         self._step_ended: dict[Generation, str] = {}
         self._step_tokens = 0
         self._step_rounds = 0  # by-id rounds: more than one, and a row may have two frames
-        self._waiting: list[Generation] = []
-        # First segments (new sessions) holding no slot, waiting or deferred: what
-        # max_waiting caps; and those the cap turned away at the last admission.
-        self._new_waiting = 0
-        self._refused: list[tuple[Generation, str]] = []
+        self._queue = AdmissionQueue(pool.num_slots)  # no slot yet: waiting or deferred
         self._running: dict[int, Generation] = {}  # holding a slot
-        # Per-step work is O(candidates), not O(running): a generation beyond the playout
-        # horizon is parked until its slack can first fall back under it (time lowers the
-        # slack by at most 1 s per s; an earlier segment ending can lower it at once, so
-        # that unparks its session). Parked: gen_id -> wake time; heap entries may be stale.
+        # Per-step work is O(candidates), not O(running): a running generation beyond the
+        # playout horizon waits in the parking lot (core/parking.py) instead.
         self._candidates: dict[int, Generation] = {}  # running and not parked
-        self._parked: dict[int, float] = {}
-        self._wakeups: list[tuple[float, int]] = []
+        self._parking = ParkingLot()
         self._parked_under: SchedulerSettings | None = None  # new settings: judge all afresh
         self._cancelled: list[Generation] = []  # running ones, released at the next step
         self._sessions: dict[str, SessionPlayout] = {}
@@ -179,52 +188,36 @@ class Scheduler:
         self._budget: RowBudget | None = None
         self._budget_for: SchedulerSettings | None = None
         self._last_step_end: float | None = None
-        # Waiting generations the budget holds back (later segments, not yet due): a heap
-        # by the time their slack falls to MIN_SLACK_S, which is also their slack order.
-        # Entries are stale unless _deferred_ids holds the same time (lazy deletion).
-        self._deferred: list[tuple[float, int, Generation]] = []
-        self._deferred_ids: dict[int, float] = {}
         self._counts = dict(submitted=0, finished=0, cancelled=0, rejected=0, tokens=0,
                             grammar_violations=0)
 
     # -- commands -------------------------------------------------------------------------
 
     def add(self, gen: Generation) -> None:
-        """Queue `gen` for admission; AdmissionError when the waiting queue is full.
+        """Queue `gen` for admission, its max_tokens cut to what its slot holds after the
+        prompt (core/prompt.py fit_to_slot: the one place a budget is fitted, so the
+        generation ends, "length", where every backend can still write KV).
 
-        max_waiting caps the new sessions (first segments) that wait for a KV slot beyond
-        the slots free now: a generation queued since the last step takes a free slot at the
-        next one, so it does not wait. Only a first segment can be refused: a later segment
-        belongs to a session the server already accepted (callers bound how many of those
-        are in flight), and refusing it would break a conversation midway; so later
-        segments wait outside the cap. Should one of them take a free slot a new session
-        was counted against, _admit turns the newest session away at that step: the cap
-        holds exactly (tests/unit/test_admission_cap.py)."""
-        if gen.request.segment_index == 0:
-            queued = self._new_waiting - self.pool.num_free
-            if queued >= self.settings.max_waiting:
-                self._counts["rejected"] += 1
-                raise AdmissionError(self._full_message(queued))
-            self._new_waiting += 1
+        PromptTooLong when the prompt leaves no room for a frame (the engine answers
+        INVALID_ARGUMENT); AdmissionError when engine.max_waiting new sessions wait already
+        (RESOURCE_EXHAUSTED: core/admission.py AdmissionQueue.add has the rule)."""
+        req = gen.request
+        budget = fit_to_slot(len(req.prompt_ids), req.max_tokens, self.pool.max_seq_len)
+        if budget != req.max_tokens:
+            gen.request = dataclasses.replace(req, max_tokens=budget)
+        try:
+            self._queue.add(gen, self.pool.num_free, self.settings.max_waiting)
+        except AdmissionError:
+            self._counts["rejected"] += 1
+            raise
         self._counts["submitted"] += 1
-        self._waiting.append(gen)
         self._session(gen).add(gen)
-
-    def _full_message(self, queued: int) -> str:
-        return (f"server is at capacity: all {self.pool.num_slots} KV slots are taken and "
-                f"{queued} new sessions wait for one (engine.max_waiting="
-                f"{self.settings.max_waiting}); retry later or on another replica")
 
     def cancel(self, gen_id: int, now: float) -> Generation | None:
         """Cancel a generation. A waiting one ends now (returned); a running one gives its
         slot back at the next schedule(). None if unknown or already finished."""
-        for gen in self._waiting:
-            if gen.gen_id == gen_id:
-                self._waiting.remove(gen)
-                self._finish(gen, "cancelled", now)
-                return gen
-        if self._deferred_ids.pop(gen_id, None) is not None:
-            gen = next(g for _, _, g in self._deferred if g.gen_id == gen_id)
+        gen = self._queue.remove(gen_id)
+        if gen is not None:
             self._finish(gen, "cancelled", now)
             return gen
         gen = self._running.get(gen_id)
@@ -244,8 +237,7 @@ class Scheduler:
             if gen.gen_id in self._running:  # not ended on its own since
                 self._finish(gen, "cancelled", now)
                 released.append(gen)
-        admitted = self._admit(now)
-        refused, self._refused = tuple(self._refused), []
+        admitted, refused = self._admit(now)
         self._forget_idle_sessions(now)
         horizon = self.settings.max_ahead_seconds
         self._unpark(now, everything=horizon <= 0 or self.settings is not self._parked_under)
@@ -255,7 +247,7 @@ class Scheduler:
             if fast is not None:
                 if not (fast[0] or fast[1]):
                     self._last_step_end = None  # the engine waits for work: not a step
-                    idle_s = max(self._next_due() - now, 0.0)
+                    idle_s = max(self._queue.next_due() - now, 0.0)
                     return StepPlan(self._step, (), (), tuple(admitted), tuple(released),
                                     idle_s if idle_s < math.inf else 0.0, refused)
                 return StepPlan(self._step, fast[0], fast[1], tuple(admitted),
@@ -270,8 +262,7 @@ class Scheduler:
         idle_s = 0.0
         if not keyed:
             self._last_step_end = None  # the engine waits for work: not a step
-            wake = min(self._next_wakeup() if self._parked else math.inf,
-                       self._next_due())
+            wake = min(self._parking.next_wakeup(), self._queue.next_due())
             idle_s = max(wake - now, 0.0) if wake < math.inf else 0.0
         keyed.sort()  # ties: submission order (gen ids are unique, so gens never compare)
         prefill_budget = self.settings.max_prefill_tokens
@@ -311,7 +302,7 @@ class Scheduler:
         generation, or none, by then); and a slot or budget room that `plan`'s ends free
         is used one step later. Else None: the engine collects `plan` and calls schedule()
         as usual. Nothing is admitted or released here."""
-        if (self._cancelled or self._waiting or self._admits_deferred(now)
+        if (self._cancelled or self._queue.has_waiting or self._admits_deferred(now)
                 or self.pool.num_draining or self.settings.max_ahead_seconds > 0
                 or len(self._candidates) > self.settings.max_batch_size):
             return None
@@ -330,9 +321,9 @@ class Scheduler:
     def _admits_deferred(self, now: float) -> bool:
         """Whether schedule() at `now` would admit a generation the row budget holds back
         (one due, or room in the budget and a free slot): _admit's conditions."""
-        if not self._deferred_ids:
+        if not self._queue.num_deferred:
             return False
-        if self._next_due() <= now:
+        if self._queue.next_due() <= now:
             return True
         return bool(self.pool.num_free) and self._budget_room() > 0
 
@@ -394,7 +385,7 @@ class Scheduler:
             self._budget.observe(self._step_tokens, now - self._last_step_end)
         # With nothing left to run the engine waits for a command: the next step's time
         # would include that wait.
-        self._last_step_end = now if (running or self._num_waiting) else None
+        self._last_step_end = now if (running or self._queue) else None
         return out
 
     def _advance_by_id(self, plan: StepPlan, result: StepResult) -> None:
@@ -472,10 +463,8 @@ class Scheduler:
     # -- queries --------------------------------------------------------------------------
 
     def get(self, gen_id: int) -> Generation | None:
-        return self._running.get(gen_id) or next(
-            (g for g in self._waiting if g.gen_id == gen_id), None) or next(
-            (g for _, _, g in self._deferred if self._deferred_ids.get(g.gen_id) is not None
-             and g.gen_id == gen_id), None)
+        """A generation not yet ended, running or queued; None if unknown or ended."""
+        return self._running.get(gen_id) or self._queue.get(gen_id)
 
     def running(self) -> list[Generation]:
         return list(self._running.values())
@@ -483,11 +472,7 @@ class Scheduler:
     @property
     def has_work(self) -> bool:
         # a draining slot (core/slots.py) needs steps until the backend confirms it
-        return bool(self._running or self._num_waiting or self.pool.num_draining)
-
-    @property
-    def _num_waiting(self) -> int:
-        return len(self._waiting) + len(self._deferred_ids)
+        return bool(self._running or self._queue or self.pool.num_draining)
 
     def stats(self, now: float | None = None, risk: int = 0) -> SchedulerStats:
         """The counters; underrun_risk counted at `now` (a scan of every session), else
@@ -497,7 +482,7 @@ class Scheduler:
                        if s.gens and s.playout_end is not None
                        and s.playout_end - now < UNDERRUN_RISK_SECONDS)
         return SchedulerStats(
-            active=len(self._running), waiting=self._num_waiting,
+            active=len(self._running), waiting=len(self._queue),
             free_slots=self.pool.num_free, used_slots=self.pool.num_used,
             total_slots=self.pool.num_slots, steps=self._step, underrun_risk=risk,
             row_budget=self._budget_rows(), **self._counts)
@@ -544,84 +529,36 @@ class Scheduler:
         return self.settings.priority(gen, self._sessions[gen.request.session_id], now,
                                       self.settings)
 
-    def _admit(self, now: float) -> list[Generation]:
-        """Move waiting generations into free slots in batch order. With the row budget on,
-        a later segment not due within MIN_SLACK_S waits in `_deferred` (by slack) while
-        the running ones fill the budget; the others are admitted regardless. Per step the
-        work is O(new arrivals + generations coming due), not O(everything queued)."""
-        admitted: list[Generation] = []
+    def _admit(self, now: float) -> tuple[list[Generation], tuple]:
+        """Give free slots to queued generations (core/admission.py decides who, in batch
+        order, within the row budget); the first segments the waiting cap turns away go
+        out with the plan (StepPlan.refused) and leave their sessions."""
+        # A full pool (the common case under load): nobody to judge, and a refusal the cap
+        # owes waits for the next free slot too.
         if not self.pool.num_free:
-            return admitted
-        room = self._budget_room()
-        heap, ids = self._deferred, self._deferred_ids
-        due: list[Generation] = []
-        while heap and heap[0][0] <= now:  # their slack reached MIN_SLACK_S: judge afresh
-            t, _, gen = heapq.heappop(heap)
-            if ids.get(gen.gen_id) == t:
-                del ids[gen.gen_id]
-                due.append(gen)
-        if self._waiting or due:
-            keyed = sorted([(self._priority(g, now), g.gen_id, g)
-                            for g in (*self._waiting, *due)])
-            self._waiting = []
-            for key, _, gen in keyed:
-                if key[0] == 2 and key[1] > MIN_SLACK_S:  # the listener has audio ahead
-                    t = now + key[1] - MIN_SLACK_S
-                    ids[gen.gen_id] = t
-                    heapq.heappush(heap, (t, gen.gen_id, gen))
-                elif self.pool.num_free:
-                    self._start(gen)
-                    admitted.append(gen)
-                    room -= 1
-                else:
-                    self._waiting.append(gen)
-        while room > 0 and heap and self.pool.num_free:  # room left: least slack first
-            t, _, gen = heapq.heappop(heap)
-            if ids.get(gen.gen_id) == t:
-                del ids[gen.gen_id]
-                self._start(gen)
-                admitted.append(gen)
-                room -= 1
-        excess = self._new_waiting - self.pool.num_free - self.settings.max_waiting
-        if excess > 0:  # later segments took slots new sessions were counted against
-            self._refuse_newest(excess, now)
-        return admitted
-
-    def _refuse_newest(self, n: int, now: float) -> None:
-        """Turn away the `n` newest first segments that hold no slot (as add() would have,
-        had it known): they go out with the next plan (StepPlan.refused)."""
-        ids = self._deferred_ids
-        firsts = [g for g in self._waiting if g.request.segment_index == 0]
-        firsts += [g for _, _, g in self._deferred
-                   if g.request.segment_index == 0 and ids.get(g.gen_id) is not None]
-        message = self._full_message(self.settings.max_waiting)
-        for gen in sorted(firsts, key=lambda g: (g.arrival, g.gen_id))[-n:]:
-            if ids.pop(gen.gen_id, None) is None:
-                self._waiting.remove(gen)
-            self._new_waiting -= 1
+            return [], ()
+        max_waiting = self.settings.max_waiting
+        admitted, refused = self._queue.admit(now, self.pool.num_free, self._budget_room(),
+                                              self._priority, max_waiting)
+        for gen in admitted:
+            self._start(gen)
+        if not refused:
+            return admitted, ()
+        message = self._queue.full_message(max_waiting, max_waiting)
+        for gen in refused:
             self._counts["submitted"] -= 1
             self._counts["rejected"] += 1
             self._leave_session(gen, now, heard=False)
-            self._refused.append((gen, message))
+        return admitted, tuple((gen, message) for gen in refused)
 
     def _start(self, gen: Generation) -> None:
-        if gen.request.segment_index == 0:
-            self._new_waiting -= 1
         slot = self.pool.allocate(gen.gen_id)
-        self._fit_to_slot(gen)
         gen.attach(self._batch, slot)
         self._by_slot[slot] = gen
         self._running[gen.gen_id] = gen
         self._candidates[gen.gen_id] = gen
         if not gen.num_generated:
             self._unstarted[gen.gen_id] = gen
-
-    def _next_due(self) -> float:
-        """When the first deferred generation falls due (inf: none)."""
-        heap = self._deferred
-        while heap and self._deferred_ids.get(heap[0][2].gen_id) != heap[0][0]:
-            heapq.heappop(heap)  # stale
-        return heap[0][0] if heap else math.inf
 
     def _budget_room(self) -> float:
         """How many more generations the row budget admits now (infinite when it is off;
@@ -634,19 +571,6 @@ class Scheduler:
             self._budget_for = self.settings
         return max(math.floor(self._budget.cap), 1) - len(self._running)
 
-    def _fit_to_slot(self, gen: Generation) -> None:
-        """Cut max_tokens to what the slot holds after the prompt, so the generation ends
-        ("length") where every backend can still write KV: the one place a budget is cut
-        (EngineLoop refuses a prompt that cannot fit before it gets here; for other callers
-        one that cannot fit is left for the backend to refuse)."""
-        req = gen.request
-        try:
-            budget = fit_to_slot(len(req.prompt_ids), req.max_tokens, self.pool.max_seq_len)
-        except PromptTooLong:
-            return
-        if budget != req.max_tokens:
-            gen.request = dataclasses.replace(req, max_tokens=budget)
-
     def _finish(self, gen: Generation, reason: str, now: float) -> None:
         gen.finish_reason = reason
         self._counts["cancelled" if reason == "cancelled" else "finished"] += 1
@@ -657,9 +581,7 @@ class Scheduler:
             self.pool.free(gen.slot, gen.gen_id)
             del self._running[gen.gen_id]
             self._candidates.pop(gen.gen_id, None)
-            self._parked.pop(gen.gen_id, None)
-        elif gen.request.segment_index == 0:
-            self._new_waiting -= 1
+            self._parking.release(gen.gen_id)
         self._leave_session(gen, now, heard=reason != "cancelled")
 
     def _leave_session(self, gen: Generation, now: float, heard: bool) -> None:
@@ -669,34 +591,23 @@ class Scheduler:
         if session.gens:
             self._playout_moved[session.session_id] = session
         for other in session.gens:  # their slack may have dropped: judge them afresh
-            if self._parked.pop(other.gen_id, None) is not None:
+            if self._parking.release(other.gen_id):
                 self._candidates[other.gen_id] = other
-            if self._deferred_ids.pop(other.gen_id, None) is not None:
-                self._waiting.append(other)
+            self._queue.judge_again(other)
         if not session.gens:
             heapq.heappush(self._idle_at, (session.playout_end or now, session.session_id))
 
     def _park(self, gen: Generation, wake: float) -> None:
         del self._candidates[gen.gen_id]
-        self._parked[gen.gen_id] = wake
-        heapq.heappush(self._wakeups, (wake, gen.gen_id))
+        self._parking.park(gen.gen_id, wake)
 
     def _unpark(self, now: float, everything: bool = False) -> None:
-        if everything:
-            self._candidates.update((gid, self._running[gid]) for gid in self._parked)
-            self._parked.clear()
-            self._wakeups.clear()
+        parking = self._parking
+        if not parking:
             return
-        while self._wakeups and self._wakeups[0][0] <= now:
-            wake, gid = heapq.heappop(self._wakeups)
-            if self._parked.get(gid) == wake:
-                del self._parked[gid]
-                self._candidates[gid] = self._running[gid]
-
-    def _next_wakeup(self) -> float:
-        while self._parked.get(self._wakeups[0][1]) != self._wakeups[0][0]:
-            heapq.heappop(self._wakeups)  # stale: unparked or ended since
-        return self._wakeups[0][0]
+        running, candidates = self._running, self._candidates
+        for gen_id in parking.wake_all() if everything else parking.wake(now):
+            candidates[gen_id] = running[gen_id]
 
     def _forget_idle_sessions(self, now: float) -> None:
         # A session's clock outlives its generations while its audio plays: a segment that

@@ -36,7 +36,8 @@ import numpy as np
 
 from orpheus_svc.core.events import Admitted, EventBatch, EventSink, Finish, FramePush, Rejected
 from orpheus_svc.core.generation import Generation, GenerationRequest
-from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
+from orpheus_svc.core.prompt import PromptTooLong
+from orpheus_svc.core.request import SEED_MODULUS
 from orpheus_svc.core.scheduler import AdmissionError, Scheduler, SchedulerSettings, SchedulerStats
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.status import Status
@@ -46,8 +47,6 @@ from orpheus_svc.engine.collector import CollectorPacer
 from orpheus_svc.threads import os_named
 
 log = logging.getLogger(__name__)
-
-SEED_MODULUS = 1 << 64
 
 # stats() is republished at least this often while generations run (Scheduler.stats scans
 # every session: about 3% of the host's time when it ran after every step, BENCHMARKS.md
@@ -297,11 +296,6 @@ class EngineLoop:
 
     def _admit(self, cmd: _Submit, events: EventBatch) -> None:
         req = cmd.request
-        try:  # the scheduler cuts max_tokens to the slot when it admits (same function)
-            fit_to_slot(len(req.prompt_ids), req.max_tokens, self.capabilities.max_seq_len)
-        except PromptTooLong as exc:
-            events.add(Rejected(cmd.gen_id, code=Status.INVALID_ARGUMENT, reason=str(exc)))
-            return
         problem = _row_problem(req)
         if problem is not None:
             events.add(Rejected(cmd.gen_id, code=Status.INVALID_ARGUMENT, reason=problem))
@@ -313,8 +307,10 @@ class EngineLoop:
         # any integer modulo 2^64 here, so no caller can hand a backend one that overflows.
         seed = int(seed) % SEED_MODULUS
         gen = Generation(gen_id=cmd.gen_id, request=req, arrival=cmd.arrival, seed=seed)
-        try:
+        try:  # the scheduler fits max_tokens to the slot, or refuses a prompt that cannot fit
             self._scheduler.add(gen)
+        except PromptTooLong as exc:
+            events.add(Rejected(cmd.gen_id, code=Status.INVALID_ARGUMENT, reason=str(exc)))
         except AdmissionError as exc:
             events.add(Rejected(cmd.gen_id, reason=str(exc)))
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from orpheus_svc.core.request import SamplingParams
-
-SEED_MODULUS = 1 << 64  # a seed is a uint64: segment seeds wrap around it
+from orpheus_svc.core.request import SEED_MODULUS, SamplingParams
 
 
 @dataclass(frozen=True)

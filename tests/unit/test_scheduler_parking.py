@@ -4,7 +4,6 @@ The reference below judges every running generation at every step, as the schedu
 before parking; both run the same random sessions and must make identical plans.
 """
 
-import heapq
 import random
 
 from orpheus_svc.core.generation import Generation, GenerationRequest
@@ -19,8 +18,7 @@ class Unparked(Scheduler):
     """Records wake-ups (for idle_s) but keeps every generation a candidate."""
 
     def _park(self, gen, wake):
-        self._parked[gen.gen_id] = wake
-        heapq.heappush(self._wakeups, (wake, gen.gen_id))
+        self._parking.park(gen.gen_id, wake)
 
 
 class Counting:
@@ -114,7 +112,7 @@ def test_a_parked_segment_is_judged_again_when_the_one_before_it_ends():
         plan = s.schedule(now)
         s.update(plan, StepResult({g.gen_id: [legal_token(g)] for g in plan.rows}), now)
         now += 0.001
-    assert later.gen_id in s._parked and head.gen_id in ids(s.schedule(now).rows)
+    assert later.gen_id in s._parking and head.gen_id in ids(s.schedule(now).rows)
     s.cancel(head.gen_id, now)  # the estimate that kept `later` far ahead is gone
     plan = s.schedule(now)
     assert later.gen_id in ids(plan.rows)  # at once, not at its old wake-up time

@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 
 from orpheus_svc.core.generation import Generation, GenerationRequest
+from orpheus_svc.core.prompt import PromptTooLong
 from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.step import StepResult, StepRow
@@ -55,3 +56,10 @@ def test_a_draining_slot_is_taken_until_the_backend_confirms_it():
     s.update(s.schedule(0.0), StepResult(freed=[1]), 0.0)
     plan = s.schedule(0.0)
     assert [r.gen_id for r in plan.prefill] == [2] and second.slot == 0
+
+
+def test_a_prompt_that_leaves_no_room_for_a_frame_is_refused_when_queued():
+    s = Scheduler(SlotPool(1, 256), SchedulerSettings())
+    with pytest.raises(PromptTooLong, match="prompt is 250 tokens and max_seq_len is 256"):
+        s.add(_gen(1, prompt_len=250))
+    assert s.stats().waiting == 0 and s.stats().submitted == 0 and not s.has_work
