@@ -51,7 +51,7 @@ from orpheus_svc.security import KeyFileError
 
 from orpheus_svc.server import eventloop
 from orpheus_svc.server.auth import ApiKeyInterceptor, AuthCollector, AuthGuard
-from orpheus_svc.server.engine_guard import EngineGuard
+from orpheus_svc.server.engine_guard import EngineGuard, StallGauge
 from orpheus_svc.server.logs import configure_logging
 from orpheus_svc.server.metrics import Metrics
 from orpheus_svc.server.reflection import add_reflection
@@ -142,6 +142,8 @@ class Server:
         self.http = None  # orpheus_svc.http.HttpServer when server.http_port is set
         self.failed = asyncio.Event()  # the engine failed: serve() stops, exit_code says why
         self.exit_code = 0
+        self.engine_stalled = False  # health NOT_SERVING for a stall (orpheus_engine_stalled)
+        self.metrics.registry.register(StallGauge(lambda: self.engine_stalled))
         self._guard: asyncio.Task | None = None
 
     async def _set_health(self, status) -> None:
@@ -231,8 +233,7 @@ class Server:
             return
         gc.freeze()  # as in load(): what start-up built stays; the collector skips it
         self.state.serving = True
-        if link.healthy:
-            await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        await self._apply_health()  # NOT_SERVING still if the engine stalls already
         log.info("serving", frontend=f.index, incarnation=f.incarnation, model=runtime.model_name, demo=runtime.is_demo,
                  backend=self.config.engine.backend, engine_pid=link.engine.snapshot.pid,
                  wait_s=round(time.monotonic() - t0, 2))
@@ -247,10 +248,16 @@ class Server:
     async def _engine_health(self, ok: bool) -> None:
         """A stall began (not ok) or ended: health follows while the server serves (never
         SERVING again once it stopped serving: a drain or a dead engine)."""
-        if ok and not self.state.serving:
-            return
-        await self._set_health(health_pb2.HealthCheckResponse.SERVING if ok
-                               else health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.engine_stalled = not ok
+        await self._apply_health()
+
+    async def _apply_health(self) -> None:
+        """Health as the state is now, read before each write: of two such updates racing
+        on the loop, the last write holds the last state whatever their order."""
+        for name in ("", SERVICE_NAME):
+            serving = self.state.serving and not self.engine_stalled
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING if serving
+                                  else health_pb2.HealthCheckResponse.NOT_SERVING)
 
     def _engine_failed(self, why: str) -> None:
         """Loop only (the guard): the engine cannot go on; its generations were ended.

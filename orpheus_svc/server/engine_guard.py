@@ -71,3 +71,17 @@ class EngineGuard:
                 if ended:
                     log.error("engine stalled: generations ended UNAVAILABLE",
                               stalled_s=round(stalled, 1), generations=len(ended))
+
+
+class StallGauge:
+    """Prometheus collector: orpheus_engine_stalled, 1 while this server judges the engine
+    stalled (health NOT_SERVING until it steps again), in either topology."""
+
+    def __init__(self, stalled: Callable[[], bool]) -> None:
+        self._stalled = stalled
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+        yield GaugeMetricFamily("orpheus_engine_stalled", "1 while the engine's current step "
+                                "has run over 2 s: health NOT_SERVING until it steps again",
+                                value=int(self._stalled()))
