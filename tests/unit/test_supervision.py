@@ -44,3 +44,20 @@ def test_restarts_back_off_and_a_crash_loop_is_called_one():
                                         (-signal.SIGKILL, "signal SIGKILL"), (None, "still running")])
 def test_a_death_is_logged_with_its_code_or_signal(code, text):
     assert describe_exit(code) == text
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"server.engine_stall_timeout_seconds": "0"},
+     "server.engine_stall_timeout_seconds must be > 0"),
+    ({"server.engine_stall_timeout_seconds": "20", "server.engine_stall_exit_seconds": "15"},
+     "server.engine_stall_exit_seconds must be 0 (never) or >= server.engine_stall_timeout"),
+    ({"server.frontend_max_restarts": "-1"}, "server.frontend_max_restarts must be >= 0"),
+    ({"server.frontend_restart_window_seconds": "0"},
+     "server.frontend_restart_window_seconds must be > 0"),
+])
+def test_the_fault_settings_are_checked_and_named(overrides, message):
+    from orpheus_svc.config import ConfigError, load_config
+    with pytest.raises(ConfigError) as err:
+        load_config(environ={}, overrides=overrides)
+    assert str(err.value).startswith(message)
+    assert load_config(environ={}, overrides={"server.engine_stall_exit_seconds": "0"})
