@@ -44,6 +44,11 @@ def _serving(srv, frontends=2) -> bool:
                for i in range(frontends))
 
 
+def _stalled_seen(srv, frontends=2) -> bool:
+    return any(metric(srv.metrics_port + i, "orpheus_engine_stalled") == 1
+               for i in range(frontends))
+
+
 def _start_split(tmp_path, *settings, name):
     mport = free_port()
     srv = ServerProcess(tmp_path, *SPLIT, f"server.metrics_port={mport}", *settings, name=name)
@@ -90,8 +95,7 @@ def test_an_engine_paused_longer_than_the_old_heartbeat_is_waited_for(split):
     paused = time.monotonic()
     try:
         assert not any(c.done.is_set() for c in calls), "calls ended before the pause"
-        wait_for(lambda: any(metric(split.metrics_port + i, "orpheus_engine_stalled") == 1
-                             for i in range(2)), 10, "a front-end to see the stall")
+        wait_for(lambda: _stalled_seen(split), 10, "a front-end to see the stall")
         time.sleep(max(0.0, paused + 4.0 - time.monotonic()))
     finally:
         os.kill(engine, signal.SIGCONT)
@@ -109,10 +113,10 @@ def test_a_slow_step_of_3_s_fails_no_call(split):
     the other calls wait through it and finish OK; health comes back by itself."""
     calls = start_calls(split.addr, 6, text=LONG * 2)
     slow = Call(split.addr, seed=SLOW_SEED)
-    time.sleep(1.5)
+    # the slow step is running with the other calls in it, past the 2 s a stall shows at
+    wait_for(lambda: _stalled_seen(split), 15, "a front-end to see the slow step")
     assert not any(c.done.is_set() for c in calls), "calls ended before the slow step"
-    time.sleep(2.5)  # its first step (3 s) ran, with every other call in it
-    slow.call.cancel()
+    slow.call.cancel()  # its generation ends after this step: no further 3 s step
     wait_done(calls + [slow])
     for c in calls:
         assert c.ok, (c.error, split.logs()[-3000:])
