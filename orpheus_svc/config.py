@@ -261,6 +261,25 @@ class ServerConfig:
     # (SO_REUSEPORT), connected over ZeroMQ (orpheus_svc/ipc/).
     topology: str = "single"
     frontends: int = 2
+    # Slow is not dead (docs/deploy.md, "Faults of our own processes"). One engine step
+    # that runs this long is a stall: the calls whose generations wait on it end UNAVAILABLE
+    # (a client retries on another replica) and so do new ones while it lasts; health is
+    # NOT_SERVING from 2 s into a stall and SERVING again once steps move. 10 s: two orders
+    # above the slowest healthy step (a long prefill on a loaded GPU, a graph capture, a full
+    # GC pass, a VM pause all take well under 5 s), so slow is never taken for dead, and
+    # short enough that a caller who hears silence gets a status while a retry still helps.
+    engine_stall_timeout_seconds: float = 10.0
+    # A stall this long means the engine cannot recover: the server (in split: the engine
+    # process, and with it the parent) exits with code 4 for its supervisor to restart it.
+    # Time the process was frozen as a whole (SIGSTOP, a VM pause) does not count. Keep it
+    # below the liveness probe's window (deploy/k8s). 0 = never (a probe must catch it).
+    engine_stall_exit_seconds: float = 30.0
+    # Split: a front-end process that dies is restarted, after 0.5 s doubling with each
+    # death in the window (at most 10 s); more than frontend_max_restarts deaths within
+    # frontend_restart_window_seconds is a crash loop and the server exits with code 5.
+    # 0 = no restarts: a front-end's death stops the server.
+    frontend_max_restarts: int = 5
+    frontend_restart_window_seconds: float = 60.0
     # The asyncio event loop every serving process runs (server/eventloop.py): auto = uvloop
     # when it is installed (the server extra installs it on Linux and macOS), else asyncio's
     # own | uvloop (refuse to start without it) | asyncio. Less interpreter work per gRPC
@@ -272,6 +291,15 @@ class ServerConfig:
         require(self.event_loop in ("auto", "uvloop", "asyncio"), self, "event_loop",
                 "must be auto, uvloop or asyncio")
         require(1 <= self.frontends <= 64, self, "frontends", "must be 1..64")
+        require(self.engine_stall_timeout_seconds > 0, self, "engine_stall_timeout_seconds",
+                "must be > 0")
+        require(self.engine_stall_exit_seconds == 0
+                or self.engine_stall_exit_seconds >= self.engine_stall_timeout_seconds, self,
+                "engine_stall_exit_seconds",
+                "must be 0 (never) or >= server.engine_stall_timeout_seconds")
+        require(self.frontend_max_restarts >= 0, self, "frontend_max_restarts", "must be >= 0")
+        require(self.frontend_restart_window_seconds > 0, self,
+                "frontend_restart_window_seconds", "must be > 0")
         for name in ("port", "metrics_port", "http_port"):
             require(0 <= getattr(self, name) <= 65535, self, name, "must be 0..65535")
         for name in ("grace_seconds", "max_connection_age_seconds",

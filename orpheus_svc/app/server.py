@@ -14,6 +14,14 @@ front-end process with a FrontendSpec: the port is shared (SO_REUSEPORT), load()
 the engine process to be warm instead of building a runtime, metrics go to
 server.metrics_port + index, the HTTP edge runs on front-end 0 only, and health turns
 NOT_SERVING (calls in flight end UNAVAILABLE) if the engine process goes away.
+
+Slow is not dead (docs/deploy.md, "Faults of our own processes"): while the engine's step
+runs long, health turns NOT_SERVING and back by itself, and calls end UNAVAILABLE only past
+server.engine_stall_timeout_seconds (server/engine_guard.py here; ipc/frontend.py in a
+front-end). An engine that died (its thread, or a stall past
+server.engine_stall_exit_seconds) ends every generation UNAVAILABLE, turns NOT_SERVING and
+exits EXIT_ENGINE_FAILED within a few seconds (a hard exit after FATAL_EXIT_S if the
+orderly one hangs on the wedged engine).
 """
 
 from __future__ import annotations
@@ -21,10 +29,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import structlog
@@ -34,11 +45,13 @@ from orpheus_tts_client.proto.v1 import tts_pb2
 from orpheus_svc import __version__
 from orpheus_svc.config import Config
 from orpheus_svc.core.scheduler import PriorityFn
+from orpheus_svc.engine.watchdog import StallPolicy
 from orpheus_svc.runtime import build_runtime
 from orpheus_svc.security import KeyFileError
 
 from orpheus_svc.server import eventloop
 from orpheus_svc.server.auth import ApiKeyInterceptor, AuthCollector, AuthGuard
+from orpheus_svc.server.engine_guard import EngineGuard, StallGauge
 from orpheus_svc.server.logs import configure_logging
 from orpheus_svc.server.metrics import Metrics
 from orpheus_svc.server.reflection import add_reflection
@@ -46,9 +59,16 @@ from orpheus_svc.server.servicer import API_VERSION, TTSServicer, add_tts_servic
 from orpheus_svc.server.state import ServerState
 from orpheus_svc.server.tls import CertificateFiles, TlsFilesError
 
+from .supervision import EXIT_ENGINE_FAILED, FrontendDeaths
+
 log = structlog.get_logger("orpheus_svc.server")
 
 SERVICE_NAME = tts_pb2.DESCRIPTOR.services_by_name["TTSService"].full_name
+# After the engine failed: calls get this long to take their statuses, and the process is
+# ended hard if the orderly exit has not happened this long after (a wedged engine thread
+# or device can hang a join or a backend's close).
+FATAL_GRACE_S = 2.0
+FATAL_EXIT_S = 10.0
 
 
 def _limit_options(s) -> list[tuple[str, int]]:
@@ -77,6 +97,8 @@ class FrontendSpec:
     index: int
     commands_addr: str
     events_addr: str
+    incarnation: int = 0  # how many times this front-end was restarted
+    shared: Any = None    # app/supervision.py Shared (None: tests that run one alone)
 
 
 class Server:
@@ -114,8 +136,15 @@ class Server:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         if config.server.reflection:
             add_reflection((SERVICE_NAME, health.SERVICE_NAME), self.grpc)  # v1 and v1alpha
+        if frontend is not None and frontend.index == 0 and frontend.shared is not None:
+            self.metrics.registry.register(FrontendDeaths(frontend.shared.deaths))
         self.port = 0
         self.http = None  # orpheus_svc.http.HttpServer when server.http_port is set
+        self.failed = asyncio.Event()  # the engine failed: serve() stops, exit_code says why
+        self.exit_code = 0
+        self.engine_stalled = False  # health NOT_SERVING for a stall (orpheus_engine_stalled)
+        self.metrics.registry.register(StallGauge(lambda: self.engine_stalled))
+        self._guard: asyncio.Task | None = None
 
     async def _set_health(self, status) -> None:
         for name in ("", SERVICE_NAME):
@@ -167,6 +196,10 @@ class Server:
         gc.freeze()
         self.state.serving = True
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        guard = EngineGuard(runtime.engine, runtime.router,
+                            StallPolicy.from_config(self.config.server),
+                            set_health=self._engine_health, on_fatal=self._engine_failed)
+        self._guard = loop.create_task(guard.run())
         log.info("serving", version=__version__, model=runtime.model_name, demo=runtime.is_demo,
                  backend=self.config.engine.backend, device=str(runtime.device),
                  slots=self.config.engine.max_sessions, warmup_audio_s=round(audio_s, 2),
@@ -179,8 +212,14 @@ class Server:
         t0 = time.monotonic()
         loop = asyncio.get_running_loop()
         f = self.frontend
+        gone = f.shared.engine_gone.is_set if f.shared is not None else None
+
+        def on_health(ok: bool) -> None:  # the link's thread
+            asyncio.run_coroutine_threadsafe(self._engine_health(ok), loop)
         link = connect(f.commands_addr, f.events_addr, f.index,
-                       on_down=lambda: loop.call_soon_threadsafe(self._engine_down))
+                       on_down=lambda: loop.call_soon_threadsafe(self._engine_down),
+                       on_health=on_health, engine_gone=gone, incarnation=f.incarnation,
+                       policy=StallPolicy.from_config(self.config.server))
         try:
             while not link.warm.is_set():
                 await asyncio.sleep(0.05)
@@ -194,29 +233,67 @@ class Server:
             return
         gc.freeze()  # as in load(): what start-up built stays; the collector skips it
         self.state.serving = True
-        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
-        log.info("serving", frontend=f.index, model=runtime.model_name, demo=runtime.is_demo,
+        await self._apply_health()  # NOT_SERVING still if the engine stalls already
+        log.info("serving", frontend=f.index, incarnation=f.incarnation, model=runtime.model_name, demo=runtime.is_demo,
                  backend=self.config.engine.backend, engine_pid=link.engine.snapshot.pid,
                  wait_s=round(time.monotonic() - t0, 2))
 
     def _engine_down(self) -> None:
-        """Loop only: the engine process stopped answering (its calls were ended)."""
-        log.error("engine process unreachable: NOT_SERVING", frontend=self.frontend.index)
+        """Loop only: the engine process is gone (its calls were ended)."""
+        log.error("engine process gone: NOT_SERVING", frontend=self.frontend.index)
         self.state.serving = False
         asyncio.get_running_loop().create_task(
             self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING))
 
+    async def _engine_health(self, ok: bool) -> None:
+        """A stall began (not ok) or ended: health follows while the server serves (never
+        SERVING again once it stopped serving: a drain or a dead engine)."""
+        self.engine_stalled = not ok
+        await self._apply_health()
+
+    async def _apply_health(self) -> None:
+        """Health as the state is now, read before each write: of two such updates racing
+        on the loop, the last write holds the last state whatever their order."""
+        for name in ("", SERVICE_NAME):
+            serving = self.state.serving and not self.engine_stalled
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING if serving
+                                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    def _engine_failed(self, why: str) -> None:
+        """Loop only (the guard): the engine cannot go on; its generations were ended.
+        NOT_SERVING, new calls refused, and serve() exits EXIT_ENGINE_FAILED."""
+        self.state.serving = False
+        self.exit_code = EXIT_ENGINE_FAILED
+        self.failed.set()
+        asyncio.get_running_loop().create_task(
+            self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING))
+        hard = threading.Timer(FATAL_EXIT_S, _hard_exit, (EXIT_ENGINE_FAILED, why))
+        hard.daemon = True
+        hard.start()
+
     async def shutdown(self) -> None:
-        grace = self.config.server.grace_seconds
-        log.info("shutting down", grace_s=grace, active_sessions=self.state.active_sessions)
+        """Drain and stop. After an engine failure there is nothing to drain for: no
+        drain delay, and the calls still open (idle ones) get FATAL_GRACE_S."""
+        fatal = self.failed.is_set()
+        grace = min(self.config.server.grace_seconds, FATAL_GRACE_S) if fatal \
+            else self.config.server.grace_seconds
+        log.info("shutting down", grace_s=grace, active_sessions=self.state.active_sessions,
+                 engine_failed=fatal)
+        if self._guard is not None:
+            self._guard.cancel()
         self.state.serving = False  # new sessions: UNAVAILABLE; sessions in flight go on
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
-        await asyncio.sleep(self.config.server.drain_delay_seconds)
+        if not fatal:
+            await asyncio.sleep(self.config.server.drain_delay_seconds)
         # both edges drain at once: the pod's termination grace covers one grace, not two
         stops = [self.grpc.stop(grace)] + ([self.http.stop()] if self.http else [])
         await asyncio.gather(*stops)
         if self.state.runtime is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.state.runtime.stop)
+            stopping = asyncio.get_running_loop().run_in_executor(None, self.state.runtime.stop)
+            try:  # a wedged engine may never join: the process exits regardless
+                await asyncio.wait_for(stopping, FATAL_GRACE_S if fatal else None)
+            except asyncio.TimeoutError:
+                log.error("the engine did not stop; exiting without it")
         log.info("stopped", sessions_total=self.state.sessions_total)
 
 
@@ -233,6 +310,7 @@ async def serve(config: Config, stop: asyncio.Event | None = None, *,
     await server.start()
     loader = asyncio.create_task(server.load())
     stopper = asyncio.create_task(stop.wait())
+    failed = asyncio.create_task(server.failed.wait())
     await asyncio.wait({loader, stopper}, return_when=asyncio.FIRST_COMPLETED)
     code = 0
     if loader.done() and loader.exception() is not None:
@@ -240,11 +318,23 @@ async def serve(config: Config, stop: asyncio.Event | None = None, *,
         log.error("model failed to load", error=f"{exc.__class__.__name__}: {exc}")
         code = 3
     elif loader.done():
-        await stopper
+        await asyncio.wait({stopper, failed}, return_when=asyncio.FIRST_COMPLETED)
+        code = server.exit_code
     else:
         loader.cancel()
+    stopper.cancel()
+    failed.cancel()
     await server.shutdown()
     return code
+
+
+def _hard_exit(code: int, why: str) -> None:
+    """The orderly exit after an engine failure hung: end the process now."""
+    log.critical("exiting without an orderly stop: the engine failed and the stop hung",
+                 why=why, exit_code=code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def serving_prelude(config: Config) -> int | None:

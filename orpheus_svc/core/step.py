@@ -203,6 +203,16 @@ class StepResult:
     decode_tokens: np.ndarray | None = None
 
 
+class FatalBackendError(RuntimeError):
+    """A backend's way to say that it can run no further step (its device context is lost:
+    e.g. a CUDA error such as an illegal memory access, which poisons the context for every
+    later call). Raise it from step, launch, collect or release, usually as
+    `raise FatalBackendError("...") from exc`. EngineLoop does not fail rows for it and
+    does not retry: its thread ends (EngineLoop.failure) and the server exits non-zero for
+    its supervisor to restart it (docs/deploy.md, "Faults"). An ordinary exception fails
+    only the rows that caused it."""
+
+
 @dataclass(frozen=True)
 class BackendCapabilities:
     """What a backend is, read once by EngineLoop (and reported by GetStatus).

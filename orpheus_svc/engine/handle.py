@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
 from orpheus_svc.core.generation import GenerationRequest
+from orpheus_svc.core.status import Status
 from orpheus_svc.engine.loop import new_error_id
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,25 @@ class EventRouter:
         with self._lock:
             self._handlers.pop(gen_id, None)
 
+    def routed(self) -> list[int]:
+        """The generations routed now."""
+        with self._lock:
+            return list(self._handlers)
+
+    def end_all(self, reason: str, code: Status = Status.UNAVAILABLE) -> list[int]:
+        """End every routed generation from outside the engine (it is stalled or gone):
+        each consumer gets Rejected(reason, code) as its end, and nothing of that
+        generation after it (it is unrouted here). Returns their ids: the caller cancels
+        them on the engine, whose slots then free if it ever steps again."""
+        with self._lock:
+            ended = list(self._handlers.items())
+            self._handlers.clear()
+        by_loop: dict[Any, list] = {}
+        for gen_id, (handler, loop) in ended:
+            by_loop.setdefault(loop, []).append((handler, Rejected(gen_id, reason, code)))
+        self._deliver_by_loop(by_loop)
+        return [gen_id for gen_id, _ in ended]
+
     def __call__(self, batch: Sequence[EngineEvent]) -> None:
         by_loop: dict[Any, list] = {}
         with self._lock:
@@ -77,6 +97,10 @@ class EventRouter:
                 entry = self._handlers.get(ev.gen_id)
                 if entry is not None:
                     by_loop.setdefault(entry[1], []).append((entry[0], ev))
+        self._deliver_by_loop(by_loop)
+
+    @staticmethod
+    def _deliver_by_loop(by_loop: dict[Any, list]) -> None:
         for loop, items in by_loop.items():
             if loop is None:
                 _deliver(items)

@@ -14,6 +14,11 @@ A generation's end (its Finish) goes to the flusher with its last frames or with
 comes out on its final AudioEvent: after admission the flusher thread alone speaks for a
 generation, so its consumer gets one ordered stream.
 
+If the thread dies (an exception past the loop's own handlers, or a FatalBackendError from
+the backend), `failure` says why and later submits are rejected at once; the owner ends the
+open generations and exits (engine/watchdog.py, server/engine_guard.py, app/topology.py).
+`beat` tells a watcher whether a step is running and since which step (slow is not dead).
+
 Nothing outside the engine thread touches scheduler or backend state; stats() returns the
 immutable snapshot the thread last published: after any step where a generation came or
 went, when it goes idle, and otherwise at most STATS_INTERVAL_S apart (underrun_risk, which
@@ -41,9 +46,11 @@ from orpheus_svc.core.request import SEED_MODULUS
 from orpheus_svc.core.scheduler import AdmissionError, Scheduler, SchedulerSettings, SchedulerStats
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.status import Status
-from orpheus_svc.core.step import Backend, BackendCapabilities, StepPlan, StepResult, StepRow
+from orpheus_svc.core.step import (Backend, BackendCapabilities, FatalBackendError, StepPlan,
+                                   StepResult, StepRow)
 from orpheus_svc.core.tokens import FRAME_TOKENS
 from orpheus_svc.engine.collector import CollectorPacer
+from orpheus_svc.engine.watchdog import StepBeat
 from orpheus_svc.threads import os_named
 
 log = logging.getLogger(__name__)
@@ -169,6 +176,9 @@ class EngineLoop:
         # Engine thread only; read as a racy, monotone snapshot (GetStatus, metrics).
         self.failed_rows = 0        # generations failed by a backend error
         self.isolation_retries = 0  # steps re-run in parts to find the rows that fail
+        self.beat = StepBeat()      # around each step, for watchers (engine/watchdog.py)
+        # Why the engine thread died, or None: set once, by the thread itself, as it ends.
+        self.failure: BaseException | None = None
 
     # -- any thread -----------------------------------------------------------------------
 
@@ -198,6 +208,10 @@ class EngineLoop:
     def submit(self, request: GenerationRequest, gen_id: int | None = None) -> int:
         """Queue a generation; returns its id. Admission, rejection and progress arrive as events."""
         gen_id = self.new_id() if gen_id is None else gen_id
+        if self.failure is not None:  # nobody reads the queue any more: say so at once
+            self._sink([Rejected(gen_id, code=Status.UNAVAILABLE,
+                                 reason="the engine failed; retry (another replica)")])
+            return gen_id
         self._commands.put(_Submit(gen_id, request, self._clock()))
         return gen_id
 
@@ -225,6 +239,10 @@ class EngineLoop:
         collector = self.collector  # started by start(), before this thread
         try:
             self._loop(EventBatch(self._sink), collector)
+        except BaseException as exc:  # noqa: BLE001 - past every handler: no step runs again
+            self.failure = exc
+            log.critical("engine thread died (%s: %s): no further step will run; the server "
+                         "ends its calls and exits", type(exc).__name__, exc, exc_info=exc)
         finally:
             if collector is not None:
                 collector.stop()
@@ -241,12 +259,17 @@ class EngineLoop:
                 break
             idle = 0.0
             if self._scheduler.has_work or self._ahead is not None:
+                self.beat.begin()
                 try:
                     idle = self._step(events)
+                except FatalBackendError:
+                    raise  # the device is lost for every row: the thread ends (_run)
                 except Exception:  # a bug past the backend: fail loudly, keep the thread alive
                     log.exception("engine step failed; cancelling every running generation")
                     self._cancel_all()
                     self._stats_stale = True
+                finally:
+                    self.beat.end()
                 if collector is None:
                     pass
                 elif idle > 0:  # nothing could run (all parked or held back): idle time
@@ -362,6 +385,8 @@ class EngineLoop:
             return
         try:
             self._ahead = (ahead, self.backend.launch(ahead))
+        except FatalBackendError:
+            raise
         except Exception as exc:  # noqa: BLE001
             log.error("launching the next step ahead failed; it runs after this one instead",
                       exc_info=exc)
@@ -418,6 +443,8 @@ class EngineLoop:
         capabilities.retry_safe); for the others the whole step fails, as it must."""
         try:
             return self.backend.step(plan)
+        except FatalBackendError:
+            raise  # no row caused it and none would pass a retry
         except Exception as exc:  # noqa: BLE001 - one bad row must not fail its neighbours
             if len(plan.rows) <= 1 or not self.capabilities.retry_safe:
                 return self._failed(plan.rows, exc)
@@ -435,7 +462,10 @@ class EngineLoop:
 
     def _failed(self, gens: tuple[StepRow, ...], exc: BaseException) -> StepResult:
         """Fail `gens` for `exc`: the client gets a short message with an error id, the log
-        the whole exception with each generation's session."""
+        the whole exception with each generation's session. A FatalBackendError is no
+        row's fault: it is raised on, and the engine thread ends."""
+        if isinstance(exc, FatalBackendError):
+            raise exc
         error_id = new_error_id()
         self.failed_rows += len(gens)
         log.error("backend step failed (error id %s) for %d generation(s): %s",

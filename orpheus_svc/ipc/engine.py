@@ -16,6 +16,17 @@ front-end's live generations are cancelled (their slots free at the next step), 
 later events dropped, and a LOST message naming them is sent as soon as the queue has room
 again (each ends UNAVAILABLE on the front-end). A front-end that is gone (not connected)
 is treated the same way.
+
+A front-end that died is restarted by the parent under the same index and identity
+(ROUTER_HANDOVER: the new connection takes the identity over). The parent raises that
+front-end's incarnation first (`incarnation`, app/supervision.py); the command thread sees
+it within a heartbeat interval, before it reads any command of the new process, and forgets
+the old one: its live generations are cancelled (slots free at the next step), their later
+events dropped, and commands still in flight from the dead process are ignored (their ids
+carry the old incarnation: ipc/wire.py).
+
+The heartbeat comes from the command thread, never from the engine thread, so a long step
+is not silence; the snapshot says how long the current step has run (`stalled_s`).
 """
 
 from __future__ import annotations
@@ -76,13 +87,16 @@ class EngineServer:
 
     def __init__(self, commands_addr: str, events_addr: str, frontends: int, *,
                  context: zmq.Context | None = None, send_hwm: int = SEND_HWM,
-                 stats_interval: float = STATS_INTERVAL) -> None:
+                 stats_interval: float = STATS_INTERVAL,
+                 incarnation: Callable[[int], int] | None = None,
+                 on_beat: Callable[[], None] | None = None) -> None:
         self._ctx = context or zmq.Context.instance()
         self.frontends = frontends
         self.send_hwm = send_hwm
         self.stats_interval = stats_interval
         self._events = self._ctx.socket(zmq.ROUTER)
         self._events.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._events.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted front-end's identity
         self._events.setsockopt(zmq.SNDHWM, send_hwm)
         self._events.setsockopt(zmq.LINGER, 0)
         self._events.bind(events_addr)
@@ -94,6 +108,12 @@ class EngineServer:
         self._lost: list[set[int]] = [set() for _ in range(frontends)]
         self._notices: list[set[int]] = [set() for _ in range(frontends)]
         self.dropped_batches = [0] * frontends
+        # each front-end's current incarnation (a restart count: `incarnation(fe)`, read
+        # from the parent's shared memory; None: front-ends are never restarted)
+        self._incarnation = incarnation
+        self._known = [incarnation(fe) % wire.INCARNATIONS if incarnation else 0
+                       for fe in range(frontends)]
+        self._on_beat = on_beat
         self.router = SplitRouter(self.send_events)
         self.engine: Engine | None = None
         self._snapshot: Callable[[], wire.EngineSnapshot] = self._not_warm
@@ -131,9 +151,12 @@ class EngineServer:
         poller.register(self._commands, zmq.POLLIN)
         next_stats = 0.0
         while not self._stop.is_set():
+            self._sync_incarnations()
             now = time.monotonic()
             if now >= next_stats:
                 self.publish_stats()
+                if self._on_beat is not None and self.engine is not None:
+                    self._on_beat()  # serving: the parent may judge this process by it
                 next_stats = now + self.stats_interval
             timeout_ms = max(1, int((next_stats - time.monotonic()) * 1000))
             if not poller.poll(timeout_ms):
@@ -155,12 +178,39 @@ class EngineServer:
             log.warning("ignoring a command for generation %d (engine not serving yet, or "
                         "not a front-end's id)", gen_id)
             return
+        self._sync_incarnations()
+        if self._incarnation is not None and wire.incarnation_of(gen_id) != self._known[fe]:
+            log.info("ignoring a command of front-end %d's previous process (generation %d)",
+                     fe, gen_id)
+            return
         if kind == wire.CANCEL:
             engine.cancel(gen_id)
             return
         with self._lock:
             self._live[fe].add(gen_id)
         engine.submit(req, gen_id)
+
+    def _sync_incarnations(self) -> None:
+        """Forget the generations of every front-end whose process was replaced."""
+        if self._incarnation is None:
+            return
+        cancel: list[int] = []
+        with self._lock:
+            for fe in range(self.frontends):
+                now = self._incarnation(fe) % wire.INCARNATIONS
+                if now == self._known[fe]:
+                    continue
+                self._known[fe] = now
+                old = self._live[fe]
+                log.warning("front-end %d was restarted: cancelling the %d generations of its "
+                            "previous process", fe, len(old))
+                cancel += old
+                self._lost[fe] |= old  # their later events are dropped until their ends
+                self._live[fe] = set()
+                self._notices[fe].clear()  # nobody is left to tell
+        if cancel and self.engine is not None:
+            for gen_id in cancel:  # outside the lock: an engine may answer on this thread
+                self.engine.cancel(gen_id)
 
     def publish_stats(self) -> None:
         data = wire.encode_stats(self._snapshot())

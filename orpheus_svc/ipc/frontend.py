@@ -5,14 +5,24 @@
 
 RemoteEngine implements the Engine protocol of engine/handle.py (new_id, submit, cancel),
 plus what GetStatus reads of an engine (stats(), settings.max_batch_size, failed_rows),
-served from the latest snapshot the engine published. Its ids start at wire.first_id(i), so
-they are unique across front-ends. EngineLink is the one thread that reads the engine's
-messages: each event batch goes to the router in one call (so the asyncio loop wakes once
-per batch), each STATS message replaces the snapshot and counts as a heartbeat.
+served from the latest snapshot the engine published. Its ids start at
+wire.first_id(i, incarnation), so they are unique across front-ends and across a front-end's
+restarts. EngineLink is the one thread that reads the engine's messages: each event batch
+goes to the router in one call (so the asyncio loop wakes once per batch), each STATS
+message replaces the snapshot and counts as a heartbeat.
 
-When the engine is unreachable (no heartbeat for `down_after` seconds once it was seen, or
-a command cannot be queued) the generations it had are ended with Rejected(UNAVAILABLE) and
-`on_down` is called once (the app turns health NOT_SERVING).
+Slow is not dead. The link judges the engine by a StallPolicy (engine/watchdog.py) applied to
+
+    stalled = the snapshot's stalled_s (how long the engine's current step had run)
+            + the silence since the last message (counted by this thread's own ticks)
+
+so a long step (heartbeats go on) and a frozen engine process (silence) count alike, and a
+freeze of this process does not: health NOT_SERVING from 2 s (`on_health(False)`, then
+`on_health(True)` once steps move again); at server.engine_stall_timeout_seconds the open
+generations end Rejected(UNAVAILABLE) and are cancelled on the engine (new ones too, while
+the stall lasts). The engine is dead only when `engine_gone()` says so (the parent saw its
+process exit: app/supervision.py) or a command cannot be queued: then every generation ends
+UNAVAILABLE at once, `on_down` is called once, and new ones are refused.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ from orpheus_svc.core.scheduler import SchedulerStats
 from orpheus_svc.core.status import Status
 from orpheus_svc.engine.handle import EventRouter
 from orpheus_svc.engine.registry import load_tokenizer
+from orpheus_svc.engine.watchdog import StallMeter, StallPolicy
 from orpheus_svc.runtime import FrontRuntime
 from orpheus_svc.threads import os_named
 
@@ -42,25 +53,20 @@ from .engine import identity
 log = logging.getLogger(__name__)
 
 RECV_HWM = 4096        # event batches this front-end may have queued unread
-DOWN_AFTER = 2.0       # seconds without a heartbeat (published every 0.25 s) = engine gone
+POLL_S = 0.1           # the link's tick while no message comes
 ENGINE_GONE = "the engine process is unreachable; retry (another replica, or after restart)"
-
-
-class RemoteRouter(EventRouter):
-    """An EventRouter that can name the generations it routes (to end them all at once)."""
-
-    def routed(self) -> list[int]:
-        with self._lock:
-            return list(self._handlers)
+# a stall this long ends calls unless the front-end is told otherwise (the config's default)
+DEFAULT_POLICY = StallPolicy(10.0)
 
 
 class RemoteEngine:
-    def __init__(self, commands_addr: str, index: int, router: RemoteRouter, *,
-                 context: zmq.Context | None = None) -> None:
+    def __init__(self, commands_addr: str, index: int, router: EventRouter, *,
+                 context: zmq.Context | None = None, incarnation: int = 0) -> None:
         ctx = context or zmq.Context.instance()
         self.index = index
         self._router = router
-        self._ids = itertools.count(wire.first_id(index))
+        self._first = wire.first_id(index, incarnation)
+        self._ids = itertools.count()
         self._push = ctx.socket(zmq.PUSH)
         self._push.setsockopt(zmq.LINGER, 0)
         self._push.setsockopt(zmq.SNDHWM, 65536)
@@ -70,7 +76,7 @@ class RemoteEngine:
         self.down = False
 
     def new_id(self) -> int:
-        return next(self._ids)
+        return self._first + next(self._ids) % wire.ID_SPAN
 
     def submit(self, request: GenerationRequest, gen_id: int | None = None) -> int:
         gen_id = self.new_id() if gen_id is None else gen_id
@@ -114,14 +120,21 @@ class RemoteEngine:
 class EngineLink:
     """The thread that reads the engine process's messages for front-end `index`."""
 
-    def __init__(self, events_addr: str, index: int, router: RemoteRouter, engine: RemoteEngine,
-                 *, on_down: Callable[[], None] | None = None, down_after: float = DOWN_AFTER,
+    def __init__(self, events_addr: str, index: int, router: EventRouter, engine: RemoteEngine,
+                 *, on_down: Callable[[], None] | None = None,
+                 on_health: Callable[[bool], None] | None = None,
+                 engine_gone: Callable[[], bool] | None = None,
+                 policy: StallPolicy = DEFAULT_POLICY,
                  context: zmq.Context | None = None) -> None:
         ctx = context or zmq.Context.instance()
         self.index = index
         self.router, self.engine = router, engine
         self.on_down = on_down
-        self.down_after = down_after
+        self.on_health = on_health
+        self.engine_gone = engine_gone
+        self.policy = policy
+        self.healthy = True  # as last told to on_health
+        self.stall_ended = 0  # generations ended because the engine stalled
         self._sock = ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.IDENTITY, identity(index))
         self._sock.setsockopt(zmq.RCVHWM, RECV_HWM)
@@ -144,22 +157,48 @@ class EngineLink:
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
-        last_seen: float | None = None
+        silence = StallMeter()
+        received = 0
         try:
             while not self._stop.is_set():
-                if poller.poll(100):
+                if poller.poll(int(POLL_S * 1000)):
                     while True:
                         try:
                             data = self._sock.recv(zmq.NOBLOCK)
                         except zmq.Again:
                             break
-                        last_seen = time.monotonic()
+                        received += 1
                         self._message(data)
-                elif last_seen is not None and not self.engine.down \
-                        and time.monotonic() - last_seen > self.down_after:
+                if self.engine.down or not self.warm.is_set():
+                    continue
+                if self.engine_gone is not None and self.engine_gone():
                     self._engine_down()
+                    continue
+                silent = silence.update(time.monotonic(), True, received)
+                self._judge(self.engine.snapshot.stalled_s + silent)
         finally:
             self._sock.close(0)
+
+    def _judge(self, stalled: float) -> None:
+        """Apply the stall policy to `stalled` seconds without progress."""
+        healthy = self.policy.healthy(stalled)
+        if healthy != self.healthy:
+            self.healthy = healthy
+            if healthy:
+                log.warning("front-end %d: the engine steps again: SERVING", self.index)
+            else:
+                log.warning("front-end %d: no engine progress for %.1f s: NOT_SERVING until "
+                            "it steps again", self.index, stalled)
+            if self.on_health is not None:
+                self.on_health(healthy)
+        if self.policy.ends_calls(stalled):
+            ended = self.router.end_all(self.policy.reason(stalled))
+            for gen_id in ended:
+                self.engine.cancel(gen_id)  # freed on the engine if it ever steps again
+            if ended:
+                self.stall_ended += len(ended)
+                log.error("front-end %d: no engine progress for %.1f s: %d generations ended "
+                          "UNAVAILABLE", self.index, stalled, len(ended))
 
     def _message(self, data: bytes) -> None:
         kind, body = wire.decode_message(data)
@@ -180,10 +219,9 @@ class EngineLink:
 
     def _engine_down(self) -> None:
         self.engine.down = True
-        gens = self.router.routed()
-        log.error("front-end %d: no heartbeat from the engine process for %.1f s: ending %d "
-                  "generations UNAVAILABLE", self.index, self.down_after, len(gens))
-        self.router([Rejected(g, ENGINE_GONE, Status.UNAVAILABLE) for g in gens])
+        gens = self.router.end_all(ENGINE_GONE)
+        log.error("front-end %d: the engine process exited: %d generations ended UNAVAILABLE",
+                  self.index, len(gens))
         if self.on_down is not None:
             self.on_down()
 
@@ -202,12 +240,16 @@ class RemoteRuntime(FrontRuntime):
 
 def connect(commands_addr: str, events_addr: str, index: int, *,
             on_down: Callable[[], None] | None = None,
+            on_health: Callable[[bool], None] | None = None,
+            engine_gone: Callable[[], bool] | None = None,
+            policy: StallPolicy = DEFAULT_POLICY, incarnation: int = 0,
             context: zmq.Context | None = None) -> EngineLink:
-    """Open front-end `index`'s sockets and start reading; wait on `link.warm`, then
-    build the runtime with remote_runtime()."""
-    router = RemoteRouter()
-    engine = RemoteEngine(commands_addr, index, router, context=context)
-    link = EngineLink(events_addr, index, router, engine, on_down=on_down, context=context)
+    """Open front-end `index`'s sockets (as its `incarnation`-th process) and start
+    reading; wait on `link.warm`, then build the runtime with remote_runtime()."""
+    router = EventRouter()
+    engine = RemoteEngine(commands_addr, index, router, context=context, incarnation=incarnation)
+    link = EngineLink(events_addr, index, router, engine, on_down=on_down, on_health=on_health,
+                      engine_gone=engine_gone, policy=policy, context=context)
     link.start()
     return link
 

@@ -19,8 +19,15 @@ once per engine step or decode batch):
     [LOST, [gen_id, ...], reason]   generations the engine gave up delivering to this
                              front-end (it fell behind; ipc/engine.py): each ends UNAVAILABLE
 
-Generation ids are unique across front-ends: front-end i opens ids from
-(i + 1) * REMOTE_BASE on; ids below REMOTE_BASE are the engine process's own (warm-up).
+Generation ids are unique across front-ends and across a front-end's restarts; ids below
+REMOTE_BASE are the engine process's own (warm-up):
+
+    bit  63 .. 40     39 .. 32       31 .. 0
+         index + 1    incarnation    counter (wraps; no generation lives 2^32 opens long)
+                      (mod 256)
+
+A restarted front-end (app/supervision.py) keeps its index and opens ids of its new
+incarnation, so nothing the engine still holds of the dead process can be taken for its.
 """
 
 from __future__ import annotations
@@ -39,6 +46,9 @@ from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import Voice, VoiceRegistry
 
 REMOTE_BASE = 1 << 40
+INCARNATION_SHIFT = 32
+INCARNATIONS = 256   # incarnation numbers wrap: the engine compares them for equality only
+ID_SPAN = 1 << INCARNATION_SHIFT  # ids one incarnation opens before its counter wraps
 
 SUBMIT, CANCEL = 0, 1
 EVENTS, STATS, LOST = 0, 1, 2
@@ -50,8 +60,14 @@ def frontend_of(gen_id: int) -> int | None:
     return gen_id // REMOTE_BASE - 1 if gen_id >= REMOTE_BASE else None
 
 
-def first_id(index: int) -> int:
-    return (index + 1) * REMOTE_BASE
+def first_id(index: int, incarnation: int = 0) -> int:
+    """The first id front-end `index` opens in its `incarnation` (0: its first process)."""
+    return (index + 1) * REMOTE_BASE + (incarnation % INCARNATIONS << INCARNATION_SHIFT)
+
+
+def incarnation_of(gen_id: int) -> int:
+    """The incarnation (mod INCARNATIONS) of the front-end process that opened `gen_id`."""
+    return (gen_id >> INCARNATION_SHIFT) % INCARNATIONS
 
 
 def _pack(obj: Any) -> bytes:
@@ -148,6 +164,9 @@ class EngineSnapshot:
     info: EngineInfo | None = None  # once warm
     pid: int = 0
     extra: dict = field(default_factory=dict)
+    # how long the engine's current step has run when this was sent (0 between steps;
+    # engine/watchdog.py): a front-end tells a slow engine from a stalled one by it
+    stalled_s: float = 0.0
 
 
 def _voices(reg: VoiceRegistry) -> list:
@@ -160,7 +179,7 @@ def encode_stats(snap: EngineSnapshot) -> bytes:
     return _pack([STATS, {
         "warm": snap.warm, "stats": dataclasses.asdict(snap.stats),
         "failed_rows": snap.failed_rows, "failed_audio": snap.failed_audio, "pid": snap.pid,
-        "extra": snap.extra,
+        "extra": snap.extra, "stalled_s": snap.stalled_s,
         "info": None if info is None else {
             "model_name": info.model_name, "is_demo": info.is_demo, "device": info.device,
             "backend": info.backend, "tokenizer": info.tokenizer,
@@ -179,7 +198,8 @@ def _decode_stats(d: dict) -> EngineSnapshot:
             max_batch_size=info["max_batch_size"])
     return EngineSnapshot(warm=d["warm"], stats=SchedulerStats(**d["stats"]),
                           failed_rows=d["failed_rows"], failed_audio=d["failed_audio"],
-                          info=info, pid=d["pid"], extra=d["extra"])
+                          info=info, pid=d["pid"], extra=d["extra"],
+                          stalled_s=d.get("stalled_s", 0.0))
 
 
 def decode_message(data: bytes) -> tuple[int, Any]:

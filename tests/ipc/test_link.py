@@ -158,15 +158,15 @@ def test_a_front_end_that_stops_reading_loses_its_generations_not_the_engine(add
 def test_engine_gone_ends_open_generations_unavailable(addrs):
     fake = FakeEngine(hold=True)
     server = _serve(addrs, fake, frontends=1)
-    down = threading.Event()
-    link = connect(*addrs, 0, on_down=down.set)
-    link.down_after = 0.5
+    down, gone = threading.Event(), threading.Event()
+    link = connect(*addrs, 0, on_down=down.set, engine_gone=gone.is_set)
     try:
         assert link.warm.wait(5)
         h = GenerationHandle(link.engine, link.router, REQ)
         events = h.events(5)
         next(events), next(events)
         server.close()  # the engine process is gone: no more heartbeats
+        gone.set()      # and the parent says so (app/topology.py)
         end = next(events)
         assert isinstance(end, Rejected) and end.code == Status.UNAVAILABLE
         assert end.reason == ENGINE_GONE and down.wait(2)

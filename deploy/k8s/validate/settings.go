@@ -15,10 +15,14 @@ type ServerSettings struct {
 	MetricsPort       int
 	DrainDelaySeconds float64
 	GraceSeconds      float64
+	// slow is not dead: a stall ends calls, then, at the exit bound, the process (0: never)
+	EngineStallTimeoutSeconds float64
+	EngineStallExitSeconds    float64
 }
 
 // DefaultServerSettings mirrors ServerConfig's defaults in orpheus_svc/config.py.
-var DefaultServerSettings = ServerSettings{Port: 50051, MetricsPort: 0, DrainDelaySeconds: 1, GraceSeconds: 20}
+var DefaultServerSettings = ServerSettings{Port: 50051, MetricsPort: 0, DrainDelaySeconds: 1, GraceSeconds: 20,
+	EngineStallTimeoutSeconds: 10, EngineStallExitSeconds: 30}
 
 // EffectiveServerSettings works out the server.* settings a container would run with, in the
 // loader's order of precedence: defaults < the YAML config < ORPHEUS_SERVER__* environment
@@ -88,6 +92,10 @@ func (s *ServerSettings) set(key, value, source string) error {
 		s.DrainDelaySeconds, err = strconv.ParseFloat(value, 64)
 	case "grace_seconds":
 		s.GraceSeconds, err = strconv.ParseFloat(value, 64)
+	case "engine_stall_timeout_seconds":
+		s.EngineStallTimeoutSeconds, err = strconv.ParseFloat(value, 64)
+	case "engine_stall_exit_seconds":
+		s.EngineStallExitSeconds, err = strconv.ParseFloat(value, 64)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: server.%s=%q: %w", source, key, value, err)

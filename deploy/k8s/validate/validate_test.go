@@ -344,6 +344,30 @@ func TestKustomizations(t *testing.T) {
 				}
 			})
 
+			t.Run("liveness waits out a slow engine and catches a wedged one", func(t *testing.T) {
+				// Health is NOT_SERVING from 2 s into an engine stall. A stall the engine
+				// survives lasts less than server.engine_stall_exit_seconds, after which the
+				// server exits by itself (its supervisor restarts it with a clear log line):
+				// the liveness window must be longer, by one period, so that a slow step never
+				// costs the pod a restart and a model load. A process wedged as a whole (no
+				// answer to the probe) is caught by the window itself, which is finite.
+				p := c.LivenessProbe
+				window := float64(p.PeriodSeconds * p.FailureThreshold)
+				s := r.settings
+				if s.EngineStallExitSeconds > 0 && window < s.EngineStallExitSeconds+float64(p.PeriodSeconds) {
+					t.Errorf("liveness fails after %g s of NOT_SERVING, but an engine stall the server "+
+						"survives may last up to server.engine_stall_exit_seconds %g (+ one period %d s)",
+						window, s.EngineStallExitSeconds, p.PeriodSeconds)
+				}
+				if window < s.EngineStallTimeoutSeconds+float64(p.PeriodSeconds) {
+					t.Errorf("liveness fails after %g s of NOT_SERVING, under server.engine_stall_timeout_seconds "+
+						"%g (+ one period %d s)", window, s.EngineStallTimeoutSeconds, p.PeriodSeconds)
+				}
+				if p.TimeoutSeconds < 1 || p.FailureThreshold < 1 {
+					t.Errorf("liveness must time out and fail to catch a wedged process")
+				}
+			})
+
 			t.Run("readiness drops the pod within the drain delay", func(t *testing.T) {
 				p := c.ReadinessProbe
 				if window := float64(p.PeriodSeconds * p.FailureThreshold); window > r.settings.DrainDelaySeconds {

@@ -28,6 +28,7 @@ from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult
 from orpheus_svc.engine.graph.clock import StepClock, StepMark
 from orpheus_svc.engine.graph.rows import PrefillRow
 from orpheus_svc.engine.graph.runner import GraphRunner, Launch
+from orpheus_svc.engine.model.device import fatal_if_device_lost
 from orpheus_svc.engine.model.invariant import invariant_step
 from orpheus_svc.engine.model.sampling import int64_bits
 from orpheus_svc.engine.model.llama import SlotLlama
@@ -68,15 +69,23 @@ class GraphBackend:
         seeded = (any(r.invariant for r in prefill)
                   or any(q.sampling.seed is not None for q in d.requests))
         mark = self.clock.begin(ahead)
-        with invariant_step(seeded):  # the CPU path's matmuls (engine/model/invariant.py)
-            launched = self.runner.launch(prefill, decode)
+        try:
+            with invariant_step(seeded):  # the CPU path's matmuls (engine/model/invariant.py)
+                launched = self.runner.launch(prefill, decode)
+        except Exception as exc:
+            fatal_if_device_lost(exc)  # a poisoned CUDA context fails every later step
+            raise
         self.clock.launched(mark)
         return tuple(r.gen_id for r in plan.prefill), launched, mark
 
     def collect(self, launched: tuple[tuple[int, ...], Launch, StepMark]) -> StepResult:
         prefill_ids, launch, mark = launched
         t0 = time.perf_counter()
-        first, decode = self.runner.collect(launch)
+        try:
+            first, decode = self.runner.collect(launch)
+        except Exception as exc:
+            fatal_if_device_lost(exc)
+            raise
         self.clock.collected(mark, launch, (time.perf_counter() - t0) * 1000)
         now = time.monotonic()
         if now - self.clock.times.started >= TIMING_LOG_S:

@@ -10,6 +10,7 @@ import torch
 
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult, StepRow
 
+from orpheus_svc.engine.model.device import fatal_if_device_lost
 from orpheus_svc.engine.model.invariant import gemm_rows_invariant, invariant_step
 from orpheus_svc.engine.model.llama import SlotLlama
 from orpheus_svc.engine.model.sampling import RowParams, SeenAudio, apply_repetition_penalty, constrained_logits, sample_rows
@@ -56,8 +57,12 @@ class TorchBackend:
         """Nothing to stop: the model is freed with this object."""
 
     def step(self, plan: StepPlan) -> StepResult:
-        with invariant_step(any(seeded(plan.prefill)) or any(seeded(plan.decode))):
-            return self._step(plan)
+        try:
+            with invariant_step(any(seeded(plan.prefill)) or any(seeded(plan.decode))):
+                return self._step(plan)
+        except Exception as exc:
+            fatal_if_device_lost(exc)  # a poisoned CUDA context fails every later step
+            raise
 
     def _step(self, plan: StepPlan) -> StepResult:
         parts = []
