@@ -63,7 +63,7 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop, prio
     here: a signal sent to the whole process group (Ctrl-C, `timeout`, some supervisors)
     must not stop the engine under front-ends that are still draining."""
     from orpheus_svc.ipc.engine import EngineServer
-    from orpheus_svc.ipc.histograms import BATCH_BOUNDS, BucketCounts
+    from orpheus_svc.ipc.histograms import EngineHistograms
     from orpheus_svc.runtime import build_runtime
     from orpheus_svc.server.logs import configure_logging
 
@@ -76,11 +76,9 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop, prio
     server.start()
     try:
         # the engine's per-step histograms, served by front-end 0 (ipc/histograms.py)
-        hists = {"batch_size": BucketCounts(BATCH_BOUNDS),
-                 "codec_batch": BucketCounts(BATCH_BOUNDS)}
-        runtime = build_runtime(config, router=server.router,
-                                on_step=hists["batch_size"].observe,
-                                on_decode=hists["codec_batch"].observe)
+        hists = EngineHistograms()
+        runtime = build_runtime(config, router=server.router, on_step=hists.on_step,
+                                on_decode=hists.on_decode)
         if priority is not None:
             runtime.engine.settings = dataclasses.replace(runtime.engine.settings,
                                                           priority=priority)
@@ -106,7 +104,7 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop, prio
         return wire.EngineSnapshot(warm=True, stats=engine.stats(), failed_rows=engine.failed_rows,
                                    failed_audio=router.failed_audio, info=info, pid=os.getpid(),
                                    extra={"dropped_batches": sum(server.dropped_batches),
-                                          "histograms": {k: h.state() for k, h in hists.items()}})
+                                          "histograms": hists.state()})
 
     server.serve(engine, snapshot)
     log.info("engine process serving: model %s, backend %s, %d front-ends, warm-up %.2f s "
