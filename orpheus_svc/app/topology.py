@@ -72,7 +72,8 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop, prio
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _watch_parent(stop.set)
-    server = EngineServer(commands_addr, events_addr, config.server.frontends)
+    spans = _engine_spans(config)  # the trace continues here (telemetry/engine.py)
+    server = EngineServer(commands_addr, events_addr, config.server.frontends, observer=spans)
     server.start()
     try:
         # the engine's per-step histograms, served by front-end 0 (ipc/histograms.py)
@@ -113,7 +114,21 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop, prio
     stop.wait()
     server.close()
     runtime.stop()
+    if spans is not None:
+        spans.close()
+        spans.tracing.shutdown()
     log.info("engine process stopped")
+
+
+def _engine_spans(config: Config):
+    """The engine process's EngineSpans when the OTEL_* environment turns tracing on."""
+    from orpheus_svc.telemetry.engine import EngineSpans
+    from orpheus_svc.telemetry.tracing import start_tracing
+
+    t = config.telemetry
+    tracing = start_tracing(trace_text=t.trace_text, sample_ratio=t.trace_sample_ratio,
+                            role="engine")
+    return None if tracing is None else EngineSpans(tracing)
 
 
 def frontend_main(config: Config, index: int, commands_addr: str, events_addr: str) -> None:
