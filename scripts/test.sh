@@ -27,9 +27,9 @@ fi
 step "go vet"
 (cd clients/go && go vet ./...)
 
-step "deploy: manifests (strict decode, kustomize render, checks) and Dockerfile lint"
+step "deploy: manifests (strict decode, kustomize render incl. deploy/observability, checks) and Dockerfile lint"
 (cd deploy/k8s/validate && go vet ./... && go test -count=1 ./...)
-for overlay in deploy/k8s/overlays/*/; do kustomize build "${overlay}" >/dev/null; done
+for overlay in deploy/k8s/overlays/*/ deploy/observability/; do kustomize build "${overlay}" >/dev/null; done
 .venv/bin/hadolint --config deploy/docker/.hadolint.yaml deploy/docker/Dockerfile deploy/docker/Dockerfile.cpu
 
 step "wheels: build, twine check, contents, a fresh venv with only the wheels serves the demo"
