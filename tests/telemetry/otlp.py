@@ -1,13 +1,24 @@
 """An OTLP/gRPC trace receiver for tests, on the `opentelemetry-proto` package's own
 service definition: what an OpenTelemetry Collector's otlp receiver accepts, nothing more.
-It keeps every span it is sent, flattened with its resource's attributes."""
+It keeps every span it is sent, flattened with its resource's attributes.
+
+Run as a process (scripts/test.sh does, for its live server and the plugin tests' Pipecat
+example), it appends each span as a JSON line to a file:
+
+    python -m tests.telemetry.otlp --jsonl spans.jsonl --port-file port.txt
+"""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
+import signal
 import threading
 import time
 from concurrent import futures
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -94,3 +105,32 @@ class Receiver:
 
     def stop(self) -> None:
         self.server.stop(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="an OTLP/gRPC receiver that writes spans as JSON lines")
+    ap.add_argument("--jsonl", type=Path, required=True)
+    ap.add_argument("--port-file", type=Path, required=True, help="its port, once listening")
+    args = ap.parse_args(argv)
+    out = open(args.jsonl, "a", buffering=1)
+    lock = threading.Lock()
+
+    class ToFile(Receiver):
+        def add(self, spans):
+            with lock:
+                for s in spans:
+                    out.write(json.dumps(dataclasses.asdict(s)) + "\n")
+
+    receiver = ToFile()
+    args.port_file.write_text(f"{receiver.port}\n")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    receiver.stop()
+    out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
