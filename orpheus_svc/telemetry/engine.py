@@ -19,6 +19,8 @@ import time
 from collections import deque
 from typing import Any, Sequence
 
+from orpheus_svc.threads import os_named
+
 from .tracing import Tracing
 
 BUILD_INTERVAL_S = 0.2
@@ -33,7 +35,8 @@ class EngineSpans:
         self._pending: dict[int, tuple] = {}  # gen_id -> (traceparent, wall ns, monotonic, req)
         self._ended: deque = deque()           # (gen_id, Finish, monotonic)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="trace-spans", daemon=True)
+        self._thread = threading.Thread(target=os_named(self._run), name="trace-spans",
+                                        daemon=True)
         self._thread.start()
 
     def submitted(self, gen_id: int, request: Any) -> None:
