@@ -113,10 +113,15 @@ class SessionCall:
             self._end(exc.code, summary, exc.message)
             raise
         except BaseException as exc:
-            # cancelled by the client or cut by a time limit (the edge says which); a
-            # generator closed early (the edge stopped reading); or a bug
-            self._end("cancelled" if isinstance(exc, (asyncio.CancelledError, GeneratorExit))
-                      else "INTERNAL", summary, call.cut_by)
+            # cut by a time limit (the watchdog set cut_by), cancelled by the client, a
+            # generator closed early (the edge stopped reading), or a bug
+            if call.cut_by is not None:
+                outcome = Status.DEADLINE_EXCEEDED
+            elif isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+                outcome = "cancelled"
+            else:
+                outcome = Status.INTERNAL
+            self._end(outcome, summary, call.cut_by)
             raise
         self._end("ok", summary)
         log.debug("session closed", session_id=call.session_id,

@@ -10,20 +10,35 @@ without the package, nothing is added. Metadata the caller passes itself wins.
 
 from __future__ import annotations
 
-from typing import Sequence
+import sys
+from typing import Any, Sequence
 
-try:  # optional: never a dependency of this package
-    from opentelemetry import propagate as _propagate
-except ImportError:  # pragma: no cover - depends on the environment
-    _propagate = None
+# opentelemetry.propagate once it was found (None: not installed); imported only when the
+# application has loaded OpenTelemetry itself (there can be no current span otherwise), so
+# importing the client never imports it.
+_propagate: Any = False
+
+
+def _propagator() -> Any:
+    global _propagate
+    if _propagate is False:
+        if "opentelemetry.context" not in sys.modules:
+            return None
+        try:  # optional: never a dependency of this package
+            from opentelemetry import propagate
+        except ImportError:  # pragma: no cover - depends on the environment
+            propagate = None
+        _propagate = propagate
+    return _propagate
 
 
 def trace_metadata(metadata: Sequence[tuple[str, str]] = ()) -> tuple[tuple[str, str], ...]:
     """The current trace context as metadata pairs, less keys `metadata` already has."""
-    if _propagate is None:
+    propagate = _propagator()
+    if propagate is None:
         return ()
     carrier: dict[str, str] = {}
-    _propagate.inject(carrier)
+    propagate.inject(carrier)
     if not carrier:
         return ()
     given = {k.lower() for k, _ in metadata}
