@@ -10,6 +10,12 @@ The pipeline runs as Pipecat 1.3+ runs one: a ``PipelineWorker`` added to a ``Wo
 (``PipelineTask``, ``PipelineRunner`` and ``WorkerRunner.run(worker)`` are deprecated and go
 in Pipecat 2.0). The flags are orpheus-say's (``--server``, ``-o/--output``); the older
 ``--target`` and ``--out`` still work, with a note.
+
+Tracing: with ``OTEL_TRACES_EXPORTER=otlp`` (and ``OTEL_EXPORTER_OTLP_ENDPOINT``, the
+variables orpheus-svc reads too) the example turns Pipecat's tracing on and exports its
+spans over OTLP/gRPC; a server traced to the same endpoint continues the turn's trace
+(docs/observability.md). It needs ``pip install 'pipecat-ai[tracing]'
+opentelemetry-exporter-otlp-proto-grpc``.
 """
 
 import argparse
@@ -80,17 +86,33 @@ def parse_args(argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def start_tracing() -> bool:
+    """Pipecat's tracing, exporting OTLP/gRPC, when OTEL_TRACES_EXPORTER=otlp is set."""
+    if os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() != "otlp":
+        return False
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from pipecat.utils.tracing.setup import setup_tracing
+
+    return setup_tracing(os.environ.get("OTEL_SERVICE_NAME", "pipecat-example"),
+                         exporter=OTLPSpanExporter())
+
+
 async def main() -> None:
     args = parse_args()
+    tracing = start_tracing()
     tts = OrpheusTTSService(target=args.server, voice=args.voice)
     worker = PipelineWorker(Pipeline([tts, WavWriter(args.output, args.rate)]),
-                            params=PipelineParams(audio_out_sample_rate=args.rate))
+                            params=PipelineParams(audio_out_sample_rate=args.rate),
+                            enable_tracing=tracing)
     await worker.queue_frames([LLMFullResponseStartFrame(),
                                *[LLMTextFrame(t) for t in llm_tokens(REPLY)],
                                LLMFullResponseEndFrame(), EndFrame()])
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(worker)
     await runner.run()  # ends when the worker has handled the EndFrame
+    if tracing:  # the spans still queued go out before the process ends
+        from opentelemetry import trace
+        trace.get_tracer_provider().shutdown()
     print(f"wrote {args.output}")
 
 

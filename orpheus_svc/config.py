@@ -377,6 +377,26 @@ class HttpConfig:
 
 
 @dataclass(frozen=True)
+class TelemetryConfig:
+    """What tracing adds to OpenTelemetry's own settings (docs/observability.md). Tracing
+    is configured by the standard OTEL_* variables (OTEL_TRACES_EXPORTER=otlp turns it on,
+    OTEL_EXPORTER_OTLP_ENDPOINT says where to, OTEL_SERVICE_NAME...); it is off unless
+    OTEL_TRACES_EXPORTER names an exporter."""
+
+    # Put each segment's text on its span (orpheus.text). Off: a span says how long, how
+    # many tokens and which voice, never what was said.
+    trace_text: bool = False
+    # Sample this share of new traces (a caller's sampled flag is followed either way:
+    # parent-based). None: OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG decide (the SDK's
+    # default: every trace).
+    trace_sample_ratio: float | None = None
+
+    def __post_init__(self) -> None:
+        require(self.trace_sample_ratio is None or 0.0 <= self.trace_sample_ratio <= 1.0,
+                self, "trace_sample_ratio", "must be between 0 and 1 (or unset)")
+
+
+@dataclass(frozen=True)
 class Config:
     profile: str = "conversational"
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -387,6 +407,7 @@ class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     session: SessionConfig = field(default_factory=SessionConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
 
 # The seed's two tuning profiles: conversational favours time to first audio (short texts,

@@ -139,10 +139,11 @@ class Runtime(FrontRuntime):
 
 
 def build_runtime(config: Config, router: EventRouter | None = None, *,
-                  on_step: Callable[[int], None] | None = None,
+                  on_step: Callable[[int, float], None] | None = None,
                   on_decode: Callable[[int], None] | None = None) -> Runtime:
     """Load checkpoints and build (not start) the engine described by `config`.
-    `on_step` is called from the engine thread with each step's batch size, `on_decode`
+    `on_step` is called from the engine thread with each step's batch size and period
+    (seconds since the previous step ended, or since it began after a wait), `on_decode`
     from the flusher thread with the windows of each codec call (metrics)."""
     router = router or EventRouter()
     m, e = config.model, config.engine

@@ -62,7 +62,9 @@ install ghz                github.com/bojand/ghz/cmd/ghz                       "
 
 # Debian packages the tests use as independent references (never needed for serving):
 # ffmpeg decodes every audio encoding we emit; chromium runs the playground page test;
-# openssl makes the certificates of scripts/tls-smoke.sh.
+# openssl makes the certificates of scripts/tls-smoke.sh; prometheus brings promtool (the
+# alert rules' own tests) and the Prometheus server that scrapes a live server to check
+# every dashboard query (tests/deploy/test_observability.py, tests/telemetry).
 apt_install() {
   local missing=()
   for pair in "$@"; do
@@ -77,6 +79,6 @@ apt_install() {
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 }
-apt_install ffmpeg:ffmpeg chromium:chromium openssl:openssl
+apt_install ffmpeg:ffmpeg chromium:chromium openssl:openssl promtool:prometheus
 
 echo "install-tools: done; tools are in ${GOBIN} (add it to PATH or use the scripts)"

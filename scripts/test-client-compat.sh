@@ -6,12 +6,15 @@
 # and runs the client tests (tests/clients, against the in-process fake server) there:
 #
 #   low      protobuf==5.26.1, grpcio==1.63.2   the declared lower bounds (gencode versions)
-#   pipecat  ./clients/python[pipecat] + current pipecat-ai   (pipecat needs protobuf<7)
+#   pipecat  ./clients/python[pipecat] + current pipecat-ai[tracing]   (pipecat needs protobuf<7;
+#            its tracing extra: the turn's trace continues into the call, tests/plugins)
 #   livekit  ./clients/python[livekit] + current livekit-agents
 #
 # With ORPHEUS_SERVER_ADDR set (scripts/test.sh sets it to its live demo server), the pipecat
 # and livekit cases also run their plugin tests (tests/plugins) against that server, with
-# ORPHEUS_REQUIRE_PLUGIN_TESTS=1 so that a missing framework fails instead of skipping.
+# ORPHEUS_REQUIRE_PLUGIN_TESTS=1 so that a missing framework fails instead of skipping. With
+# ORPHEUS_OTLP_ENDPOINT and ORPHEUS_SPANS_FILE too (scripts/test.sh: that server traces to a
+# receiver writing SPANS_FILE), the Pipecat example's trace is checked to continue into it.
 #
 # Usage: scripts/test-client-compat.sh [low|pipecat|livekit ...]   (default: all three)
 # Env:   PYTHON (default python3) makes the venvs. Needs the package index (pip).
@@ -60,7 +63,8 @@ print("   resolved:", ", ".join(found))'
 for c in "${CASES[@]}"; do
   case "${c}" in
     low)     run_case low "./clients/python" "protobuf==5.26.1" "grpcio==1.63.2" "grpcio-health-checking==1.63.2" ;;
-    pipecat) run_case pipecat "./clients/python[pipecat]" ;;
+    pipecat) run_case pipecat "./clients/python[pipecat]" "pipecat-ai[tracing]" \
+               opentelemetry-exporter-otlp-proto-grpc ;;
     livekit) run_case livekit "./clients/python[livekit]" ;;
     *) echo "test-client-compat: unknown case ${c} (low|pipecat|livekit)" >&2; exit 2 ;;
   esac

@@ -27,9 +27,9 @@ fi
 step "go vet"
 (cd clients/go && go vet ./...)
 
-step "deploy: manifests (strict decode, kustomize render, checks) and Dockerfile lint"
+step "deploy: manifests (strict decode, kustomize render incl. deploy/observability, checks) and Dockerfile lint"
 (cd deploy/k8s/validate && go vet ./... && go test -count=1 ./...)
-for overlay in deploy/k8s/overlays/*/; do kustomize build "${overlay}" >/dev/null; done
+for overlay in deploy/k8s/overlays/*/ deploy/observability/; do kustomize build "${overlay}" >/dev/null; done
 .venv/bin/hadolint --config deploy/docker/.hadolint.yaml deploy/docker/Dockerfile deploy/docker/Dockerfile.cpu
 
 step "wheels: build, twine check, contents, a fresh venv with only the wheels serves the demo"
@@ -40,13 +40,22 @@ if [[ "${ORPHEUS_IMAGE_CHECK:-}" == 1 ]]; then
   scripts/image-check.sh
 fi
 
-step "live demo server: go test + grpcurl"
+step "live demo server (traced to a local OTLP receiver): go test + grpcurl"
 PORT="$("${PY}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 ADDR="127.0.0.1:${PORT}"
 LOG="$(mktemp -t orpheus-svc-XXXX.log)"
-.venv/bin/orpheus-svc serve --host 127.0.0.1 --port "${PORT}" >"${LOG}" 2>&1 &
+# The server's spans, and the Pipecat example's in the plugin tests, go to one receiver
+# (tests/telemetry/otlp.py), which writes them to SPANS: the example's trace must continue
+# into the server's (tests/plugins/test_examples.py).
+SPANS="${LOG%.log}.spans.jsonl"
+"${PY}" -m tests.telemetry.otlp --jsonl "${SPANS}" --port-file "${SPANS}.port" &
+RECEIVER=$!
+for _ in $(seq 1 100); do [[ -s "${SPANS}.port" ]] && break; sleep 0.1; done
+OTLP="http://127.0.0.1:$(cat "${SPANS}.port")"
+OTEL_TRACES_EXPORTER=otlp OTEL_EXPORTER_OTLP_ENDPOINT="${OTLP}" OTEL_BSP_SCHEDULE_DELAY=200 \
+  .venv/bin/orpheus-svc serve --host 127.0.0.1 --port "${PORT}" >"${LOG}" 2>&1 &
 SERVER=$!
-cleanup() { kill "${SERVER}" 2>/dev/null || true; }
+cleanup() { kill "${SERVER}" "${RECEIVER}" 2>/dev/null || true; }
 trap cleanup EXIT
 for _ in $(seq 1 360); do
   if grpcurl -plaintext -max-time 2 -d '{"service":""}' "${ADDR}" grpc.health.v1.Health/Check 2>/dev/null \
@@ -61,8 +70,9 @@ grpcurl -plaintext -d '{"service":""}' "${ADDR}" grpc.health.v1.Health/Check | g
 
 # Fresh venvs: the client with protobuf 5.26.1 / grpcio 1.63.2 (its lower bounds), with the
 # current pipecat-ai and with the current livekit-agents; client tests in each, and the
-# plugin tests against this live server.
-ORPHEUS_SERVER_ADDR="${ADDR}" scripts/test-client-compat.sh
+# plugin tests against this live server (the Pipecat example's spans to the same receiver).
+ORPHEUS_SERVER_ADDR="${ADDR}" ORPHEUS_OTLP_ENDPOINT="${OTLP}" ORPHEUS_SPANS_FILE="${SPANS}" \
+  scripts/test-client-compat.sh
 
 # (printed, then checked: `tee /dev/stderr` would truncate a log file stderr points at)
 SERVICES="$(grpcurl -plaintext "${ADDR}" list)"
@@ -89,5 +99,6 @@ scripts/ghz-smoke.sh  # ghz from reflection alone: 64 Synthesize, 8 StreamingSyn
 
 kill -TERM "${SERVER}"
 wait "${SERVER}" || { echo "server did not shut down cleanly:"; tail -20 "${LOG}"; exit 1; }
+kill "${RECEIVER}" 2>/dev/null || true
 trap - EXIT
 printf '\nall checks passed in %d s\n' "${SECONDS}"

@@ -58,6 +58,9 @@ from orpheus_svc.server.reflection import add_reflection
 from orpheus_svc.server.servicer import API_VERSION, TTSServicer, add_tts_servicer
 from orpheus_svc.server.state import ServerState
 from orpheus_svc.server.tls import CertificateFiles, TlsFilesError
+from orpheus_svc.server.traces import start_call_tracing
+from orpheus_svc.telemetry.tracing import TracingError
+from orpheus_svc.telemetry.tracing import check_environment as check_tracing_environment
 
 from .supervision import EXIT_ENGINE_FAILED, FrontendDeaths
 
@@ -111,6 +114,9 @@ class Server:
         engine_metrics = "local" if frontend is None else "remote" if frontend.index == 0 else None
         self.metrics = Metrics(self.state, engine=engine_metrics)
         self.state.metrics = self.metrics
+        # spans of every call, when the OTEL_* environment turns tracing on (server/traces.py)
+        self.state.tracing = start_call_tracing(
+            config, "server" if frontend is None else f"frontend-{frontend.index}")
         self.health = health.aio.HealthServicer()
         s = config.server
         options = []
@@ -182,7 +188,7 @@ class Server:
         t0 = time.monotonic()
         loop = asyncio.get_running_loop()
         runtime = await loop.run_in_executor(
-            None, lambda: build_runtime(self.config, on_step=self.metrics.batch_size.observe,
+            None, lambda: build_runtime(self.config, on_step=self.metrics.on_step,
                                         on_decode=self.metrics.codec_batch.observe))
         if self.priority is not None:
             runtime.engine.settings = dataclasses.replace(runtime.engine.settings,
@@ -294,6 +300,8 @@ class Server:
                 await asyncio.wait_for(stopping, FATAL_GRACE_S if fatal else None)
             except asyncio.TimeoutError:
                 log.error("the engine did not stop; exiting without it")
+        if self.state.tracing is not None:  # the spans still queued go out before exit
+            await asyncio.get_running_loop().run_in_executor(None, self.state.tracing.shutdown)
         log.info("stopped", sessions_total=self.state.sessions_total)
 
 
@@ -344,7 +352,8 @@ def serving_prelude(config: Config) -> int | None:
     configure_logging(config.server.log_format, config.server.log_level)
     try:
         eventloop.loop_name(config.server.event_loop)
-    except eventloop.EventLoopUnavailable as exc:
+        check_tracing_environment()  # an OTEL_* value we cannot use: say so now
+    except (eventloop.EventLoopUnavailable, TracingError) as exc:
         print(f"orpheus-svc: error: {exc}", file=sys.stderr)
         return 2
     return None
@@ -358,6 +367,6 @@ def serve_main(config: Config, *, priority: PriorityFn | None = None) -> int:
         return code
     try:
         return eventloop.run(serve(config, priority=priority), config.server.event_loop)
-    except (KeyFileError, TlsFilesError) as exc:  # unusable key or TLS files: say which
+    except (KeyFileError, TlsFilesError, TracingError) as exc:  # unusable files or OTEL_*: say which
         print(f"orpheus-svc: error: {exc}", file=sys.stderr)
         return 2

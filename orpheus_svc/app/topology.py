@@ -91,7 +91,7 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop,
     parent's (app/supervision.py); None runs the process alone (tests)."""
     from orpheus_svc.engine.watchdog import EngineWatch
     from orpheus_svc.ipc.engine import EngineServer
-    from orpheus_svc.ipc.histograms import BATCH_BOUNDS, BucketCounts
+    from orpheus_svc.ipc.histograms import EngineHistograms
     from orpheus_svc.runtime import build_runtime
     from orpheus_svc.server.logs import configure_logging
 
@@ -103,17 +103,16 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop,
 
     def beat() -> None:
         shared.engine_beat.value = time.monotonic()  # CLOCK_MONOTONIC: one for all processes
+    spans = _engine_spans(config)  # the trace continues here (telemetry/engine.py)
     server = EngineServer(commands_addr, events_addr, config.server.frontends,
                           incarnation=None if shared is None else shared.incarnations.__getitem__,
-                          on_beat=None if shared is None else beat)
+                          on_beat=None if shared is None else beat, observer=spans)
     server.start()
     try:
         # the engine's per-step histograms, served by front-end 0 (ipc/histograms.py)
-        hists = {"batch_size": BucketCounts(BATCH_BOUNDS),
-                 "codec_batch": BucketCounts(BATCH_BOUNDS)}
-        runtime = build_runtime(config, router=server.router,
-                                on_step=hists["batch_size"].observe,
-                                on_decode=hists["codec_batch"].observe)
+        hists = EngineHistograms()
+        runtime = build_runtime(config, router=server.router, on_step=hists.on_step,
+                                on_decode=hists.on_decode)
         if priority is not None:
             runtime.engine.settings = dataclasses.replace(runtime.engine.settings,
                                                           priority=priority)
@@ -140,7 +139,7 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop,
         return wire.EngineSnapshot(warm=True, stats=engine.stats(), failed_rows=engine.failed_rows,
                                    failed_audio=router.failed_audio, info=info, pid=os.getpid(),
                                    extra={"dropped_batches": sum(server.dropped_batches),
-                                          "histograms": {k: h.state() for k, h in hists.items()}},
+                                          "histograms": hists.state()},
                                    stalled_s=watch.stalled_s)
 
     server.serve(engine, snapshot)
@@ -158,7 +157,21 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop,
                        f"(server.engine_stall_exit_seconds={policy.exit_s:g}): it cannot recover")
     server.close()
     runtime.stop()
+    if spans is not None:
+        spans.close()
+        spans.tracing.shutdown()
     log.info("engine process stopped")
+
+
+def _engine_spans(config: Config):
+    """The engine process's EngineSpans when the OTEL_* environment turns tracing on."""
+    from orpheus_svc.telemetry.engine import EngineSpans
+    from orpheus_svc.telemetry.tracing import start_tracing
+
+    t = config.telemetry
+    tracing = start_tracing(trace_text=t.trace_text, sample_ratio=t.trace_sample_ratio,
+                            role="engine")
+    return None if tracing is None else EngineSpans(tracing)
 
 
 def frontend_main(config: Config, index: int, commands_addr: str, events_addr: str,

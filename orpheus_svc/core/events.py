@@ -47,13 +47,20 @@ class Finish:
     reason: "stop" (the model's stop id) | "length" (max_tokens) | "cancelled" | "error".
     The engine decides it and hands it to the flusher with the generation's last frames
     (or with drop), so the flusher thread is the one producer of a generation's events
-    after admission: its audio, then this, in one ordered stream."""
+    after admission: its audio, then this, in one ordered stream.
+
+    queued_s, first_token_s: seconds from the generation's arrival at the engine to its
+    admission (a KV slot) and to its first token, by the engine's clock (None: it never got
+    there). They ride on this event, once per generation, so the edge can build its spans
+    and histograms without the engine thread doing anything per step for them."""
 
     reason: str
     num_prompt_tokens: int
     num_generated: int
     num_frames: int
     error: str | None = None  # a message a person can act on (reason "error")
+    queued_s: float | None = None
+    first_token_s: float | None = None
 
 
 @dataclass(frozen=True)

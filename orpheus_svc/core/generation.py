@@ -51,6 +51,10 @@ class Generation:
     # Frames produced while an earlier segment of the session was still generating;
     # they join the playout clock when this generation becomes the session's head.
     frames_not_in_playout: int = 0
+    # The engine's clock when it got a slot and when its first token came (the Finish
+    # carries both to the edge, for traces and histograms); None until then.
+    admitted_at: float | None = None
+    first_token_at: float | None = None
     # Token counters and grammar state while the generation holds no batch row (waiting,
     # ended): num_generated, last_token and the parser's. While it runs, its row of the
     # scheduler's BatchState (core/batch.py) holds them, and the properties read it.

@@ -66,3 +66,6 @@ class GenerationRequest:
     # Typical audio length, used only to estimate when later segments of the session
     # will be needed (playout deadlines); never a limit.
     expected_frames: int = 0
+    # The W3C traceparent of the span this generation belongs to ("" = not traced): the
+    # split topology's engine process continues the trace with it (telemetry/engine.py).
+    trace: str = ""

@@ -145,7 +145,7 @@ class EngineLoop:
     def __init__(self, backend: Backend, flusher: FrameSink, sink: EventSink, *,
                  settings: SchedulerSettings = SchedulerSettings(), seed: int | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 on_step: Callable[[int], None] | None = None,
+                 on_step: Callable[[int, float], None] | None = None,
                  collector: CollectorPacer | None = None) -> None:
         self.backend = backend
         # The cyclic GC at the engine's pace (engine/collector.py; engine.gc_pacing), or
@@ -154,7 +154,10 @@ class EngineLoop:
         self.flusher = flusher
         self._sink = sink
         self._clock = clock
-        self._on_step = on_step  # called with each step's batch size (metrics)
+        # called with each step's batch size and period (metrics): the time since the end
+        # of the previous step, or since this one began after the loop waited for work
+        self._on_step = on_step
+        self._last_step_end: float | None = None
         self._seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self.capabilities = caps = backend.capabilities
         effective = effective_settings(settings, caps)  # what GetStatus reports
@@ -298,6 +301,8 @@ class EngineLoop:
     def _drain(self, events: EventBatch, block: bool, timeout: float | None = None) -> bool:
         """Apply queued commands (waiting up to `timeout` for one when `block`); False once
         stop was requested."""
+        if block:  # waiting for work is not part of the next step's period
+            self._last_step_end = None
         try:
             cmd = self._commands.get(timeout=timeout) if block else self._commands.get_nowait()
         except queue.Empty:
@@ -343,17 +348,21 @@ class EngineLoop:
         With a backend that runs ahead, the step is the one launched last time when there
         is one; the next is launched (when the scheduler can say it now) before this one's
         tokens are read, so the device never waits for the host's work between them."""
+        if self._last_step_end is None:  # the first step after a wait: its period starts now
+            self._last_step_end = self._clock()
         if self._ahead is not None:
             plan, handle = self._ahead
             self._ahead = None
             self._launch_ahead(plan)
             return self._finish_step(plan, self._collect(plan, handle))
-        plan = self._scheduler.schedule(self._clock())
+        now = self._clock()
+        plan = self._scheduler.schedule(now)
         if plan.admitted or plan.released or plan.refused:
             self._stats_stale = True
         for gen, reason in plan.refused:
             events.add(Rejected(gen.gen_id, reason=reason))
         for gen in plan.admitted:
+            gen.admitted_at = now
             events.add(Admitted(gen.gen_id, gen.slot))
         if plan.admitted:
             # out before this step's frames reach the flusher, whose thread emits the audio:
@@ -400,10 +409,17 @@ class EngineLoop:
 
     def _finish_step(self, plan: StepPlan, result: StepResult) -> float:
         """The step's tokens to the scheduler, its frames and ends to the flusher."""
-        if self._on_step is not None and not plan.empty:
-            self._on_step(plan.num_rows)
         now = self._clock()
+        if self._on_step is not None and not plan.empty:
+            self._on_step(plan.num_rows, now - self._last_step_end)
+        self._last_step_end = now
+        # rows that were to get their first token this step (once per generation: a few
+        # per step at most), looked up while they still run
+        firsts = [self._scheduler.get(r.gen_id) for r in plan.prefill] if plan.prefill else ()
         outcome = self._scheduler.update(plan, result, now)
+        for gen in firsts:
+            if gen is not None and gen.first_token_at is None and gen.num_generated:
+                gen.first_token_at = now
         if outcome.finished or result.freed:
             self._stats_stale = True
         if outcome.finished:  # the backend frees (aborts) what it still holds for them
@@ -492,4 +508,6 @@ class EngineLoop:
         if gen.finish_reason == "error" and error is None:
             error = "the model emitted a token outside the audio grammar"
         return Finish(gen.finish_reason or "cancelled", gen.num_prompt_tokens,
-                      gen.num_generated, gen.num_frames, error)
+                      gen.num_generated, gen.num_frames, error,
+                      None if gen.admitted_at is None else gen.admitted_at - gen.arrival,
+                      None if gen.first_token_at is None else gen.first_token_at - gen.arrival)

@@ -20,6 +20,12 @@ from .errors import ApiError
 log = structlog.get_logger("orpheus_svc.http.auth")
 
 _LEASE = "orpheus_api_key_lease"
+_KEY = "orpheus_api_key"  # the caller's key name, for its call's span
+
+
+def api_key_name(conn: HTTPConnection) -> str | None:
+    """The name of the key `authorize` admitted this request with (None: keys are off)."""
+    return conn.scope.get("state", {}).get(_KEY)
 
 
 def authenticate(conn: HTTPConnection):
@@ -54,6 +60,7 @@ async def authorize(conn: HTTPConnection) -> None:
     if key is None:
         return None
     guard = conn.app.state.server_state.auth
+    conn.scope.setdefault("state", {})[_KEY] = key.name
     is_session = conn.scope["type"] == "websocket" or conn.scope.get("method") == "POST"
     if is_session and _LEASE not in conn.scope.setdefault("state", {}):
         lease, refusal = guard.limiter.acquire(key)

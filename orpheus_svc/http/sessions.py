@@ -24,7 +24,9 @@ from orpheus_svc.server.calls import Settings
 from orpheus_svc.server.session import Input, Output, SessionError
 from orpheus_svc.server.settings import SessionSettings
 from orpheus_svc.server.state import OpenCall, ServerState
+from orpheus_svc.server.traces import CallOrigin
 
+from .auth import api_key_name
 from .errors import ApiError
 
 log = structlog.get_logger("orpheus_svc.http")
@@ -73,8 +75,17 @@ def require_runtime(state: ServerState):
         raise api_error(exc) from exc
 
 
+def call_origin(conn) -> CallOrigin | None:
+    """The caller's trace context (traceparent, tracestate headers) and API key name, for
+    the call's span; None while tracing is off (nothing is read then)."""
+    if conn.app.state.server_state.tracing is None:
+        return None
+    return CallOrigin.of(conn.headers.items(), api_key_name(conn))
+
+
 async def run_session(state: ServerState, settings: Settings, inputs: AsyncIterator[Input],
-                      rpc: str, call: OpenCall | None = None) -> AsyncIterator[Output]:
+                      rpc: str, call: OpenCall | None = None,
+                      origin: CallOrigin | None = None) -> AsyncIterator[Output]:
     """The session's outputs; closing this generator early cancels the session's
     generations (their slots are freed at the engine's next step). A refusal or failure
     is a SessionError (its `field` for api_error), counted as the call's outcome.
@@ -87,12 +98,13 @@ async def run_session(state: ServerState, settings: Settings, inputs: AsyncItera
 
     `settings`: as SessionCall takes them (a function: validated after the runtime
     check). `call`: one the caller opened already (open_call; a WebSocket opens its call
-    when it is accepted, so it is counted before its config); closed here either way."""
+    when it is accepted, so it is counted before its config); closed here either way.
+    `origin`: call_origin of the request (its trace context, for the call's span)."""
     if call is None:
         call = open_call(state, rpc)
     outcome = "ok"
     try:
-        run = calls.SessionCall(state, call, settings)
+        run = calls.SessionCall(state, call, settings, origin)
         async with contextlib.aclosing(run.outputs(inputs)) as outputs:
             async for out in outputs:
                 yield out

@@ -32,7 +32,7 @@ from orpheus_svc.server.session import AudioOut, SessionError, Summary, TextIn
 from . import jsonwire
 from .auth import authorize
 from .errors import ApiError
-from .sessions import api_error, require_runtime, run_session, session_settings
+from .sessions import api_error, call_origin, require_runtime, run_session, session_settings
 
 # response_format -> (our encoding, content type). OpenAI's pcm is 24 kHz s16le mono, as ours.
 FORMATS = {
@@ -120,7 +120,8 @@ async def speech(request: Request) -> Response:
         async def inputs():
             yield TextIn(text)
 
-        outputs = run_session(state, settings, inputs(), rpc="http.speech")
+        outputs = run_session(state, settings, inputs(), rpc="http.speech",
+                              origin=call_origin(request))
         first = await _first_audio(outputs)  # refusals before any audio get a status
         if not stream:  # the whole audio came as the first bytes (SessionSettings.whole)
             return Response(b"".join(await _bytes(first, outputs)), media_type=media_type)

@@ -53,7 +53,7 @@ from . import jsonwire
 from .auth import authorize
 from .errors import ApiError
 from .limits import URGENT, refused
-from .sessions import open_call, run_session
+from .sessions import call_origin, open_call, run_session
 
 log = structlog.get_logger("orpheus_svc.http")
 
@@ -226,7 +226,8 @@ async def _pump(ws: WebSocket, state: ServerState, settings: Settings, inbox: as
                 raise item
             yield item
 
-    outputs = run_session(state, settings, inputs(), rpc="http.ws", call=call)
+    outputs = run_session(state, settings, inputs(), rpc="http.ws", call=call,
+                          origin=call_origin(ws))
     try:
         async for out in outputs:
             if isinstance(out, AudioOut):

@@ -35,7 +35,7 @@ import logging
 import os
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import zmq
 
@@ -89,8 +89,11 @@ class EngineServer:
                  context: zmq.Context | None = None, send_hwm: int = SEND_HWM,
                  stats_interval: float = STATS_INTERVAL,
                  incarnation: Callable[[int], int] | None = None,
-                 on_beat: Callable[[], None] | None = None) -> None:
+                 on_beat: Callable[[], None] | None = None, observer: Any = None) -> None:
         self._ctx = context or zmq.Context.instance()
+        # told of each submit and each event batch sent (telemetry/engine.py EngineSpans,
+        # when tracing is on); None: nothing is
+        self.observer = observer
         self.frontends = frontends
         self.send_hwm = send_hwm
         self.stats_interval = stats_interval
@@ -188,6 +191,8 @@ class EngineServer:
             return
         with self._lock:
             self._live[fe].add(gen_id)
+        if self.observer is not None:
+            self.observer.submitted(gen_id, req)
         engine.submit(req, gen_id)
 
     def _sync_incarnations(self) -> None:
@@ -227,6 +232,8 @@ class EngineServer:
     def send_events(self, fe: int, events: Sequence[EngineEvent]) -> None:
         if fe >= self.frontends:
             return
+        if self.observer is not None:
+            self.observer.ended(events)
         cancel: set[int] = set()
         with self._lock:
             lost, live = self._lost[fe], self._live[fe]

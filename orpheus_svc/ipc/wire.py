@@ -3,7 +3,7 @@
 Front-end -> engine (one message per command):
 
     [SUBMIT, gen_id, session_id, segment_index, prompt_ids, max_tokens,
-             temperature, top_p, repetition_penalty, seed, expected_frames]
+             temperature, top_p, repetition_penalty, seed, expected_frames, trace]
     [CANCEL, gen_id]
 
 Engine -> one front-end (one message per event batch, so its asyncio loop still wakes
@@ -13,7 +13,8 @@ once per engine step or decode batch):
                                     [REJECTED, gen_id, reason, status name]
                                     [AUDIO, gen_id, float32 PCM bytes, sample_offset, final,
                                             finish or None]
-                                    finish: [reason, prompt tokens, generated, frames, error]
+                                    finish: [reason, prompt tokens, generated, frames, error,
+                                             queued s, first token s]
     [STATS, {...}]           the engine's latest stats snapshot and what a front-end needs
                              to serve (the heartbeat too; see EngineSnapshot)
     [LOST, [gen_id, ...], reason]   generations the engine gave up delivering to this
@@ -84,7 +85,7 @@ def encode_submit(gen_id: int, req: GenerationRequest) -> bytes:
     s = req.sampling
     return _pack([SUBMIT, gen_id, req.session_id, req.segment_index, list(req.prompt_ids),
                   req.max_tokens, s.temperature, s.top_p, s.repetition_penalty, s.seed,
-                  req.expected_frames])
+                  req.expected_frames, req.trace])
 
 
 def encode_cancel(gen_id: int) -> bytes:
@@ -97,11 +98,11 @@ def decode_command(data: bytes) -> tuple[int, int, GenerationRequest | None]:
     if msg[0] == CANCEL:
         return CANCEL, msg[1], None
     (_, gen_id, session_id, segment_index, prompt_ids, max_tokens, temperature, top_p,
-     repetition_penalty, seed, expected_frames) = msg
+     repetition_penalty, seed, expected_frames, trace) = msg
     req = GenerationRequest(session_id=session_id, segment_index=segment_index,
                             prompt_ids=tuple(prompt_ids), max_tokens=max_tokens,
                             sampling=SamplingParams(temperature, top_p, repetition_penalty, seed),
-                            expected_frames=expected_frames)
+                            expected_frames=expected_frames, trace=trace)
     return SUBMIT, gen_id, req
 
 
@@ -113,7 +114,7 @@ def _event(ev: EngineEvent) -> list:
         pcm = np.ascontiguousarray(ev.pcm, dtype=np.float32).tobytes()
         return [_AUDIO, ev.gen_id, pcm, ev.sample_offset, ev.final,
                 None if f is None else [f.reason, f.num_prompt_tokens, f.num_generated,
-                                        f.num_frames, f.error]]
+                                        f.num_frames, f.error, f.queued_s, f.first_token_s]]
     if isinstance(ev, Rejected):
         return [_REJECTED, ev.gen_id, ev.reason, ev.code.name]
     return [_ADMITTED, ev.gen_id, ev.slot]

@@ -13,6 +13,12 @@ route and the WebSocket).
 
 Refusals are SessionError (with `field` where a setting is at fault); each edge maps them
 to its wire format and keeps its own call outcome and closing log line.
+
+What operators see of a call is made here too, once for both edges: its span and its
+segments' (server/traces.py, when tracing is on: the edge passes the caller's trace context
+in a CallOrigin), the per-generation histograms (admission wait, time to first token) and
+the late-audio counter (server/lateness.py). All of it at segment and call ends, plus one
+clock reading and a comparison per audio chunk.
 """
 
 from __future__ import annotations
@@ -27,9 +33,11 @@ import structlog
 from orpheus_svc.core.status import Status
 from orpheus_svc.runtime import Runtime
 
-from .session import Input, Output, SessionError, StreamSession, Summary
+from .lateness import ListenerClock
+from .session import AudioOut, Input, Output, SegmentEnded, SessionError, StreamSession, Summary
 from .settings import SessionSettings
 from .state import OpenCall, ServerState
+from .traces import CallOrigin, CallTrace
 
 log = structlog.get_logger("orpheus_svc.session")
 
@@ -51,15 +59,29 @@ def require_runtime(state: ServerState) -> Runtime:
 
 class SessionCall:
     """The session of an open call: built (runtime check, settings, StreamSession, start
-    log) on construction, which raises SessionError for a refusal; run by `outputs`."""
+    log) on construction, which raises SessionError for a refusal; run by `outputs`.
+    `origin`: the caller's trace context and API key name (the edge reads them)."""
 
-    def __init__(self, state: ServerState, call: OpenCall, settings: Settings) -> None:
-        runtime = require_runtime(state)
-        self.settings = settings() if callable(settings) else settings
+    def __init__(self, state: ServerState, call: OpenCall, settings: Settings,
+                 origin: CallOrigin | None = None) -> None:
         self.state, self.call = state, call
+        tracing = getattr(state, "tracing", None)
+        self.trace = None if tracing is None else CallTrace(
+            tracing, origin or CallOrigin(), call.rpc, call.session_id, call.opened_at)
+        try:
+            runtime = require_runtime(state)
+            self.settings = settings() if callable(settings) else settings
+        except SessionError as exc:
+            if self.trace is not None:
+                self.trace.end(exc.code, message=exc.message)
+            raise
         self.session = StreamSession(runtime, self.settings, state.config.text,
                                      session_id=call.session_id)
         call.session = self.session  # the watchdog's idle clock reads it
+        self.listener = None if self.settings.whole else ListenerClock()
+        if self.trace is not None:
+            self.trace.settings(self.settings)
+            self.session.on_open = self.trace.segment_opened
         s = self.settings
         log.info("session started", rpc=call.rpc, session_id=call.session_id, voice=s.voice,
                  encoding=s.encoding, rate=s.sample_rate, normalize=s.normalize_text)
@@ -69,19 +91,66 @@ class SessionCall:
         generations (their slots are freed at the engine's next step)."""
         call, loop = self.call, asyncio.get_running_loop()
         t0 = time.monotonic()
-        async with contextlib.aclosing(self.session.run(inputs)) as outs:
-            async for out in outs:
-                # re-read at every output: Starlette streams a response body from another
-                # task than its endpoint's, and the watchdog cancels the one writing
-                call.task = asyncio.current_task()
-                call.writing_since = loop.time()  # the watchdog's stalled-consumer clock
-                yield out
-                call.writing_since = None
-                call.writes += 1
-                if isinstance(out, Summary):  # counted once it is on its way to the client
-                    self._finished(out)
+        summary = None
+        try:
+            async with contextlib.aclosing(self.session.run(inputs)) as outs:
+                async for out in outs:
+                    if isinstance(out, AudioOut):
+                        self._audio_sent(out)
+                    elif isinstance(out, SegmentEnded):
+                        self._segment_ended(out)
+                    # re-read at every output: Starlette streams a response body from another
+                    # task than its endpoint's, and the watchdog cancels the one writing
+                    call.task = asyncio.current_task()
+                    call.writing_since = loop.time()  # the watchdog's stalled-consumer clock
+                    yield out
+                    call.writing_since = None
+                    call.writes += 1
+                    if isinstance(out, Summary):  # counted once it is on its way to the client
+                        summary = out
+                        self._finished(out)
+        except SessionError as exc:
+            self._end(exc.code, summary, exc.message)
+            raise
+        except BaseException as exc:
+            # cut by a time limit (the watchdog set cut_by), cancelled by the client, a
+            # generator closed early (the edge stopped reading), or a bug
+            if call.cut_by is not None:
+                outcome = Status.DEADLINE_EXCEEDED
+            elif isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+                outcome = "cancelled"
+            else:
+                outcome = Status.INTERNAL
+            self._end(outcome, summary, call.cut_by)
+            raise
+        self._end("ok", summary)
         log.debug("session closed", session_id=call.session_id,
                   wall_s=round(time.monotonic() - t0, 3))
+
+    def _audio_sent(self, out: AudioOut) -> None:
+        """An audio chunk goes to the edge: late for its listener? (server/lateness.py)"""
+        if self.listener is None or not out.num_samples:
+            return
+        late = self.listener.sent(time.monotonic(), out.num_samples / self.settings.sample_rate,
+                                  self.session.segment(out.segment_index).t_cut)
+        if late and self.state.metrics is not None:
+            self.state.metrics.late_audio.inc(late)
+
+    def _segment_ended(self, out: SegmentEnded) -> None:
+        """A segment's last audio goes to the edge: its generation's engine-side waits to
+        the histograms, its span to the trace."""
+        seg = self.session.segment(out.segment_index)
+        fin, metrics = seg.finish, self.state.metrics
+        if fin is not None and metrics is not None:
+            metrics.observe_generation(seg.index, fin.queued_s, fin.first_token_s)
+        if self.trace is not None:
+            self.trace.segment_ended(seg, time.monotonic(), self.settings.sample_rate)
+
+    def _end(self, outcome: str, summary: Summary | None, message: str | None = None) -> None:
+        if self.trace is not None:
+            self.trace.end(outcome, self.session, summary,
+                           self.listener.late_s if self.listener else 0.0, message)
+            self.trace = None  # once
 
     def _finished(self, out: Summary) -> None:
         self.state.add_audio_seconds(out.num_samples / self.settings.sample_rate)

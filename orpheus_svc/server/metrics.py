@@ -3,29 +3,37 @@
 Gauges and totals are read at scrape time from ServerState.snapshot(): an immutable
 MetricsSnapshot the event loop computes for the scrape (this thread never touches the loop's
 live state), so the hot path pays nothing for them. Only three things are observed as they
-happen: the engine's batch size per step (a callback from the engine thread), the codec's
-windows per decode call (from the flusher thread) and each session's time to first audio.
+happen: the engine's batch size and step period (one callback per step from the engine
+thread: two histogram observations, nothing else), the codec's windows per decode call (from
+the flusher thread), and, on the loop, each session's time to first audio, each
+generation's admission wait and time to first token (from its end event, engine/loop.py
+Finish) and the audio a listener got late (server/lateness.py). No label names a session.
 prometheus_client's histograms are thread-safe.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from orpheus_svc.ipc.histograms import BATCH_BOUNDS, cumulative
+from orpheus_svc.ipc.histograms import BATCH_BOUNDS, STEP_BOUNDS, cumulative
 
 from .state import ServerState
 
-_BATCH_BUCKETS = BATCH_BOUNDS
-# The engine's per-step histograms: (name, help). Observed here in single mode, in the
-# engine process in split mode (ipc/histograms.py).
+# The engine's per-step histograms: (name, help, upper bounds). Observed here in single
+# mode, in the engine process in split mode (ipc/histograms.py EngineHistograms).
 ENGINE_HISTOGRAMS = {
-    "batch_size": ("orpheus_engine_batch_size", "Generations per engine step"),
+    "batch_size": ("orpheus_engine_batch_size", "Generations per engine step", BATCH_BOUNDS),
+    "step_seconds": ("orpheus_engine_step_seconds",
+                     "Engine step period: from the end of the previous step (or the start of "
+                     "this one after a wait for work) to this step's tokens; above 0.01219 s "
+                     "every running session falls behind real time", STEP_BOUNDS),
     "codec_batch": ("orpheus_codec_batch_windows",
-                    "Decode windows (across sessions) per SNAC call"),
+                    "Decode windows (across sessions) per SNAC call", BATCH_BOUNDS),
 }
 _TTFA_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
+# engine-side waits: a queue that holds generations for seconds must show as such
+_WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class _StateCollector:
@@ -115,33 +123,60 @@ class _EngineHistograms:
         runtime = self.state.runtime
         snap = getattr(getattr(runtime, "engine", None), "snapshot", None)
         hists = snap.extra.get("histograms", {}) if snap is not None else {}
-        for key, (name, doc) in ENGINE_HISTOGRAMS.items():
+        for key, (name, doc, bounds) in ENGINE_HISTOGRAMS.items():
             if key in hists:
-                buckets, total = cumulative(_BATCH_BUCKETS, hists[key])
+                buckets, total = cumulative(bounds, hists[key])
                 yield HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
 
 
 class Metrics:
-    """`engine`: "local" (single mode: the engine's callbacks observe batch_size and
-    codec_batch), "remote" (split front-end 0: served from the engine's snapshots) or None
-    (the other front-ends: not served, so a sum over front-ends counts them once)."""
+    """`engine`: "local" (single mode: the engine's callbacks observe batch_size,
+    step_seconds and codec_batch), "remote" (split front-end 0: served from the engine's
+    snapshots) or None (the other front-ends: not served, so a sum over front-ends counts
+    them once)."""
 
     def __init__(self, state: ServerState, engine: str | None = "local") -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_StateCollector(state))
-        self.batch_size = self.codec_batch = None
+        self.batch_size = self.step_seconds = self.codec_batch = None
         if engine == "local":
-            name, doc = ENGINE_HISTOGRAMS["batch_size"]
-            self.batch_size = Histogram(name, doc, buckets=_BATCH_BUCKETS,
-                                        registry=self.registry)
-            name, doc = ENGINE_HISTOGRAMS["codec_batch"]
-            self.codec_batch = Histogram(name, doc, buckets=_BATCH_BUCKETS,
-                                         registry=self.registry)
+            for key, (name, doc, bounds) in ENGINE_HISTOGRAMS.items():
+                setattr(self, key, Histogram(name, doc, buckets=bounds, registry=self.registry))
         elif engine == "remote":
             self.registry.register(_EngineHistograms(state))
         self.ttfa = Histogram("orpheus_time_to_first_audio_seconds",
                               "First text received to first audio chunk sent (server side)",
                               buckets=_TTFA_BUCKETS, registry=self.registry)
+        # segment: "first" (the session's first segment: what its time to first audio
+        # waits for) or "later"
+        self.admission_wait = Histogram(
+            "orpheus_admission_wait_seconds", "A generation's wait for a KV slot: from its "
+            "arrival at the engine to its admission", ["segment"], buckets=_WAIT_BUCKETS,
+            registry=self.registry)
+        self.first_token = Histogram(
+            "orpheus_first_token_seconds", "From a generation's admission to its first token "
+            "(the prefill, and the steps it waited for one)", ["segment"],
+            buckets=_WAIT_BUCKETS, registry=self.registry)
+        self.late_audio = Counter(
+            "orpheus_late_audio_seconds", "Audio sent after the listener would have played "
+            "it: the server's view of an underrun (server/lateness.py)", registry=self.registry)
+        for segment in ("first", "later"):  # both series exist from the start
+            self.admission_wait.labels(segment)
+            self.first_token.labels(segment)
+
+    def on_step(self, batch: int, seconds: float) -> None:
+        """build_runtime's on_step (the engine thread, once per step)."""
+        self.batch_size.observe(batch)
+        self.step_seconds.observe(seconds)
+
+    def observe_generation(self, segment_index: int, queued_s: float | None,
+                           first_token_s: float | None) -> None:
+        """A generation ended (the loop): its engine-side waits, when it got that far."""
+        label = "first" if segment_index == 0 else "later"
+        if queued_s is not None:
+            self.admission_wait.labels(label).observe(queued_s)
+            if first_token_s is not None:
+                self.first_token.labels(label).observe(first_token_s - queued_s)
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         start_http_server(port, addr=host, registry=self.registry)

@@ -17,6 +17,7 @@ from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import VoiceRegistry
 
 from .calls import SessionCall, Settings
+from .traces import CallOrigin
 from .options import SamplingChoice, session_settings
 from .session import (AudioOut, FlushIn, Input, SegmentEnded, SegmentStarted, SessionError,
                       Summary, TextIn)
@@ -301,7 +302,11 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
                    response_cls) -> None:
         """The call's session through the runner both edges share (server/calls.py), its
         outputs as proto messages."""
-        run = SessionCall(self.state, call, settings)
+        origin = None
+        if self.state.tracing is not None:  # the caller's trace context, its key's name
+            origin = CallOrigin.of(context.invocation_metadata(),
+                                   structlog.contextvars.get_contextvars().get("api_key"))
+        run = SessionCall(self.state, call, settings, origin)
         await context.send_initial_metadata((("orpheus-session-id", call.session_id),))
         # aclosing: however the call ends (a stalled write cancelled, an abort), the session's
         # own cleanup runs now: its undelivered generations are cancelled, slots freed

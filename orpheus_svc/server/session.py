@@ -20,18 +20,19 @@ grpc status code name, mapped at the servicer edge.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Union
+from typing import AsyncIterator, Callable, Union
 
 import numpy as np
 import structlog
 
 from orpheus_svc.audio.pcm import Encoder, SessionEncoder
 from orpheus_svc.config import TextConfig
-from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
+from orpheus_svc.core.events import AudioEvent, EngineEvent, Finish, Rejected
 from orpheus_svc.core.normalize import normalize_text
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.tokens import SAMPLE_RATE
@@ -128,6 +129,15 @@ class _Segment:
     num_tokens: int = 0
     finish_reason: str = ""
     started: bool = False
+    # When things happened to it (time.monotonic, once each): its text was cut, it was
+    # submitted, its first audio and its end reached the session; with its Finish, what the
+    # call's spans and histograms are built from (server/calls.py), after it ended.
+    t_cut: float = 0.0
+    t_open: float | None = None
+    t_first_audio: float | None = None
+    t_final: float | None = None
+    finish: Finish | None = None
+    span: object = None  # its open span while tracing (server/traces.py)
 
 
 # One AudioChunk carries at most this much of the model's audio (2 s: 96 KB of PCM16 at
@@ -179,6 +189,9 @@ class StreamSession:
         self.t_first_audio: float | None = None
         self.num_tokens = 0
         self._last_input = time.monotonic()  # the last client message (the idle clock)
+        # Tracing (server/traces.py): called with each segment as it is submitted, returns
+        # the traceparent its generation carries; None: not traced.
+        self.on_open: Callable[[_Segment], str] | None = None
         self._idle_cut: float | None = None  # idle timeout that ended the input, if one did
         # one output stream across segments (WAV header once, one Opus/MP3/FLAC stream)
         self._audio = SessionEncoder(settings.encoding, settings.sample_rate, whole=settings.whole)
@@ -288,8 +301,9 @@ class StreamSession:
             f"open a new call to speak more"), cause="idle")
 
     def _add(self, cuts: list[Cut], flush_id: str = "") -> None:
+        now = time.monotonic() if cuts else 0.0
         for cut in cuts:
-            self._segments.append(_Segment(len(self._segments), cut.text, cut))
+            self._segments.append(_Segment(len(self._segments), cut.text, cut, t_cut=now))
         if flush_id and self._segments:
             # an empty flush closes no segment: its id goes to the last one cut, unless that
             # one's SegmentEnd is already out (proto: Flush.id)
@@ -312,6 +326,9 @@ class StreamSession:
                                            self.settings.segment_sampling(seg.index))
             except ValueError as exc:  # e.g. control tokens spelled in the text
                 raise SessionError(Status.INVALID_ARGUMENT, f"segment {seg.index}: {exc}") from exc
+            seg.t_open = time.monotonic()
+            if self.on_open is not None:
+                req = dataclasses.replace(req, trace=self.on_open(seg))
             seg.handle = self.runtime.open(req, self._inbox.put_nowait, loop)
             self._by_gen[seg.handle.gen_id] = seg
 
@@ -334,8 +351,11 @@ class StreamSession:
             raise SessionError(ev.code, ev.reason)
         if not isinstance(ev, AudioEvent):
             return
+        if seg.t_first_audio is None and ev.pcm.shape[0]:
+            seg.t_first_audio = time.monotonic()
         fin = ev.finish
         if fin is not None:  # the final event: how the generation ended
+            seg.t_final, seg.finish = time.monotonic(), fin
             if fin.reason == "error":
                 raise SessionError(Status.INTERNAL, f"segment {seg.index} failed: {fin.error}")
             if fin.reason == "cancelled":  # not by us: a handle closes before it cancels
@@ -374,6 +394,14 @@ class StreamSession:
                 seg.handle.close()
                 self._delivered += 1
         return outs
+
+    def segment(self, index: int) -> _Segment:
+        """Segment `index` as the session keeps it (its timestamps and Finish: read-only)."""
+        return self._segments[index]
+
+    def segments(self) -> list[_Segment]:
+        """The segments cut so far, in order (read-only)."""
+        return list(self._segments)
 
     def _summary(self) -> Summary:
         now = time.monotonic()

@@ -128,6 +128,7 @@ class ServerState:
         # calls that ended with a status other than OK, by its name ("cancelled": by the client)
         self.errors: Counter[str] = Counter()
         self.metrics = None  # server/metrics.py Metrics, set by the app
+        self.tracing = None  # telemetry/tracing.py Tracing, set by the app when tracing is on
         self.calls: set[OpenCall] = set()
         self.refused: Counter[str] = Counter()   # reason -> calls refused at once
         self.timeouts: Counter[str] = Counter()  # "idle" | "stalled" -> calls ended

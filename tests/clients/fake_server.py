@@ -46,6 +46,7 @@ class Received:
 
     method: str
     items: list[tuple[str, object, float]] = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)  # the call's invocation metadata
 
     @property
     def texts(self) -> list[str]:
@@ -70,8 +71,10 @@ class FakeTTSServicer(tts_pb2_grpc.TTSServiceServicer):
         with self.lock:
             return len(self.calls)
 
-    def _record(self, method: str) -> Received:
+    def _record(self, method: str, context=None) -> Received:
         rec = Received(method)
+        if context is not None:
+            rec.metadata = dict(context.invocation_metadata())
         with self.lock:
             self.calls.append(rec)
         return rec
@@ -79,7 +82,7 @@ class FakeTTSServicer(tts_pb2_grpc.TTSServiceServicer):
     # -- RPCs ------------------------------------------------------------------------------
 
     def StreamingSynthesize(self, request_iterator, context):
-        rec = self._record("StreamingSynthesize")
+        rec = self._record("StreamingSynthesize", context)
         session = None
         buf = ""
         at = 0  # code point of the session's text where buf starts
@@ -113,7 +116,7 @@ class FakeTTSServicer(tts_pb2_grpc.TTSServiceServicer):
         yield session.summary()
 
     def Synthesize(self, request, context):
-        rec = self._record("Synthesize")
+        rec = self._record("Synthesize", context)
         rec.items.append(("text", request.text, time.monotonic()))
         if not request.text.strip():
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "text is empty")

@@ -21,7 +21,8 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, log_dir: Path, *settings: str, name: str = "server") -> None:
+    def __init__(self, log_dir: Path, *settings: str, name: str = "server",
+                 env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.addr = f"127.0.0.1:{self.port}"
         self.log_path = log_dir / f"{name}-{self.port}.log"
@@ -29,7 +30,7 @@ class ServerProcess:
                 "--port", str(self.port)]
         for s in settings:
             args += ["--set", s]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         # Reconnect fast: with grpc's default backoff (1 s and up) a check sent before the

@@ -6,7 +6,6 @@ Float64 on the CPU: the two paths order some sums differently (one GEMM over the
 audio rows and a gather, against one GEMM per frame position), and float64 keeps those
 differences far below what could move a float32 logit, so any token difference is a bug."""
 
-import dataclasses
 
 import numpy as np
 import pytest

@@ -85,7 +85,7 @@ def test_while_running_stats_move_every_interval():
     core, events, calls = _engine(clock)
     steps = []
 
-    def on_step(rows):  # each step moves the clock a millisecond
+    def on_step(rows, seconds):  # each step moves the clock a millisecond
         steps.append(rows)
         clock.t += 0.001
 

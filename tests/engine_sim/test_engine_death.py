@@ -7,7 +7,6 @@ import time
 
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.audio.settings import FlusherSettings
-from orpheus_svc.core.events import Rejected
 from orpheus_svc.core.scheduler import SchedulerSettings
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.step import FatalBackendError

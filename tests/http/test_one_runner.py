@@ -58,9 +58,9 @@ def test_every_edge_runs_its_calls_through_the_one_runner(server, monkeypatch):
     rpcs = []
     build = SessionCall.__init__
 
-    def spy(self, state, call, settings):
+    def spy(self, state, call, settings, *origin):
         rpcs.append(call.rpc)
-        build(self, state, call, settings)
+        build(self, state, call, settings, *origin)
 
     monkeypatch.setattr(SessionCall, "__init__", spy)
     stub = tts_pb2_grpc.TTSServiceStub(server.channel)

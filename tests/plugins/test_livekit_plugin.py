@@ -107,3 +107,38 @@ def _server_is_idle_after_each_test(server_addr):
     yield
     st = asyncio.run(wait_idle(server_addr))
     assert st.free_slots == st.total_slots
+
+
+def test_the_tts_request_span_is_the_parent_of_the_call():
+    """livekit-agents runs a stream inside its `tts_request` span (made current): the call's
+    traceparent names it, so orpheus-svc's span for the call continues the agent's trace.
+    Against the in-process fake server, which records the call's metadata."""
+    from livekit.agents.telemetry import set_tracer_provider
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tests.clients.fake_server import FakeServer
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    set_tracer_provider(provider)
+    fake = FakeServer("livekit-traced").start()
+
+    async def main():
+        async with OrpheusTTS(target=fake.target, sample_rate=RATE) as t:
+            stream = t.stream(conn_options=NO_RETRY)
+            stream.push_text("Hello there.")
+            stream.end_input()
+            return [ev async for ev in stream]
+    try:
+        assert asyncio.run(main())
+        (call,) = [c for c in fake.servicer.calls if c.method == "StreamingSynthesize"]
+    finally:
+        fake.stop()
+    provider.force_flush()
+    _, trace_id, span_id, _ = call.metadata["traceparent"].split("-")
+    named = [s for s in exporter.get_finished_spans()
+             if f"{s.context.trace_id:032x}" == trace_id and f"{s.context.span_id:016x}" == span_id]
+    assert named and named[0].name == "tts_request", [s.name for s in exporter.get_finished_spans()]

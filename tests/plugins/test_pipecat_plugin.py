@@ -48,7 +48,7 @@ def turn(*fragments):
             LLMFullResponseEndFrame()]
 
 
-async def run_pipeline(tts, frames, during=None):
+async def run_pipeline(tts, frames, during=None, **worker_options):
     """Runs `frames` through before -> tts -> after the way Pipecat's own source says to
     (PipelineWorker, WorkerRunner.add_workers, then run), and fails on any Pipecat
     deprecation warning raised meanwhile (PipelineTask, PipelineRunner and
@@ -57,7 +57,8 @@ async def run_pipeline(tts, frames, during=None):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DeprecationWarning)
         worker = PipelineWorker(Pipeline([before, tts, after]),
-                                params=PipelineParams(audio_out_sample_rate=RATE))
+                                params=PipelineParams(audio_out_sample_rate=RATE),
+                                **worker_options)
         await worker.queue_frames(frames)
         runner = WorkerRunner(handle_sigint=False)
         await runner.add_workers(worker)
@@ -159,3 +160,36 @@ def _server_is_idle_after_each_test(server_addr):
     yield
     st = asyncio.run(wait_idle(server_addr))
     assert st.free_slots == st.total_slots
+
+
+def test_the_turns_tts_span_is_the_parent_of_the_call():
+    """With Pipecat's tracing on, its `tts` span of the turn (traced_tts, as Pipecat traces
+    its own services) is what the call's traceparent names: orpheus-svc's span for the call
+    continues the agent's trace. Against the in-process fake server, which records the
+    call's metadata (the server's side of the continuation: tests/telemetry)."""
+    require("opentelemetry.sdk.trace")  # pipecat-ai[tracing]
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tests.clients.fake_server import FakeServer
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)  # what pipecat.utils.tracing.setup_tracing does
+    fake = FakeServer("pipecat-traced").start()
+    try:
+        tts = OrpheusTTSService(target=fake.target, voice="tara")
+        asyncio.run(run_pipeline(tts, turn("Hello there.", " How are you?") + [EndFrame()],
+                                 enable_tracing=True, conversation_id="conv-1"))
+        (call,) = [c for c in fake.servicer.calls if c.method == "StreamingSynthesize"]
+    finally:
+        fake.stop()
+    _, trace_id, span_id, flags = call.metadata["traceparent"].split("-")
+    tts_spans = [s for s in exporter.get_finished_spans() if s.name == "tts"]
+    assert tts_spans, [s.name for s in exporter.get_finished_spans()]
+    assert any(f"{s.context.trace_id:032x}" == trace_id and f"{s.context.span_id:016x}" == span_id
+               for s in tts_spans), (call.metadata["traceparent"], tts_spans)
+    assert int(flags, 16) & 1  # sampled

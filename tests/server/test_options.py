@@ -40,8 +40,8 @@ def test_the_uint64_bounds_are_accepted_as_seeds(state):
 
 
 def sampled(state, **fields):
-    return session_options(state, "tara", "pcm16", 0, SamplingChoice(**fields),
-                           allow_wav=True).sampling
+    return session_settings(state, "tara", "pcm16", 0, SamplingChoice(**fields),
+                            allow_wav=True).sampling
 
 
 def test_an_explicit_zero_temperature_is_greedy_not_the_default(state):

@@ -9,6 +9,7 @@ import grpc
 from . import _health
 from ._resume import Resume, resume_policy
 from ._target import channel_options, names_replicas, resolve_target
+from ._trace import trace_metadata
 
 DEFAULT_TARGET = "localhost:50051"
 DEFAULT_VOICE = ""  # empty: the server's model picks its own default voice (see list_voices())
@@ -57,9 +58,12 @@ class _ClientBase:
                               if health_check and lb_policy else None)
 
     def _call_kwargs(self, timeout: Any, metadata: Metadata | None) -> dict[str, Any]:
+        """A call's options, made when the call starts: its metadata carries the caller's
+        current trace context (_trace.py; only where opentelemetry-api is installed)."""
+        given = self.metadata + tuple(metadata or ())
         return {
             "timeout": self.timeout if timeout is _UNSET else timeout,
-            "metadata": self.metadata + tuple(metadata or ()) or None,
+            "metadata": given + trace_metadata(given) or None,
             "wait_for_ready": self.wait_for_ready,
         }
 

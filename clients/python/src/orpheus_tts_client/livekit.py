@@ -13,6 +13,10 @@ closing the stream cancels the call and frees the server's slots. Audio is PCM16
 ``sample_rate`` (8, 16, 24 or 48 kHz; the server resamples). Orpheus's emotion tags
 (<laugh>, <sigh>, ...) are the model's markup and pass through unchanged. Timing is per
 segment only (no word timestamps: ``aligned_transcript`` is False).
+
+Tracing: livekit-agents runs each request inside its ``tts_request`` span (made current), and
+the client puts the current span's W3C context in the call's metadata, so orpheus-svc's span
+for the call is its child (docs/observability.md).
 """
 
 from __future__ import annotations

@@ -19,12 +19,19 @@ Pipecat's own sequencer emits the spoken text (``TTSTextFrame``) after the audio
 interruption cancels the call at once, which frees the server's slots at its next engine
 step. Errors become Pipecat error frames. Timing is per segment only: the server reports no
 word timestamps and this service invents none.
+
+Tracing: with Pipecat's tracing on (``PipelineWorker(..., enable_tracing=True)``, which needs
+``pipecat-ai[tracing]``), ``run_tts`` is traced as Pipecat traces its own TTS services
+(``traced_tts``: a ``tts`` span per audio context, in the turn's trace), and the turn's call
+carries that span's W3C context, so orpheus-svc's span for the call is its child: one trace
+from the user's turn to the server's engine (docs/observability.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncGenerator
+import contextlib
+from typing import Any, AsyncGenerator, Iterator
 
 try:
     from pipecat.frames.frames import (
@@ -35,6 +42,11 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the extra
     raise ImportError("orpheus_tts_client.pipecat needs pipecat-ai: "
                       "pip install 'orpheus-tts-client[pipecat]'") from e
+try:  # Pipecat's own TTS tracing decorator (a no-op where OpenTelemetry is not installed)
+    from pipecat.utils.tracing.service_decorators import traced_tts
+except ImportError:  # pragma: no cover - a Pipecat without tracing
+    def traced_tts(f):
+        return f
 
 from ._aio_session import AsyncSession
 from .aio import AsyncClient
@@ -114,6 +126,7 @@ class OrpheusTTSService(TTSService):
 
     # -- synthesis ---------------------------------------------------------------------------
 
+    @traced_tts
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """Send ``text`` into the turn's session (opened on the turn's first text); the audio
         arrives through the session's reader task."""
@@ -148,9 +161,10 @@ class OrpheusTTSService(TTSService):
     def _open(self, context_id: str) -> AsyncSession:
         if self._client is None:
             raise TTSError(_unavailable(), "the service has not been started")
-        session = self._client.session(
-            self._settings.voice or "", encoding=Encoding.PCM16, sample_rate=self.sample_rate,
-            sampling=self._sampling)
+        with _pipecat_trace(self, context_id):  # the call's metadata carries Pipecat's span
+            session = self._client.session(
+                self._settings.voice or "", encoding=Encoding.PCM16,
+                sample_rate=self.sample_rate, sampling=self._sampling)
         self._sessions[context_id] = session
         self._readers[context_id] = self.create_task(self._read(context_id, session),
                                                      f"orpheus-read-{context_id}")
@@ -185,6 +199,33 @@ class OrpheusTTSService(TTSService):
         reader = self._readers.pop(context_id, None)
         if reader is not None and reader is not asyncio.current_task():
             await self.cancel_task(reader)
+
+
+@contextlib.contextmanager
+def _pipecat_trace(service: TTSService, context_id: str) -> Iterator[None]:
+    """Make Pipecat's span of this audio context (its ``tts`` span; else the turn's) the
+    current OpenTelemetry context while the call opens: the client puts the current context
+    in the call's metadata (orpheus_tts_client/_trace.py). Pipecat opens that span before
+    ``run_tts`` but does not make it current; it keeps it on the service, where
+    ``traced_tts`` put it. Nothing happens without tracing."""
+    spans = getattr(service, "_tts_spans", None) or {}
+    entry = spans.get(context_id)
+    tracing = getattr(service, "_tracing_context", None)
+    if entry is None and tracing is None:
+        yield
+        return
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    ctx = trace.set_span_in_context(entry["span"]) if entry else tracing.get_turn_context()
+    if ctx is None:
+        yield
+        return
+    token = otel_context.attach(ctx)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def _unavailable():
