@@ -1,0 +1,523 @@
+#!/usr/bin/env bash
+# deploy/k8s on a real single-node Kubernetes (issue 37), with no registry and no traffic
+# leaving this machine:
+#
+#   1. cluster: etcd, containerd (own root/state/socket, restrict_oom_score_adj), the API
+#      server, controller-manager, scheduler and a kubelet (--node-ip 127.0.0.1, cgroupfs,
+#      its own cgroup root) with all state under one temporary directory; pods on a bridge
+#      (10.244.77.0/24, no default route, no masquerade) that exists only on this machine;
+#   2. dryrun: every overlay (`kustomize build`) through `kubectl apply --dry-run=server`, and
+#      one broken render that the server must refuse;
+#   3. deploy: the image of scripts/image-check.sh imported into containerd, the cpu-demo
+#      overlay applied (scripts/k8s/overlay: imagePullPolicy Never): Ready through the gRPC
+#      readiness probe, JSON logs, non-root user, read-only root filesystem, one Synthesize;
+#   4. wedge: the server process paused 30 s (SIGSTOP, SIGCONT) is not restarted and an open
+#      session finishes; paused for good it is restarted by the gRPC liveness probe (timed);
+#   5. rollout: clients streaming through `kubectl rollout restart` (2 replicas) over a
+#      dns:/// target that follows the headless Service (scripts/k8s/headless_dns.py stands
+#      in for CoreDNS): every session finished or resumed, none failed; the PDB refuses a
+#      second eviction.
+#   Everything is torn down on every exit path (processes by cgroup, mounts, network
+#   namespaces, the bridge, cgroups, iptables chains the kubelet added) and checked.
+#
+# Run by scripts/test.sh when ORPHEUS_K8S_CHECK=1. Needs root and Debian's containerd,
+# etcd-server, containernetworking-plugins, conntrack, iptables, openssl, buildah, podman,
+# runc (apt-get install; see docs/deploy.md). The Kubernetes binaries are built once
+# (scripts/k8s/build-binaries.sh) into K8S_CACHE (default /var/cache/orpheus-k8s).
+# Env: K8S_CHECK_STEPS (default cluster,dryrun,deploy,wedge,rollout; each needs the ones
+#      before it except dryrun), KEEP_IMAGE=1 (keep the image when this script built it),
+#      K8S_CHECK_RESULTS (default bench/results/k8s-check.txt), ROLLOUT_CLIENTS (4).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${ROOT}"
+export PATH="${ROOT}/.tools/bin:${PATH}"
+DEV_PY="${DEV_PYTHON:-${ROOT}/.venv/bin/python}"
+STEPS=",${K8S_CHECK_STEPS:-cluster,dryrun,deploy,wedge,rollout},"
+want() { [[ "${STEPS}" == *",$1,"* ]]; }
+RESULTS="${K8S_CHECK_RESULTS:-${ROOT}/bench/results/k8s-check.txt}"
+VERSION="$(sed -n 's/^__version__ = "\(.*\)"/\1/p' orpheus_svc/__init__.py)"
+IMAGE_LOCAL="localhost/orpheus-svc:${VERSION}-cpu"    # what scripts/image-check.sh builds
+IMAGE_K8S="docker.io/library/orpheus-svc:${VERSION}-cpu"  # the cpu-demo overlay's image
+BRIDGE=orpk8s0
+POD_SUBNET=10.244.77.0/24
+NODE=orpheus-k8s
+T_START=${SECONDS}
+say() { printf 'k8s-check [%4d s]: %s\n' "$((SECONDS - T_START))" "$*"; }
+record() { printf '%s\n' "$*" >>"${WORK}/results.txt"; say "$*"; }
+die() { say "FAILED: $*"; exit 1; }
+
+for tool in containerd ctr etcd runc openssl ip iptables-save buildah podman; do
+  command -v "${tool}" >/dev/null || die "${tool} missing (apt-get install containerd etcd-server containernetworking-plugins conntrack iptables buildah podman runc)"
+done
+[[ -x /usr/lib/cni/bridge ]] || die "/usr/lib/cni/bridge missing (apt-get install containernetworking-plugins)"
+[[ "$(id -u)" == 0 ]] || die "needs root (containerd, kubelet, cgroups, network)"
+
+t0=${SECONDS}
+BIN="$(scripts/k8s/build-binaries.sh)"
+BUILD_S=$((SECONDS - t0))
+export PATH="${BIN}:${PATH}"  # our kubectl, not Debian's
+
+WORK="$(mktemp -d /var/tmp/orpheus-k8s-XXXXXX)"
+CG="orpheus-k8s-${WORK##*-}"           # our cgroup, in every hierarchy
+SOCK="${WORK}/containerd/containerd.sock"
+CTR=(ctr --address "${SOCK}" --namespace k8s.io)
+KC="${WORK}/kubeconfig"
+mkdir -p "${WORK}"/{logs,pki,etcd,containerd,cni/net.d,cni/ipam,kubelet,pod-logs}
+: >"${WORK}/results.txt"
+PIDS=()              # name:pid of the daemons, in start order
+IMAGE_BUILT=0
+ls /run/netns 2>/dev/null | sort >"${WORK}/netns.before" || true
+ls /run/containerd/s 2>/dev/null | sort >"${WORK}/shim-sockets.before" || true
+ls /var/lib/cni 2>/dev/null | sort >"${WORK}/var-lib-cni.before" || true
+iptables_chains() {
+  local t
+  for t in filter nat mangle; do
+    { iptables-save -t "${t}" 2>/dev/null || true; } | sed -n "s/^:\([^ ]*\) .*/${t} \1/p"
+    { ip6tables-save -t "${t}" 2>/dev/null || true; } | sed -n "s/^:\([^ ]*\) .*/6${t} \1/p"
+  done | sort
+}
+iptables_chains >"${WORK}/chains.before"
+
+cgroup_pids() { find /sys/fs/cgroup/pids/"${CG}" -name cgroup.procs -exec cat {} + 2>/dev/null || true; }
+
+teardown() {
+  local rc=$?
+  set +e
+  trap - EXIT INT TERM
+  say "teardown (exit ${rc})"
+  [[ -n "${CLIENTS_PID:-}" ]] && kill "${CLIENTS_PID}" 2>/dev/null
+  [[ -n "${DNS_PID:-}" ]] && kill "${DNS_PID}" 2>/dev/null
+  # a paused container would ignore everything but SIGKILL
+  [[ -n "${STOPPED_PID:-}" ]] && kill -CONT "${STOPPED_PID}" 2>/dev/null
+  # daemons, newest first: the kubelet before containerd, the control plane before etcd
+  local i entry pid
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+    entry="${PIDS[i]}"; pid="${entry#*:}"
+    kill -TERM "${pid}" 2>/dev/null
+    for _ in $(seq 1 50); do kill -0 "${pid}" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "${pid}" 2>/dev/null
+    wait "${pid}" 2>/dev/null
+  done
+  # whatever is left in our cgroup: containerd's shims and the containers (by pid)
+  local left
+  for _ in $(seq 1 50); do
+    left="$(cgroup_pids)"
+    [[ -z "${left}" ]] && break
+    # shellcheck disable=SC2086
+    kill -KILL ${left} 2>/dev/null
+    sleep 0.1
+  done
+  # mounts under our directory (overlay root filesystems, kubelet volumes), deepest first
+  local m
+  findmnt -rn -o TARGET | grep -F "${WORK}/" | sort -r | while read -r m; do umount -l "${m}"; done
+  # network namespaces and shim sockets made while we ran; then our bridge
+  comm -13 "${WORK}/netns.before" <(ls /run/netns 2>/dev/null | sort) | grep '^cni-' \
+    | while read -r m; do ip netns delete "${m}"; done
+  comm -13 "${WORK}/shim-sockets.before" <(ls /run/containerd/s 2>/dev/null | sort) \
+    | while read -r m; do rm -f "/run/containerd/s/${m}"; done
+  comm -13 "${WORK}/var-lib-cni.before" <(ls /var/lib/cni 2>/dev/null | sort) \
+    | while read -r m; do rm -rf "/var/lib/cni/${m}"; done
+  ip link show "${BRIDGE}" >/dev/null 2>&1 && ip link delete "${BRIDGE}"
+  # chains the kubelet added (its iptables canaries)
+  comm -13 "${WORK}/chains.before" <(iptables_chains) | while read -r t c; do
+    local cmd=iptables
+    [[ "${t}" == 6* ]] && { cmd=ip6tables; t="${t#6}"; }
+    "${cmd}" -t "${t}" -F "${c}" 2>/dev/null; "${cmd}" -t "${t}" -X "${c}" 2>/dev/null
+  done
+  # our cgroups, deepest first, in every hierarchy
+  local h
+  for _ in 1 2 3; do
+    for h in /sys/fs/cgroup/*/; do
+      [[ -d "${h}${CG}" ]] && find "${h}${CG}" -depth -type d -exec rmdir {} + 2>/dev/null
+    done
+  done
+  if [[ "${IMAGE_BUILT}" == 1 && "${KEEP_IMAGE:-}" != 1 ]]; then
+    podman rmi -f "${IMAGE_LOCAL}" >/dev/null 2>&1
+  fi
+  # what is left must be nothing
+  local leftover=""
+  [[ -n "$(cgroup_pids)" ]] && leftover+=" processes"
+  findmnt -rn -o TARGET | grep -qF "${WORK}/" && leftover+=" mounts"
+  ip link show "${BRIDGE}" >/dev/null 2>&1 && leftover+=" bridge"
+  ls -d /sys/fs/cgroup/*/"${CG}" >/dev/null 2>&1 && leftover+=" cgroups"
+  [[ -n "$(comm -13 "${WORK}/netns.before" <(ls /run/netns 2>/dev/null | sort))" ]] && leftover+=" netns"
+  if [[ -s "${WORK}/results.txt" && "${rc}" == 0 ]]; then
+    mkdir -p "$(dirname "${RESULTS}")"
+    cp "${WORK}/results.txt" "${RESULTS}"
+  fi
+  if [[ "${rc}" != 0 && -d "${WORK}/logs" ]]; then
+    local keep="/var/tmp/orpheus-k8s-logs-${WORK##*-}"
+    cp -r "${WORK}/logs" "${keep}" 2>/dev/null && say "logs kept in ${keep}"
+  fi
+  rm -rf "${WORK}"
+  if [[ -n "${leftover}" ]]; then
+    say "LEFT BEHIND:${leftover}"; rc=1
+  else
+    say "torn down: no process, mount, network namespace, bridge or cgroup left"
+  fi
+  exit "${rc}"
+}
+trap teardown EXIT
+trap 'exit 130' INT TERM
+
+free_port() { "${DEV_PY}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Start a daemon in our cgroup (its children, such as containerd's shims, stay in it too).
+start() {
+  local name="$1"; shift
+  (echo "${BASHPID}" >"/sys/fs/cgroup/pids/${CG}/daemons/cgroup.procs" && exec "$@") \
+    >"${WORK}/logs/${name}.log" 2>&1 &
+  PIDS+=("${name}:$!")
+}
+alive() {
+  local entry
+  for entry in "${PIDS[@]}"; do
+    kill -0 "${entry#*:}" 2>/dev/null || { tail -30 "${WORK}/logs/${entry%%:*}.log"; die "${entry%%:*} exited"; }
+  done
+}
+# wait_for SECONDS WHAT CMD...: CMD every 0.5 s until it succeeds
+wait_for() {
+  local limit="$1" what="$2"; shift 2
+  local until=$((SECONDS + limit))
+  until "$@" >/dev/null 2>&1; do
+    alive
+    ((SECONDS < until)) || die "no ${what} within ${limit} s"
+    sleep 0.5
+  done
+}
+k() { kubectl --kubeconfig "${KC}" "$@"; }
+
+# --- 1. the cluster -------------------------------------------------------------------
+t0=${SECONDS}
+for h in /sys/fs/cgroup/*/; do
+  case "${h}" in */unified/) continue ;; esac
+  mkdir -p "${h}${CG}/daemons" "${h}${CG}/pods"
+  if [[ -f "${h}cpuset.cpus" ]]; then  # cgroup v1 cpuset: a child starts with no cpus
+    for d in "${h}${CG}" "${h}${CG}/daemons" "${h}${CG}/pods"; do
+      cat "${h}cpuset.cpus" >"${d}/cpuset.cpus"; cat "${h}cpuset.mems" >"${d}/cpuset.mems"
+    done
+  fi
+done
+
+PKI="${WORK}/pki"
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=orpheus-k8s-ca \
+  -keyout "${PKI}/ca.key" -out "${PKI}/ca.crt" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver -keyout "${PKI}/apiserver.key" \
+  -out "${PKI}/apiserver.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes.default.svc\n' >"${PKI}/san.ext"
+openssl x509 -req -in "${PKI}/apiserver.csr" -CA "${PKI}/ca.crt" -CAkey "${PKI}/ca.key" \
+  -CAcreateserial -days 1 -extfile "${PKI}/san.ext" -out "${PKI}/apiserver.crt" 2>/dev/null
+openssl genrsa -out "${PKI}/sa.key" 2048 2>/dev/null
+openssl rsa -in "${PKI}/sa.key" -pubout -out "${PKI}/sa.pub" 2>/dev/null
+TOKEN="$(openssl rand -hex 24)"
+echo "${TOKEN},orpheus-k8s-admin,orpheus-k8s-admin,system:masters" >"${PKI}/tokens.csv"
+
+ETCD_PORT="$(free_port)"; ETCD_PEER="$(free_port)"; API_PORT="$(free_port)"
+KCM_PORT="$(free_port)"; SCHED_PORT="$(free_port)"; KUBELET_PORT="$(free_port)"
+API="https://127.0.0.1:${API_PORT}"
+cat >"${KC}" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: local, cluster: {server: "${API}", certificate-authority: "${PKI}/ca.crt"}}]
+users: [{name: admin, user: {token: "${TOKEN}"}}]
+contexts: [{name: local, context: {cluster: local, user: admin, namespace: default}}]
+current-context: local
+EOF
+
+start etcd etcd --name orpheus-k8s --data-dir "${WORK}/etcd" \
+  --listen-client-urls "http://127.0.0.1:${ETCD_PORT}" --advertise-client-urls "http://127.0.0.1:${ETCD_PORT}" \
+  --listen-peer-urls "http://127.0.0.1:${ETCD_PEER}" --initial-advertise-peer-urls "http://127.0.0.1:${ETCD_PEER}" \
+  --initial-cluster "orpheus-k8s=http://127.0.0.1:${ETCD_PEER}"
+
+cat >"${WORK}/containerd/config.toml" <<EOF
+version = 2
+root = "${WORK}/containerd/root"
+state = "${WORK}/containerd/state"
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "${SOCK}"
+[ttrpc]
+  address = "${SOCK}.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.10"
+  # this VM's bounding set lacks CAP_SYS_RESOURCE: runc may not lower oom_score_adj
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "${WORK}/cni/net.d"
+    max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+EOF
+# Pods on a bridge of their own: no default route and no masquerade, so a pod reaches
+# nothing but this machine (the kubelet's probes and the check's clients reach it).
+cat >"${WORK}/cni/net.d/10-orpheus-k8s.conflist" <<EOF
+{"cniVersion": "0.4.0", "name": "orpheus-k8s", "plugins": [
+  {"type": "bridge", "bridge": "${BRIDGE}", "isGateway": true, "ipMasq": false,
+   "ipam": {"type": "host-local", "dataDir": "${WORK}/cni/ipam",
+            "ranges": [[{"subnet": "${POD_SUBNET}"}]]}},
+  {"type": "loopback"}]}
+EOF
+start containerd containerd --config "${WORK}/containerd/config.toml"
+
+start kube-apiserver kube-apiserver --etcd-servers "http://127.0.0.1:${ETCD_PORT}" \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "${API_PORT}" \
+  --tls-cert-file "${PKI}/apiserver.crt" --tls-private-key-file "${PKI}/apiserver.key" \
+  --client-ca-file "${PKI}/ca.crt" --token-auth-file "${PKI}/tokens.csv" \
+  --authorization-mode RBAC --service-cluster-ip-range 10.96.0.0/24 \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file "${PKI}/sa.pub" --service-account-signing-key-file "${PKI}/sa.key" \
+  --endpoint-reconciler-type none --kubelet-preferred-address-types InternalIP \
+  --allow-privileged=false --profiling=false
+wait_for 60 "API server" k get --raw /readyz
+wait_for 30 "containerd" "${CTR[@]}" version
+CLUSTER_API_S=$((SECONDS - t0))
+
+start kube-controller-manager kube-controller-manager --kubeconfig "${KC}" \
+  --authentication-kubeconfig "${KC}" --authorization-kubeconfig "${KC}" \
+  --leader-elect=false --bind-address 127.0.0.1 --secure-port "${KCM_PORT}" \
+  --service-account-private-key-file "${PKI}/sa.key" --root-ca-file "${PKI}/ca.crt" \
+  --use-service-account-credentials=false --profiling=false
+start kube-scheduler kube-scheduler --kubeconfig "${KC}" \
+  --authentication-kubeconfig "${KC}" --authorization-kubeconfig "${KC}" \
+  --leader-elect=false --bind-address 127.0.0.1 --secure-port "${SCHED_PORT}" --profiling=false
+
+# The pause image (the sandbox container): built from our own pause binary, as registry.k8s.io
+# cannot be reached. Kept as a small archive next to the binaries.
+PAUSE_TAR="${BIN}/../pause-3.10.tar"
+if [[ ! -s "${PAUSE_TAR}" ]]; then
+  pc="$(buildah from scratch)"
+  buildah copy "${pc}" "${BIN}/pause" /pause >/dev/null
+  buildah config --entrypoint '["/pause"]' --user 65535:65535 "${pc}"
+  buildah commit -q "${pc}" registry.k8s.io/pause:3.10 >/dev/null
+  buildah rm "${pc}" >/dev/null
+  buildah push -q registry.k8s.io/pause:3.10 "docker-archive:${PAUSE_TAR}.tmp:registry.k8s.io/pause:3.10"
+  buildah rmi registry.k8s.io/pause:3.10 >/dev/null
+  mv "${PAUSE_TAR}.tmp" "${PAUSE_TAR}"
+fi
+"${CTR[@]}" images import "${PAUSE_TAR}" >/dev/null
+
+cat >"${WORK}/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: ${KUBELET_PORT}
+healthzPort: 0
+readOnlyPort: 0
+# The API server reaches this kubelet on 127.0.0.1 only (logs, exec): anonymous, allow all.
+authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+authorization: {mode: AlwaysAllow}
+containerRuntimeEndpoint: unix://${SOCK}
+# This VM: cgroup v1, no systemd, swap state unknown, a small shared disk.
+cgroupDriver: cgroupfs
+cgroupRoot: /${CG}/pods
+failCgroupV1: false
+failSwapOn: false
+podLogsDir: ${WORK}/pod-logs
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+EOF
+start kubelet kubelet --config "${WORK}/kubelet/config.yaml" --kubeconfig "${KC}" \
+  --root-dir "${WORK}/kubelet" --cert-dir "${WORK}/kubelet/pki" \
+  --hostname-override "${NODE}" --node-ip 127.0.0.1
+wait_for 120 "node Ready" bash -c "kubectl --kubeconfig '${KC}' get node '${NODE}' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+wait_for 60 "default ServiceAccount" k get serviceaccount default
+CLUSTER_S=$((SECONDS - t0))
+record "Kubernetes $(kubectl version --client -o json | "${DEV_PY}" -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') (built ${BUILD_S} s$( ((BUILD_S < 5)) && echo ', cached')), containerd $(containerd --version | cut -d' ' -f3), etcd $(etcd --version | sed -n 's/etcd Version: //p'), $(runc --version | head -1)"
+record "cluster: API server ready ${CLUSTER_API_S} s, node Ready ${CLUSTER_S} s after the first daemon started"
+
+# --- 2. server-side dry run of every overlay --------------------------------------------
+if want dryrun; then
+  for overlay in deploy/k8s/overlays/*/; do
+    name="$(basename "${overlay}")"
+    kustomize build "${overlay}" >"${WORK}/${name}.yaml"
+    out="$(k apply --dry-run=server -f "${WORK}/${name}.yaml" 2>&1)" \
+      || { echo "${out}"; die "the API server refused overlay ${name}"; }
+    record "dry run (server) ${name}: $(grep -c 'created (server dry run)' <<<"${out}") objects accepted: $(awk '{print $1}' <<<"${out}" | sed 's#/.*##' | sort | uniq -c | awk '{printf "%s%s x%s", sep, $2, $1; sep=", "}')"
+  done
+  # The dry run is the server's: a quantity the server cannot parse is refused by it.
+  sed 's/memory: 2Gi/memory: 2Gigabytes/' "${WORK}/cpu-demo.yaml" >"${WORK}/broken.yaml"
+  if out="$(k apply --dry-run=server -f "${WORK}/broken.yaml" 2>&1)"; then
+    die "the API server accepted a broken quantity"
+  fi
+  record "dry run (server) of cpu-demo with 'memory: 2Gigabytes': refused ($(grep -o 'quantities must match[^"]*' <<<"${out}" | head -1 | cut -c1-60)...)"
+fi
+
+if ! want deploy; then exit 0; fi
+
+# --- 3. the cpu-demo overlay, for real --------------------------------------------------
+t0=${SECONDS}
+if ! podman image exists "${IMAGE_LOCAL}"; then
+  say "no ${IMAGE_LOCAL}: building it (scripts/image-check.sh, KEEP_IMAGE=1)"
+  KEEP_IMAGE=1 scripts/image-check.sh
+  IMAGE_BUILT=1
+fi
+IMAGE_S=$((SECONDS - t0))
+t0=${SECONDS}
+podman save --format docker-archive "${IMAGE_LOCAL}" | "${CTR[@]}" images import - >/dev/null
+"${CTR[@]}" images tag "${IMAGE_LOCAL}" "${IMAGE_K8S}" >/dev/null
+IMPORT_S=$((SECONDS - t0))
+record "image ${IMAGE_LOCAL} ($(podman image inspect "${IMAGE_LOCAL}" --format '{{.Size}}' | numfmt --to=iec)B): $( ((IMAGE_BUILT)) && echo "built by scripts/image-check.sh in ${IMAGE_S} s, ")imported into containerd as ${IMAGE_K8S} in ${IMPORT_S} s"
+
+kustomize build scripts/k8s/overlay >"${WORK}/deploy.yaml"
+t0=${SECONDS}
+k apply -f "${WORK}/deploy.yaml" >/dev/null
+SEL=app.kubernetes.io/name=orpheus-svc
+ready_pods() {  # names of the pods that are Ready and not terminating
+  k get pods -l "${SEL}" -o json | "${DEV_PY}" -c '
+import json, sys
+for p in json.load(sys.stdin)["items"]:
+    if p["metadata"].get("deletionTimestamp"): continue
+    c = {x["type"]: x["status"] for x in p["status"].get("conditions", [])}
+    if c.get("Ready") == "True": print(p["metadata"]["name"])'
+}
+n_ready() { [[ "$(ready_pods | wc -l)" -ge "$1" ]]; }
+wait_for 300 "first pod Ready" n_ready 1
+FIRST_READY_S=$((SECONDS - t0))
+# The Deployment has no replicas (the HPA owns the count): the HPA raises it to its
+# minReplicas (2) even without a metrics adapter.
+wait_for 300 "two pods Ready (the HPA's minReplicas)" n_ready 2
+TWO_READY_S=$((SECONDS - t0))
+POD="$(ready_pods | head -1)"
+pod_json() { k get pod "$1" -o json; }
+POD_IP="$(k get pod "${POD}" -o jsonpath='{.status.podIP}')"
+record "cpu-demo applied: first pod Ready ${FIRST_READY_S} s, two Ready ${TWO_READY_S} s (HPA minReplicas; no metrics adapter)"
+pod_json "${POD}" >"${WORK}/pod.json"
+"${DEV_PY}" - "${WORK}/pod.json" >>"${WORK}/results.txt" <<'PY' || die "pod spec/status check failed"
+import json, sys
+from datetime import datetime
+p = json.load(open(sys.argv[1]))
+c = p["spec"]["containers"][0]
+assert c["readinessProbe"]["grpc"]["port"] == 50051, c["readinessProbe"]
+assert c["livenessProbe"]["grpc"]["port"] == 50051
+assert c["securityContext"]["readOnlyRootFilesystem"] is True
+st = p["status"]["containerStatuses"][0]
+started = datetime.fromisoformat(st["state"]["running"]["startedAt"].replace("Z", "+00:00"))
+ready = [x for x in p["status"]["conditions"] if x["type"] == "Ready"][0]
+ready_at = datetime.fromisoformat(ready["lastTransitionTime"].replace("Z", "+00:00"))
+print(f"pod {p['metadata']['name']} ({p['status']['podIP']}, QoS {p['status']['qosClass']}): "
+      f"container started -> Ready (gRPC readiness probe, service "
+      f"{c['readinessProbe']['grpc'].get('service')}) {(ready_at - started).total_seconds():.0f} s; "
+      f"requests {c['resources']['requests']}, limits {c['resources']['limits']}")
+PY
+tail -1 "${WORK}/results.txt"
+k logs "${POD}" >"${WORK}/logs/pod.log"
+"${DEV_PY}" - "${WORK}/logs/pod.log" >>"${WORK}/results.txt" <<'PY' || die "kubectl logs is not JSON"
+import json, sys
+lines = [l for l in open(sys.argv[1]).read().splitlines() if l.strip()]
+recs = [json.loads(l) for l in lines]  # every line one JSON object
+assert lines and all(isinstance(r, dict) for r in recs)
+keys = sorted(set().union(*recs))[:8]
+print(f"kubectl logs: {len(lines)} lines, every one a JSON object (keys include {', '.join(keys)})")
+PY
+tail -1 "${WORK}/results.txt"
+USER_ID="$(k exec "${POD}" -- id -u)"
+[[ "${USER_ID}" != 0 ]] || die "the container runs as root"
+if k exec "${POD}" -- touch /opt/venv/written 2>"${WORK}/touch.err"; then
+  die "the root filesystem accepted a write"
+fi
+grep -qi 'read-only' "${WORK}/touch.err" || { cat "${WORK}/touch.err"; die "write refused for another reason"; }
+k exec "${POD}" -- touch /tmp/written || die "/tmp (emptyDir) is not writable"
+record "kubectl exec: uid ${USER_ID} (not root); writing /opt/venv: '$(tr -d '\n' <"${WORK}/touch.err" | sed 's/.*: //' | cut -c1-40)'; /tmp writable"
+"${DEV_PY}" scripts/release/image_client.py "${POD_IP}:50051" "${VERSION}" >"${WORK}/logs/synth.log" 2>&1 \
+  || { cat "${WORK}/logs/synth.log"; die "Synthesize to ${POD_IP} failed"; }
+record "from the host to the pod (${POD_IP}:50051): health SERVING, GetStatus ${VERSION}, one Synthesize with whole frames"
+EP="$(k get endpointslices -l kubernetes.io/service-name=orpheus-svc-headless -o jsonpath='{.items[*].endpoints[*].addresses[*]}')"
+record "headless Service endpoints: ${EP}"
+
+# --- 4. a paused server (slow) and a wedged one (dead) ----------------------------------
+container_pid() {  # host pid of the pod's server process
+  local id
+  id="$(k get pod "$1" -o jsonpath='{.status.containerStatuses[0].containerID}')"
+  id="${id#containerd://}"
+  "${CTR[@]}" tasks ls | awk -v id="${id}" '$1 == id {print $2}'
+}
+restarts() { k get pod "$1" -o jsonpath='{.status.containerStatuses[0].restartCount}'; }
+if want wedge; then
+  # SIGSTOP from inside the pod cannot stop the server: it is the pid namespace's init, which
+  # never receives SIGSTOP from its own namespace. Sent from the host it stops it.
+  SPID="$(container_pid "${POD}")"
+  [[ -n "${SPID}" ]] || die "no host pid for ${POD}"
+  "${DEV_PY}" scripts/k8s/session_probe.py "${POD_IP}:50051" >"${WORK}/logs/paused-session.log" 2>&1 &
+  SESSION_PID=$!
+  sleep 3
+  kill -STOP "${SPID}"; STOPPED_PID="${SPID}"
+  say "server of ${POD} (host pid ${SPID}) stopped for 30 s"
+  sleep 30
+  kill -CONT "${SPID}"; STOPPED_PID=""
+  wait "${SESSION_PID}" || { cat "${WORK}/logs/paused-session.log"; die "the session across the pause failed"; }
+  wait_for 60 "${POD} Ready again after the pause" bash -c "kubectl --kubeconfig '${KC}' get pod '${POD}' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  [[ "$(restarts "${POD}")" == 0 ]] || die "a 30 s pause restarted the container"
+  record "paused 30 s (SIGSTOP, SIGCONT): not restarted (restartCount 0), Ready again; a session open across the pause: $(tail -1 "${WORK}/logs/paused-session.log")"
+
+  kill -STOP "${SPID}"; STOPPED_PID="${SPID}"
+  t_stop=${SECONDS}
+  say "server of ${POD} stopped for good: waiting for the liveness probe"
+  wait_for 300 "restart by the liveness probe" bash -c "[[ \"\$(kubectl --kubeconfig '${KC}' get pod '${POD}' -o jsonpath='{.status.containerStatuses[0].restartCount}')\" -ge 1 ]]"
+  RESTART_S=$((SECONDS - t_stop))
+  STOPPED_PID=""
+  kill -0 "${SPID}" 2>/dev/null && die "the stopped process (host pid ${SPID}) is still there"
+  wait_for 300 "${POD} Ready after the restart" bash -c "kubectl --kubeconfig '${KC}' get pod '${POD}' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  READY_AGAIN_S=$((SECONDS - t_stop))
+  LAST="$(k get pod "${POD}" -o jsonpath='{.status.containerStatuses[0].lastState.terminated.reason} (exit {.status.containerStatuses[0].lastState.terminated.exitCode})')"
+  UNHEALTHY="$(k get events --field-selector "involvedObject.name=${POD},reason=Unhealthy" -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | grep -i liveness | head -1 | cut -c1-90)"
+  record "wedged for good (SIGSTOP): restarted by the liveness probe ${RESTART_S} s after the stop (last state ${LAST}), Ready again at ${READY_AGAIN_S} s; event: ${UNHEALTHY}"
+fi
+
+# --- 5. a rolling update under streaming clients ----------------------------------------
+if want rollout; then
+  HEADLESS=orpheus-svc-headless.default.svc.cluster.local
+  "${DEV_PY}" scripts/k8s/headless_dns.py --port-file "${WORK}/dns.port" --name "${HEADLESS}" \
+    --service orpheus-svc-headless --server "${API}" --token "${TOKEN}" --ca "${PKI}/ca.crt" \
+    --log "${WORK}/logs/dns.log" 2>"${WORK}/logs/dns.err" &
+  DNS_PID=$!
+  wait_for 10 "the DNS stand-in" test -s "${WORK}/dns.port"
+  TARGET="dns://127.0.0.1:$(cat "${WORK}/dns.port")/${HEADLESS}:50051"
+  "${DEV_PY}" scripts/k8s/rollout_clients.py --target "${TARGET}" --clients "${ROLLOUT_CLIENTS:-4}" \
+    --stop-file "${WORK}/clients.stop" --out "${WORK}/clients.json" >"${WORK}/logs/clients.log" 2>&1 &
+  CLIENTS_PID=$!
+  wait_for 120 "sessions streaming before the rollout" bash -c "grep -q 'finished' '${WORK}/logs/clients.log'"
+  OLD_PODS="$(ready_pods | tr '\n' ' ')"
+  "${DEV_PY}" scripts/k8s/watch_rollout.py --kubeconfig "${KC}" --out "${WORK}/watch.json" \
+    >"${WORK}/logs/watch.log" 2>&1 &
+  WATCH_PID=$!
+  t0=${SECONDS}
+  k rollout restart deployment/orpheus-svc >/dev/null
+  k rollout status deployment/orpheus-svc --timeout 600s >"${WORK}/logs/rollout.log" 2>&1 \
+    || { cat "${WORK}/logs/rollout.log"; die "the rollout did not finish"; }
+  ROLLOUT_S=$((SECONDS - t0))
+  # until the old pods are gone (their drain ends with the process)
+  wait_for 120 "old pods gone" bash -c "! kubectl --kubeconfig '${KC}' get pods -o name | grep -qE '$(sed 's/ *$//; s/ /|/g' <<<"${OLD_PODS}")'"
+  GONE_S=$((SECONDS - t0))
+  sleep 5
+  touch "${WORK}/clients.stop"
+  wait "${CLIENTS_PID}" || true
+  CLIENTS_PID=""
+  kill "${WATCH_PID}" 2>/dev/null; wait "${WATCH_PID}" 2>/dev/null || true
+  NEW_PODS="$(ready_pods | tr '\n' ' ')"
+  record "rollout restart (2 replicas, maxSurge 1, maxUnavailable 0): complete in ${ROLLOUT_S} s, old pods (${OLD_PODS% }) gone at ${GONE_S} s; new: ${NEW_PODS% }"
+  "${DEV_PY}" scripts/k8s/rollout_report.py "${WORK}/clients.json" "${WORK}/watch.json" "${WORK}/logs/dns.log" \
+    >>"${WORK}/results.txt" || { tail -40 "${WORK}/logs/clients.log"; die "sessions were lost in the rollout"; }
+  sed -n '/^rollout sessions/,$p' "${WORK}/results.txt"
+  # The PDB (maxUnavailable 1): a first eviction is allowed, a second one refused while the
+  # first pod's replacement is not Ready.
+  read -r P1 P2 _ <<<"${NEW_PODS}"
+  evict() {
+    printf '{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"%s","namespace":"default"}}' "$1" \
+      | k create --raw "/api/v1/namespaces/default/pods/$1/eviction" -f - 2>&1
+  }
+  evict "${P1}" >"${WORK}/logs/evict1.log" || { cat "${WORK}/logs/evict1.log"; die "the first eviction was refused"; }
+  if evict "${P2}" >"${WORK}/logs/evict2.log"; then die "the PDB let a second pod be evicted"; fi
+  record "PodDisruptionBudget: eviction of ${P1} allowed, of ${P2} refused: $(grep -o 'Cannot evict pod[^"]*' "${WORK}/logs/evict2.log" | head -1 | cut -c1-80)"
+fi
+record "total $((SECONDS - T_START)) s (on this 2-core CPU VM, shared with other work)"
