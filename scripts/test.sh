@@ -4,7 +4,8 @@
 # server: the Go client's tests and a grpcurl smoke (list, describe, Synthesize, health);
 # then a ghz load from reflection alone (scripts/ghz-smoke.sh, its own sim-backend server);
 # the wheels built and installed as users install them (scripts/wheel-smoke.sh); with
-# ORPHEUS_IMAGE_CHECK=1 also the CPU container image built and run (scripts/image-check.sh).
+# ORPHEUS_IMAGE_CHECK=1 also the CPU container image built and run (scripts/image-check.sh);
+# with ORPHEUS_K8S_CHECK=1 deploy/k8s on a real single-node Kubernetes (scripts/k8s-check.sh).
 # Run scripts/install.sh first.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,6 +39,11 @@ scripts/wheel-smoke.sh
 if [[ "${ORPHEUS_IMAGE_CHECK:-}" == 1 ]]; then
   step "CPU image: buildah build from Debian + PyPI, podman run, SERVING and one Synthesize"
   scripts/image-check.sh
+fi
+
+if [[ "${ORPHEUS_K8S_CHECK:-}" == 1 ]]; then
+  step "Kubernetes: a real single-node cluster, server dry run of every overlay, cpu-demo deployed, wedge, rollout"
+  scripts/k8s-check.sh
 fi
 
 step "live demo server (traced to a local OTLP receiver): go test + grpcurl"

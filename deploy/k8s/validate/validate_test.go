@@ -366,6 +366,15 @@ func TestKustomizations(t *testing.T) {
 				if p.TimeoutSeconds < 1 || p.FailureThreshold < 1 {
 					t.Errorf("liveness must time out and fail to catch a wedged process")
 				}
+				// A process the probe found wedged does not act on SIGTERM (a stopped or
+				// hung process never drains): without a grace of the probe's own the kubelet
+				// waits the pod's terminationGracePeriodSeconds before SIGKILL, which doubled
+				// the restart time on a real kubelet (scripts/k8s-check.sh, docs/deploy.md).
+				g := p.TerminationGracePeriodSeconds
+				if g == nil || *g > 15 {
+					t.Errorf("livenessProbe.terminationGracePeriodSeconds should be set and at most 15 s "+
+						"(a wedged process ignores SIGTERM), got %v", g)
+				}
 			})
 
 			t.Run("readiness drops the pod within the drain delay", func(t *testing.T) {
