@@ -450,7 +450,7 @@ if want wedge; then
   [[ -n "${SPID}" ]] || die "no host pid for ${POD}"
   "${DEV_PY}" scripts/k8s/session_probe.py "${POD_IP}:50051" >"${WORK}/logs/paused-session.log" 2>&1 &
   SESSION_PID=$!
-  sleep 3
+  sleep 1  # the session is under way (its first audio comes within a second or two)
   kill -STOP "${SPID}"; STOPPED_PID="${SPID}"
   say "server of ${POD} (host pid ${SPID}) stopped for 30 s"
   sleep 30
