@@ -77,6 +77,8 @@ iptables_chains() {
   done | sort
 }
 iptables_chains >"${WORK}/chains.before"
+nft_tables() { { nft list tables 2>/dev/null || true; } | sort; }
+nft_tables >"${WORK}/nft-tables.before"
 
 cgroup_pids() { find /sys/fs/cgroup/pids/"${CG}" -name cgroup.procs -exec cat {} + 2>/dev/null || true; }
 
@@ -123,6 +125,11 @@ teardown() {
     local cmd=iptables
     [[ "${t}" == 6* ]] && { cmd=ip6tables; t="${t#6}"; }
     "${cmd}" -t "${t}" -F "${c}" 2>/dev/null; "${cmd}" -t "${t}" -X "${c}" 2>/dev/null
+  done
+  # iptables tables the kubelet's canaries brought into being, if nothing else uses them
+  comm -13 "${WORK}/nft-tables.before" <(nft_tables) | while read -r _ fam tab; do
+    nft list table "${fam}" "${tab}" 2>/dev/null | grep -qE '^\s+(ip|meta|counter|jump|accept|drop|tcp|udp)' \
+      || nft delete table "${fam}" "${tab}" 2>/dev/null
   done
   # our cgroups, deepest first, in every hierarchy
   local h
