@@ -3,7 +3,7 @@
 # leaving this machine:
 #
 #   1. cluster: etcd, containerd (own root/state/socket, restrict_oom_score_adj), the API
-#      server, controller-manager, scheduler and a kubelet (--node-ip 127.0.0.1, cgroupfs,
+#      server, controller-manager, scheduler and a kubelet (--node-ip on the pod bridge, cgroupfs,
 #      its own cgroup root) with all state under one temporary directory; pods on a bridge
 #      (10.244.77.0/24, no default route, no masquerade) that exists only on this machine;
 #   2. dryrun: every overlay (`kustomize build`) through `kubectl apply --dry-run=server`, and
@@ -40,6 +40,7 @@ IMAGE_LOCAL="localhost/orpheus-svc:${VERSION}-cpu"    # what scripts/image-check
 IMAGE_K8S="docker.io/library/orpheus-svc:${VERSION}-cpu"  # the cpu-demo overlay's image
 BRIDGE=orpk8s0
 POD_SUBNET=10.244.77.0/24
+NODE_IP=10.244.77.1  # the bridge's own address (see the CNI config below)
 NODE=orpheus-k8s
 T_START=${SECONDS}
 say() { printf 'k8s-check [%4d s]: %s\n' "$((SECONDS - T_START))" "$*"; }
@@ -68,6 +69,7 @@ PIDS=()              # name:pid of the daemons, in start order
 IMAGE_BUILT=0
 ls /run/netns 2>/dev/null | sort >"${WORK}/netns.before" || true
 ls /run/containerd/s 2>/dev/null | sort >"${WORK}/shim-sockets.before" || true
+RUN_CONTAINERD_EXISTED=0; [[ -d /run/containerd ]] && RUN_CONTAINERD_EXISTED=1
 ls /var/lib/cni 2>/dev/null | sort >"${WORK}/var-lib-cni.before" || true
 iptables_chains() {
   local t
@@ -117,6 +119,10 @@ teardown() {
     | while read -r m; do ip netns delete "${m}"; done
   comm -13 "${WORK}/shim-sockets.before" <(ls /run/containerd/s 2>/dev/null | sort) \
     | while read -r m; do rm -f "/run/containerd/s/${m}"; done
+  # containerd's shims put their sockets under /run/containerd/s whatever its state dir
+  if [[ "${RUN_CONTAINERD_EXISTED}" == 0 ]]; then
+    rmdir /run/containerd/s /run/containerd 2>/dev/null
+  fi
   comm -13 "${WORK}/var-lib-cni.before" <(ls /var/lib/cni 2>/dev/null | sort) \
     | while read -r m; do rm -rf "/var/lib/cni/${m}"; done
   ip link show "${BRIDGE}" >/dev/null 2>&1 && ip link delete "${BRIDGE}"
@@ -263,9 +269,16 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "${WORK}/containerd/runc"
 EOF
 # Pods on a bridge of their own: no default route and no masquerade, so a pod reaches
-# nothing but this machine (the kubelet's probes and the check's clients reach it).
+# nothing but this machine (the kubelet's probes and the check's clients reach it). The
+# bridge is made here, with the gateway address, because that address is also the node's:
+# the kubelet refuses a loopback --node-ip ("nodeIP can't be loopback address") and then
+# publishes no address at all, so the API server cannot reach it for logs and exec.
+ip link add "${BRIDGE}" type bridge
+ip addr add "${NODE_IP}/24" dev "${BRIDGE}"
+ip link set "${BRIDGE}" up
 cat >"${WORK}/cni/net.d/10-orpheus-k8s.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "orpheus-k8s", "plugins": [
   {"type": "bridge", "bridge": "${BRIDGE}", "isGateway": true, "ipMasq": false,
@@ -315,11 +328,11 @@ fi
 cat >"${WORK}/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: ${NODE_IP}
 port: ${KUBELET_PORT}
 healthzPort: 0
 readOnlyPort: 0
-# The API server reaches this kubelet on 127.0.0.1 only (logs, exec): anonymous, allow all.
+# Only this machine reaches the kubelet (the bridge's address): anonymous, allow all.
 authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
 authorization: {mode: AlwaysAllow}
 containerRuntimeEndpoint: unix://${SOCK}
@@ -336,7 +349,7 @@ serializeImagePulls: false
 EOF
 start kubelet kubelet --config "${WORK}/kubelet/config.yaml" --kubeconfig "${KC}" \
   --root-dir "${WORK}/kubelet" --cert-dir "${WORK}/kubelet/pki" \
-  --hostname-override "${NODE}" --node-ip 127.0.0.1
+  --hostname-override "${NODE}" --node-ip "${NODE_IP}"
 wait_for 120 "node Ready" bash -c "kubectl --kubeconfig '${KC}' get node '${NODE}' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
 wait_for 60 "default ServiceAccount" k get serviceaccount default
 CLUSTER_S=$((SECONDS - t0))
