@@ -353,7 +353,7 @@ start kubelet kubelet --config "${WORK}/kubelet/config.yaml" --kubeconfig "${KC}
 wait_for 120 "node Ready" bash -c "kubectl --kubeconfig '${KC}' get node '${NODE}' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
 wait_for 60 "default ServiceAccount" k get serviceaccount default
 CLUSTER_S=$((SECONDS - t0))
-record "Kubernetes $(kubectl version --client -o json | "${DEV_PY}" -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') (built ${BUILD_S} s$( ((BUILD_S < 5)) && echo ', cached')), containerd $(containerd --version | cut -d' ' -f3), etcd $(etcd --version | sed -n 's/etcd Version: //p'), $(runc --version | head -1)"
+record "Kubernetes $(kubectl version --client -o json | "${DEV_PY}" -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') (built ${BUILD_S} s$( ((BUILD_S < 5)) && echo ', cached')), containerd $(containerd --version | cut -d' ' -f3), etcd $(etcd --version | sed -n 's/etcd Version: //p'), $(runc --version | sed -n 1p)"
 record "cluster: API server ready ${CLUSTER_API_S} s, node Ready ${CLUSTER_S} s after the first daemon started"
 
 # --- 2. server-side dry run of every overlay --------------------------------------------
@@ -370,7 +370,7 @@ if want dryrun; then
   if out="$(k apply --dry-run=server -f "${WORK}/broken.yaml" 2>&1)"; then
     die "the API server accepted a broken quantity"
   fi
-  record "dry run (server) of cpu-demo with 'memory: 2Gigabytes': refused ($(grep -o 'quantities must match[^"]*' <<<"${out}" | head -1 | cut -c1-60)...)"
+  record "dry run (server) of cpu-demo with 'memory: 2Gigabytes': refused ($(grep -o 'quantities must match[^"]*' <<<"${out}" | sed -n 1p | cut -c1-60)...)"
 fi
 
 if ! want deploy; then exit 0; fi
@@ -408,7 +408,7 @@ FIRST_READY_S=$((SECONDS - t0))
 # minReplicas (2) even without a metrics adapter.
 wait_for 300 "two pods Ready (the HPA's minReplicas)" n_ready 2
 TWO_READY_S=$((SECONDS - t0))
-POD="$(ready_pods | head -1)"
+POD="$(ready_pods | sed -n 1p)"
 pod_json() { k get pod "$1" -o json; }
 POD_IP="$(k get pod "${POD}" -o jsonpath='{.status.podIP}')"
 record "cpu-demo applied: first pod Ready ${FIRST_READY_S} s, two Ready ${TWO_READY_S} s (HPA minReplicas; no metrics adapter)"
@@ -490,7 +490,7 @@ if want wedge; then
   wait_for 300 "${POD} Ready after the restart" bash -c "kubectl --kubeconfig '${KC}' get pod '${POD}' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
   READY_AGAIN_S=$((SECONDS - t_stop))
   LAST="$(k get pod "${POD}" -o jsonpath='{.status.containerStatuses[0].lastState.terminated.reason} (exit {.status.containerStatuses[0].lastState.terminated.exitCode})')"
-  UNHEALTHY="$(k get events --field-selector "involvedObject.name=${POD},reason=Unhealthy" -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | grep -i liveness | head -1 | cut -c1-90)"
+  UNHEALTHY="$(k get events --field-selector "involvedObject.name=${POD},reason=Unhealthy" -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | grep -i liveness | sed -n 1p | cut -c1-90)"
   record "wedged for good (SIGSTOP): restarted by the liveness probe ${RESTART_S} s after the stop (last state ${LAST}), Ready again at ${READY_AGAIN_S} s; event: ${UNHEALTHY}"
 fi
 
@@ -538,6 +538,6 @@ if want rollout; then
   }
   evict "${P1}" >"${WORK}/logs/evict1.log" || { cat "${WORK}/logs/evict1.log"; die "the first eviction was refused"; }
   if evict "${P2}" >"${WORK}/logs/evict2.log"; then die "the PDB let a second pod be evicted"; fi
-  record "PodDisruptionBudget: eviction of ${P1} allowed, of ${P2} refused: $(grep -o 'Cannot evict pod[^"]*' "${WORK}/logs/evict2.log" | head -1 | cut -c1-80)"
+  record "PodDisruptionBudget: eviction of ${P1} allowed, of ${P2} refused: $(grep -o 'Cannot evict pod[^"]*' "${WORK}/logs/evict2.log" | sed -n 1p | cut -c1-80)"
 fi
 record "total $((SECONDS - T_START)) s (on this 2-core CPU VM, shared with other work)"
