@@ -448,7 +448,7 @@ if k exec "${POD}" -- touch /opt/venv/written 2>"${WORK}/touch.err"; then
 fi
 grep -qi 'read-only' "${WORK}/touch.err" || { cat "${WORK}/touch.err"; die "write refused for another reason"; }
 k exec "${POD}" -- touch /tmp/written || die "/tmp (emptyDir) is not writable"
-record "kubectl exec: uid ${USER_ID} (not root); writing /opt/venv: '$(tr -d '\n' <"${WORK}/touch.err" | sed 's/.*: //' | cut -c1-40)'; /tmp writable"
+record "kubectl exec: uid ${USER_ID} (not root); writing /opt/venv: '$(sed -n 1p "${WORK}/touch.err" | sed 's/.*: //')'; /tmp writable"
 "${DEV_PY}" scripts/release/image_client.py "${POD_IP}:50051" "${VERSION}" >"${WORK}/logs/synth.log" 2>&1 \
   || { cat "${WORK}/logs/synth.log"; die "Synthesize to ${POD_IP} failed"; }
 record "from the host to the pod (${POD_IP}:50051): health SERVING, GetStatus ${VERSION}, one Synthesize with whole frames"
