@@ -66,6 +66,7 @@ KC="${WORK}/kubeconfig"
 mkdir -p "${WORK}"/{logs,pki,etcd,containerd,cni/net.d,cni/ipam,kubelet,pod-logs}
 : >"${WORK}/results.txt"
 PIDS=()              # name:pid of the daemons, in start order
+LOGF_PIDS=()         # kubectl logs -f of the pods a rollout replaces
 IMAGE_BUILT=0
 ls /run/netns 2>/dev/null | sort >"${WORK}/netns.before" || true
 ls /run/containerd/s 2>/dev/null | sort >"${WORK}/shim-sockets.before" || true
@@ -91,6 +92,8 @@ teardown() {
   say "teardown (exit ${rc})"
   [[ -n "${CLIENTS_PID:-}" ]] && kill "${CLIENTS_PID}" 2>/dev/null
   [[ -n "${DNS_PID:-}" ]] && kill "${DNS_PID}" 2>/dev/null
+  [[ -n "${WATCH_PID:-}" ]] && kill "${WATCH_PID}" 2>/dev/null
+  for pid in "${LOGF_PIDS[@]}"; do kill "${pid}" 2>/dev/null; done
   # a paused container would ignore everything but SIGKILL
   [[ -n "${STOPPED_PID:-}" ]] && kill -CONT "${STOPPED_PID}" 2>/dev/null
   # daemons, newest first: the kubelet before containerd, the control plane before etcd
@@ -504,11 +507,15 @@ if want rollout; then
   wait_for 10 "the DNS stand-in" test -s "${WORK}/dns.port"
   TARGET="dns://127.0.0.1:$(cat "${WORK}/dns.port")/${HEADLESS}:50051"
   "${DEV_PY}" scripts/k8s/rollout_clients.py --target "${TARGET}" --clients "${ROLLOUT_CLIENTS:-4}" \
-    --stop-file "${WORK}/clients.stop" --out "${WORK}/clients.json" >"${WORK}/logs/clients.log" 2>&1 &
+    --stop-file "${WORK}/clients.stop" --out "${WORK}/logs/clients.json" >"${WORK}/logs/clients.log" 2>&1 &
   CLIENTS_PID=$!
   wait_for 120 "sessions streaming before the rollout" bash -c "grep -q 'finished' '${WORK}/logs/clients.log'"
   OLD_PODS="$(ready_pods | tr '\n' ' ')"
-  "${DEV_PY}" scripts/k8s/watch_rollout.py --kubeconfig "${KC}" --out "${WORK}/watch.json" \
+  for p in ${OLD_PODS}; do  # their logs to the end (SIGTERM, drain, exit)
+    k logs -f "${p}" >"${WORK}/logs/old-${p}.log" 2>&1 &
+    LOGF_PIDS+=($!)
+  done
+  "${DEV_PY}" scripts/k8s/watch_rollout.py --kubeconfig "${KC}" --out "${WORK}/logs/watch.json" \
     >"${WORK}/logs/watch.log" 2>&1 &
   WATCH_PID=$!
   t0=${SECONDS}
@@ -524,10 +531,11 @@ if want rollout; then
   wait "${CLIENTS_PID}" || true
   CLIENTS_PID=""
   kill "${WATCH_PID}" 2>/dev/null; wait "${WATCH_PID}" 2>/dev/null || true
+  WATCH_PID=""
   NEW_PODS="$(ready_pods | tr '\n' ' ')"
   record "rollout restart (2 replicas, maxSurge 1, maxUnavailable 0): complete in ${ROLLOUT_S} s, old pods (${OLD_PODS% }) gone at ${GONE_S} s; new: ${NEW_PODS% }"
-  "${DEV_PY}" scripts/k8s/rollout_report.py "${WORK}/clients.json" "${WORK}/watch.json" "${WORK}/logs/dns.log" \
-    >>"${WORK}/results.txt" || { tail -40 "${WORK}/logs/clients.log"; die "sessions were lost in the rollout"; }
+  "${DEV_PY}" scripts/k8s/rollout_report.py "${WORK}/logs/clients.json" "${WORK}/logs/watch.json" "${WORK}/logs/dns.log" \
+    "${WORK}"/logs/old-*.log >>"${WORK}/results.txt" || { tail -40 "${WORK}/logs/clients.log"; die "sessions were lost in the rollout"; }
   sed -n '/^rollout sessions/,$p' "${WORK}/results.txt"
   # The PDB (maxUnavailable 1): a first eviction is allowed, a second one refused while the
   # first pod's replacement is not Ready.

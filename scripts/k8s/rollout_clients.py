@@ -28,7 +28,7 @@ lock = threading.Lock()
 
 def client(i: int) -> None:
     # re-resolve at most every 0.5 s (gRPC's default waits 30 s between resolutions)
-    with Client(args.target, timeout=180,
+    with Client(args.target, timeout=600,
                 options=[("grpc.dns_min_time_between_resolutions_ms", 500)]) as tts:
         n = 0
         while not os.path.exists(args.stop_file):

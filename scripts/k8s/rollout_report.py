@@ -1,4 +1,5 @@
-"""The rollout's result (scripts/k8s-check.sh): CLIENTS.json, WATCH.json, DNS.log -> lines for
+"""The rollout's result (scripts/k8s-check.sh): CLIENTS.json WATCH.json DNS.log [OLD-POD.log...]
+(the replaced pods' own JSON logs) -> lines for
 the results file; exit 1 when a session failed or was never run, or the ready pods ever
 dropped below one."""
 
@@ -39,4 +40,17 @@ print(f"rollout pods: ready pods never below {min_ready}; old pods terminating f
       f"min {min((p['currentHealthy'] for p in pdb), default='-')}, desiredHealthy "
       f"{max((p['desiredHealthy'] for p in pdb), default='-')}; the DNS stand-in answered "
       f"{len(dns)} address sets")
+for path in sys.argv[4:]:
+    recs = []
+    for line in open(path).read().splitlines():
+        try:
+            recs.append(json.loads(line))
+        except ValueError:
+            pass
+    down = [r for r in recs if r.get("event") == "shutting down"]
+    pod = path.rsplit("old-", 1)[-1].removesuffix(".log")
+    print(f"  old pod {pod}: " + (
+        f"'shutting down' with {down[0].get('active_sessions')} sessions open, grace "
+        f"{down[0].get('grace_s')} s; last log event: {recs[-1].get('event')!r}" if down
+        else f"no 'shutting down' in its log ({len(recs)} JSON lines)"))
 sys.exit(0 if clients and not c["failed"] and min_ready >= 1 else 1)

@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from orpheus_tts_client import Client  # noqa: E402
 from sessions import run_session  # noqa: E402
 
-with Client(sys.argv[1], timeout=180) as tts:
+with Client(sys.argv[1], timeout=600) as tts:
     out = run_session(tts, seed=1)
 print(f"{'whole' if out.ok else 'FAILED'}: {out.segments} segments, {out.samples} samples in "
       f"{out.ended - out.started:.1f} s {out.error}")

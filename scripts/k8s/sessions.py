@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from orpheus_tts_client import AudioChunk, Client, SegmentEnd, SegmentStart, Summary
 
 # each ends with a space: a sentence end is a segment boundary once the next character is seen
-SENTENCES = ["The rollout starts now. ", "Each pod drains its sessions before it stops. ",
-             "Nothing said here is lost. "]
+# (short: the demo model on a shared 2-core CPU speaks them in seconds, not minutes)
+SENTENCES = ["Rolling now. ", "Still here. ", "Nothing lost. "]
 
 
 @dataclass
@@ -68,7 +68,7 @@ def check_events(events: list, segments: int) -> Outcome:
                    session_id=s.session_id)
 
 
-def run_session(tts: Client, seed: int, timeout: float = 180.0) -> Outcome:
+def run_session(tts: Client, seed: int, timeout: float = 600.0) -> Outcome:
     """One streaming session of SENTENCES over tts; never raises."""
     t0 = time.time()
     events: list = []
