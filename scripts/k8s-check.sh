@@ -71,6 +71,7 @@ IMAGE_BUILT=0
 ls /run/netns 2>/dev/null | sort >"${WORK}/netns.before" || true
 ls /run/containerd/s 2>/dev/null | sort >"${WORK}/shim-sockets.before" || true
 RUN_CONTAINERD_EXISTED=0; [[ -d /run/containerd ]] && RUN_CONTAINERD_EXISTED=1
+VAR_LIB_CNI_EXISTED=0; [[ -d /var/lib/cni ]] && VAR_LIB_CNI_EXISTED=1
 ls /var/lib/cni 2>/dev/null | sort >"${WORK}/var-lib-cni.before" || true
 iptables_chains() {
   local t
@@ -128,11 +129,15 @@ teardown() {
   fi
   comm -13 "${WORK}/var-lib-cni.before" <(ls /var/lib/cni 2>/dev/null | sort) \
     | while read -r m; do rm -rf "/var/lib/cni/${m}"; done
+  [[ "${VAR_LIB_CNI_EXISTED}" == 0 ]] && rmdir /var/lib/cni 2>/dev/null
   ip link show "${BRIDGE}" >/dev/null 2>&1 && ip link delete "${BRIDGE}"
-  # chains the kubelet added (its iptables canaries)
+  # chains the kubelet added (its canaries, KUBE-FIREWALL): the rules that jump to them
+  # first (KUBE-FIREWALL is hooked into INPUT and OUTPUT), then the chains
   comm -13 "${WORK}/chains.before" <(iptables_chains) | while read -r t c; do
     local cmd=iptables
     [[ "${t}" == 6* ]] && { cmd=ip6tables; t="${t#6}"; }
+    "${cmd}-save" -t "${t}" 2>/dev/null | grep -E -- "^-A .* -j ${c}( |\$)" | sed 's/^-A /-D /' \
+      | while read -r rule; do eval "${cmd} -t ${t} ${rule}" 2>/dev/null; done
     "${cmd}" -t "${t}" -F "${c}" 2>/dev/null; "${cmd}" -t "${t}" -X "${c}" 2>/dev/null
   done
   # iptables tables the kubelet's canaries brought into being, if nothing else uses them
@@ -157,6 +162,8 @@ teardown() {
   ip link show "${BRIDGE}" >/dev/null 2>&1 && leftover+=" bridge"
   ls -d /sys/fs/cgroup/*/"${CG}" >/dev/null 2>&1 && leftover+=" cgroups"
   [[ -n "$(comm -13 "${WORK}/netns.before" <(ls /run/netns 2>/dev/null | sort))" ]] && leftover+=" netns"
+  [[ -n "$(comm -13 "${WORK}/chains.before" <(iptables_chains))" ]] && leftover+=" iptables-chains"
+  [[ -d /run/containerd && "${RUN_CONTAINERD_EXISTED}" == 0 ]] && leftover+=" /run/containerd"
   if [[ -s "${WORK}/results.txt" && "${rc}" == 0 ]]; then
     mkdir -p "$(dirname "${RESULTS}")"
     cp "${WORK}/results.txt" "${RESULTS}"
@@ -395,6 +402,10 @@ record "image ${IMAGE_LOCAL} ($(podman image inspect "${IMAGE_LOCAL}" --format '
 kustomize build scripts/k8s/overlay >"${WORK}/deploy.yaml"
 t0=${SECONDS}
 k apply -f "${WORK}/deploy.yaml" >/dev/null
+if want wedge; then  # the slow-step pod starts now, beside the Deployment's (step 4 uses it)
+  "${DEV_PY}" scripts/k8s/slow_step.py pod "${WORK}/deploy.yaml" 4242 25 >"${WORK}/slow-pod.json"
+  k apply -f "${WORK}/slow-pod.json" >/dev/null
+fi
 SEL=app.kubernetes.io/name=orpheus-svc
 ready_pods() {  # names of the pods that are Ready and not terminating
   k get pods -l "${SEL}" -o json | "${DEV_PY}" -c '
@@ -495,6 +506,23 @@ if want wedge; then
   LAST="$(k get pod "${POD}" -o jsonpath='{.status.containerStatuses[0].lastState.terminated.reason} (exit {.status.containerStatuses[0].lastState.terminated.exitCode})')"
   UNHEALTHY="$(k get events --field-selector "involvedObject.name=${POD},reason=Unhealthy" -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | grep -i liveness | sed -n 1p | cut -c1-90)"
   record "wedged for good (SIGSTOP): restarted by the liveness probe ${RESTART_S} s after the stop (last state ${LAST}), Ready again at ${READY_AGAIN_S} s; event: ${UNHEALTHY}"
+
+  # A slow engine step: the same pod spec with the sim backend and the fault slow_step
+  # (every step holding seed 4242 takes 25 s longer): health NOT_SERVING 2 s into the stall,
+  # the call ends UNAVAILABLE at engine_stall_timeout_seconds (10 s), the step ends at 25 s,
+  # under engine_stall_exit_seconds (30 s): the server lives on and liveness (60 s) holds.
+  wait_for 120 "the slow-step pod Ready" bash -c "kubectl --kubeconfig '${KC}' get pod orpheus-slow-step -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  SLOW_IP="$(k get pod orpheus-slow-step -o jsonpath='{.status.podIP}')"
+  t_slow=${SECONDS}
+  CALL="$("${DEV_PY}" scripts/k8s/slow_step.py call "${SLOW_IP}:50051" 4242)"
+  sleep 40  # the step's 25 s, and liveness periods beyond it
+  wait_for 60 "the slow-step pod Ready again" bash -c "kubectl --kubeconfig '${KC}' get pod orpheus-slow-step -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  SLOW_RESTARTS="$(restarts orpheus-slow-step)"
+  [[ "${SLOW_RESTARTS}" == 0 ]] || die "a 25 s engine step restarted the container"
+  NOT_READY="$(k get events --field-selector involvedObject.name=orpheus-slow-step,reason=Unhealthy -o jsonpath='{range .items[*]}{.message} x{.count}{"\n"}{end}' | grep -c -i readiness || true)"
+  LIVE_FAILS="$(k get events --field-selector involvedObject.name=orpheus-slow-step,reason=Unhealthy -o jsonpath='{range .items[*]}{.message} x{.count}{"\n"}{end}' | grep -i liveness | sed -n 's/.* x\([0-9]*\)$/\1/p' | paste -sd+ | bc 2>/dev/null || echo 0)"
+  record "slow engine step (sim backend, slow_step 25 s): the call ended '${CALL}'; restartCount 0 and Ready again $((SECONDS - t_slow)) s after the call began; liveness failures seen: ${LIVE_FAILS:-0} (of 6), readiness failure events: ${NOT_READY}"
+  k delete pod orpheus-slow-step --grace-period=1 --wait=false >/dev/null
 fi
 
 # --- 5. a rolling update under streaming clients ----------------------------------------
