@@ -64,7 +64,8 @@ SOCK="${WORK}/containerd/containerd.sock"
 CTR=(ctr --address "${SOCK}" --namespace k8s.io)
 KC="${WORK}/kubeconfig"
 mkdir -p "${WORK}"/{logs,pki,etcd,containerd,cni/net.d,cni/ipam,kubelet,pod-logs}
-: >"${WORK}/results.txt"
+printf '# scripts/k8s-check.sh, %s, on %s CPU cores (%s), measured\n' "$(date -u +%Y-%m-%dT%H:%MZ)" \
+  "$(nproc)" "$(. /etc/os-release && echo "${PRETTY_NAME}")" >"${WORK}/results.txt"
 PIDS=()              # name:pid of the daemons, in start order
 LOGF_PIDS=()         # kubectl logs -f of the pods a rollout replaces
 IMAGE_BUILT=0
