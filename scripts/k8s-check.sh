@@ -25,7 +25,9 @@
 # runc (apt-get install; see docs/deploy.md). The Kubernetes binaries are built once
 # (scripts/k8s/build-binaries.sh) into K8S_CACHE (default /var/cache/orpheus-k8s).
 # Env: K8S_CHECK_STEPS (default cluster,dryrun,deploy,wedge,rollout; each needs the ones
-#      before it except dryrun), KEEP_IMAGE=1 (keep the image when this script built it),
+#      before it except dryrun), KEEP_IMAGE=1 (keep the image when this script built it;
+#      K8S_REMOVE_IMAGE=1: remove it even if it was there, as scripts/test.sh asks after its
+#      image check),
 #      K8S_CHECK_RESULTS (default bench/results/k8s-check.txt), ROLLOUT_CLIENTS (4).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -153,7 +155,7 @@ teardown() {
       [[ -d "${h}${CG}" ]] && find "${h}${CG}" -depth -type d -exec rmdir {} + 2>/dev/null
     done
   done
-  if [[ "${IMAGE_BUILT}" == 1 && "${KEEP_IMAGE:-}" != 1 ]]; then
+  if [[ ( "${IMAGE_BUILT}" == 1 || "${K8S_REMOVE_IMAGE:-}" == 1 ) && "${KEEP_IMAGE:-}" != 1 ]]; then
     podman rmi -f "${IMAGE_LOCAL}" >/dev/null 2>&1
   fi
   # what is left must be nothing

@@ -38,7 +38,13 @@ scripts/wheel-smoke.sh
 
 if [[ "${ORPHEUS_IMAGE_CHECK:-}" == 1 ]]; then
   step "CPU image: buildah build from Debian + PyPI, podman run, SERVING and one Synthesize"
-  scripts/image-check.sh
+  # the Kubernetes check imports this image: it is kept for that check, which removes it
+  if [[ "${ORPHEUS_K8S_CHECK:-}" == 1 && "${KEEP_IMAGE:-}" != 1 ]]; then
+    KEEP_IMAGE=1 scripts/image-check.sh
+    export K8S_REMOVE_IMAGE=1
+  else
+    scripts/image-check.sh
+  fi
 fi
 
 if [[ "${ORPHEUS_K8S_CHECK:-}" == 1 ]]; then

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from orpheus_tts_client import Client  # noqa: E402
-from sessions import run_session  # noqa: E402
+from k8s_sessions import run_session  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--target", required=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from orpheus_tts_client import Client  # noqa: E402
-from sessions import run_session  # noqa: E402
+from k8s_sessions import run_session  # noqa: E402
 
 with Client(sys.argv[1], timeout=600) as tts:
     out = run_session(tts, seed=1)

@@ -16,7 +16,7 @@ from tests.deploy.test_manifests import KUSTOMIZATIONS, ROOT, _kustomize
 
 sys.path.insert(0, str(ROOT / "scripts" / "k8s"))
 import headless_dns  # noqa: E402
-from sessions import check_events  # noqa: E402
+from k8s_sessions import check_events  # noqa: E402
 
 
 def _render(path) -> list[dict]:
