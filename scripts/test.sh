@@ -4,7 +4,8 @@
 # server: the Go client's tests and a grpcurl smoke (list, describe, Synthesize, health);
 # then a ghz load from reflection alone (scripts/ghz-smoke.sh, its own sim-backend server);
 # the wheels built and installed as users install them (scripts/wheel-smoke.sh); with
-# ORPHEUS_IMAGE_CHECK=1 also the CPU container image built and run (scripts/image-check.sh).
+# ORPHEUS_IMAGE_CHECK=1 also the CPU container image built and run (scripts/image-check.sh);
+# with ORPHEUS_JAEGER_CHECK=1 a real Jaeger receives a call's trace (scripts/jaeger-check.sh).
 # Run scripts/install.sh first.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,7 +16,7 @@ PY=.venv/bin/python
 step() { printf '\n== %s (at %d s)\n' "$*" "${SECONDS}"; }
 
 step "pytest"
-"${PY}" -m pytest -q -p no:cacheprovider
+"${PY}" -m pytest -q -p no:cacheprovider --durations=25  # the slowest tests: the budget is 15 minutes here
 
 step "API contract: buf lint, buf breaking vs main, generated code up to date"
 if git rev-parse --verify -q main >/dev/null; then
@@ -38,6 +39,11 @@ scripts/wheel-smoke.sh
 if [[ "${ORPHEUS_IMAGE_CHECK:-}" == 1 ]]; then
   step "CPU image: buildah build from Debian + PyPI, podman run, SERVING and one Synthesize"
   scripts/image-check.sh
+fi
+
+if [[ "${ORPHEUS_JAEGER_CHECK:-}" == 1 ]]; then
+  step "Jaeger (built from the Go module proxy) stores a call's trace whole"
+  scripts/jaeger-check.sh
 fi
 
 step "live demo server (traced to a local OTLP receiver): go test + grpcurl"
