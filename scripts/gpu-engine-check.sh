@@ -101,8 +101,9 @@ s = status('localhost:$PORT', timeout=1); sys.exit(0 if s and s.get('serving') e
     --label "graph backend, weights $QUANT $GEMM, CUDA graphs, Orpheus-3B shapes (random weights)" \
     --output "$OUT_DIR/serve.summary.json" 2>&1 | tail -12 | tee "$OUT_DIR/serve.txt"
   # the graph engine's step timings every 10 s (engine/graph/timing.py): device time per
-  # step in the server against the bench's, and the device's idle time between steps
-  grep -a "graph engine, last" "$OUT_DIR/server.log" > "$OUT_DIR/server-steps.txt"
+  # step in the server against the bench's, and the device's idle time between steps; and
+  # the engine's run-ahead record (engine/ahead.py: steps launched ahead, why not)
+  grep -a "graph engine, last\|run-ahead:" "$OUT_DIR/server.log" > "$OUT_DIR/server-steps.txt" || true
   tail -60 "$OUT_DIR/server.log" > "$OUT_DIR/server-tail.log"
   rm -f "$OUT_DIR/server.log"
 fi
@@ -122,6 +123,14 @@ if serve.is_file():
          "requests": r["sessions"], "slo_pass": r["slo"]["pass"],
          "weights": sys.argv[2]}
         for r in json.loads(serve.read_text())["runs"]]
+steps = out / "server-steps.txt"
+ahead = [line for line in steps.read_text().splitlines() if "run-ahead:" in line] \
+    if steps.is_file() else []
+if ahead:  # the last record of the whole run: "... in all {'steps': .., 'share': ..}"
+    import ast, re
+    record = ast.literal_eval(re.search(r"in all (\{.*\})", ahead[-1]).group(1))
+    summary["ahead_share"] = record["share"]
+    summary["ahead"] = record
 (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 print(json.dumps(summary, indent=1))
 EOF

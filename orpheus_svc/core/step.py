@@ -234,8 +234,8 @@ class BackendCapabilities:
     runs_ahead: besides step(), the backend has launch(plan) -> handle, which queues the
         step on the device and returns, and collect(handle) -> StepResult, which waits
         for it. It keeps each decode row's last token on the device, so EngineLoop may
-        launch the next step (Scheduler.schedule_ahead: rows advanced by one token, their
-        last_token -1) before it collects this one (docs/architecture.md, "The graph
+        launch the next step (Scheduler.schedule with the step in flight: its rows advanced
+        by one token, their last_token -1) before it collects this one (docs/architecture.md, "The graph
         engine and run-ahead").
     max_prefill_tokens: the most prompt tokens one step should hold (the graph engine: what
         its captured step holds beside the decode rows); the scheduler's prefill budget is
