@@ -259,19 +259,10 @@ def test_a_failing_request_of_the_trtllm_backend_fails_only_itself():
 def test_running_ahead_a_stopped_row_is_stepped_once_more_and_its_extra_token_dropped(name):
     """A run-ahead backend gives the frames of the same backend stepped without running
     ahead, and the row that sampled the stop id was in the next step's plan too."""
-    boosted = {"graph": lambda slots, seq: GraphBackend(_stop_model(slots, seq), slots,
-                                                        graphs=False)}[name]
     plans = []
 
     def run(ahead):
-        backend = boosted(2, 256)
-        launch = backend.launch
-        backend.launch = lambda plan: (plans.append(plan) if ahead else None) or launch(plan)
-        if not ahead:
-            backend.capabilities = dataclasses.replace(backend.capabilities, runs_ahead=False)
-        events = Collector()
-        flusher = RecordingFlusher(events)
-        core = EngineLoop(backend, flusher, events, seed=1)
+        core, flusher, events = _stop_engine(name, 2, 256, ahead, plans.append)
         core.start()
         try:
             g = core.submit(_request(5, 200))
@@ -287,6 +278,21 @@ def test_running_ahead_a_stopped_row_is_stepped_once_more_and_its_extra_token_dr
     steps_with_it = [p for p in plans if g in [r.gen_id for r in p.rows]]
     # its frames' tokens + the stop; the step after the stop still held it (run ahead)
     assert len(steps_with_it) == len(frames) * FRAME_TOKENS + 2
+
+
+def _stop_engine(name, slots, seq, ahead, on_launch=None):
+    """An EngineLoop over a run-ahead backend whose generations end by themselves (the stop
+    logit boosted); `ahead` False: the same backend stepped without running ahead."""
+    backend = {"graph": lambda: GraphBackend(_stop_model(slots, seq), slots,
+                                             graphs=False)}[name]()
+    if on_launch is not None and ahead:
+        launch = backend.launch
+        backend.launch = lambda plan: on_launch(plan) or launch(plan)
+    if not ahead:
+        backend.capabilities = dataclasses.replace(backend.capabilities, runs_ahead=False)
+    events = Collector()
+    flusher = RecordingFlusher(events)
+    return EngineLoop(backend, flusher, events, seed=1), flusher, events
 
 
 def _stop_model(slots, seq):
@@ -306,16 +312,8 @@ def test_run_ahead_holds_while_generations_join_leave_and_are_cancelled(name):
     of the same load stepped without running ahead (its rows are batch-invariant: a row's
     tokens do not depend on when its neighbours joined). Before, a step was planned ahead
     only while nothing waited or was cancelled."""
-    boosted = {"graph": lambda slots, seq: GraphBackend(_stop_model(slots, seq), slots,
-                                                        graphs=False)}[name]
-
     def run(ahead):
-        backend = boosted(3, 512)
-        if not ahead:
-            backend.capabilities = dataclasses.replace(backend.capabilities, runs_ahead=False)
-        events = Collector()
-        flusher = RecordingFlusher(events)
-        core = EngineLoop(backend, flusher, events, seed=1)
+        core, flusher, events = _stop_engine(name, 3, 512, ahead)
         core.start()
         try:
             first = [core.submit(_request(70 + i, 120, f"a{i}")) for i in range(2)]
@@ -336,9 +334,8 @@ def test_run_ahead_holds_while_generations_join_leave_and_are_cancelled(name):
     frames_alone, _ = run(False)
     assert frames == frames_alone and all(frames)
     assert record.steps > 30, record.as_dict()
-    # the first step follows an idle engine; the rest run ahead, unless a whole in-flight
-    # step ended by length with nothing else to run (not here: max_tokens 120 is > 100
-    # tokens of a frame-and-stop model's stream only for some; so allow those few)
+    # the first step follows an idle engine; the others run ahead, but for a step whose
+    # in-flight rows all ended by length with nothing else to run (next_empty)
     assert record.alone["idle"] == 1 and record.alone["launch_failed"] == 0
     assert record.ahead >= record.steps - 1 - record.alone["next_empty"]
     assert record.share >= 0.95, record.as_dict()
