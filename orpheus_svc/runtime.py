@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch
 
 from orpheus_svc.audio.codec import load_snac
+from orpheus_svc.audio.nullcodec import NullCodec
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.config import Config, ConfigError
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
@@ -154,8 +155,12 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
     settings = e.scheduler_settings(device.type)
     log.info(e.row_budget_choice(device.type)[1])
     built = build_backend(config, device, dtype)  # engine/<backend>/build.py
-    codec = built.codec or load_snac(_snac_ref(config, built.is_demo), device=device,
-                                     dtype=torch.float32)
+    if config.flusher.null_codec:  # a benchmark's baseline: silence, no SNAC (issue 32)
+        log.warning("flusher.null_codec is on: every decode is silence (a benchmark setting)")
+        codec = NullCodec(device)
+    else:
+        codec = built.codec or load_snac(_snac_ref(config, built.is_demo), device=device,
+                                         dtype=torch.float32)
     flusher = Flusher(codec, config.flusher, router, on_error=router.on_audio_error,
                       on_decode=on_decode)
     engine = EngineLoop(built.backend, flusher, router, settings=settings, seed=e.seed,

@@ -16,8 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${1:-bench/results/run-ahead-ab-$(date +%Y%m%d-%H%M)}
 RAW_DIR=${RAW_DIR:-${ORPHEUS_BENCH_RAW:-${XDG_CACHE_HOME:-$HOME/.cache}/orpheus-bench/raw}/$(basename "$RESULTS")}
-CONC=${CONC:-12}
-ROUNDS=${ROUNDS:-2}
+CONC=${CONC:-6}
+ROUNDS=${ROUNDS:-1}
 REPEAT=${REPEAT:-2}
 PORT=${PORT:-50077}
 SLOTS=${SLOTS:-16}
