@@ -26,6 +26,7 @@ adapter_model.safetensors), not from `target_modules`: those are the tensors PEF
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -125,3 +126,74 @@ def parse_lora_config(raw: Any, where: str = CONFIG_FILE) -> LoraSpec:
     base = raw.get("base_model_name_or_path")
     return LoraSpec(r, float(alpha), flags["use_rslora"], flags["fan_in_fan_out"],
                     base if isinstance(base, str) else None)
+
+
+# -- the model.adapters setting -------------------------------------------------------------
+
+# An adapter's name: what ListVoices shows and logs name; never a path (a client never
+# names an adapter at all: it picks a voice, and the voice says which adapter speaks it).
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class AdapterSource:
+    """One entry of `model.adapters`: the adapter's name, its directory (or hub id) and the
+    voices it speaks when its directory has no voices.json (a voices.json path or
+    "name[:lang], ..."; None: the directory's voices.json)."""
+
+    name: str
+    path: str
+    voices: str | None = None
+
+
+def adapter_sources(value: Any, where: str = "model.adapters") -> tuple[AdapterSource, ...]:
+    """The entries of the `model.adapters` setting, in order (the order is each adapter's
+    slot in the engine's pool). Accepted forms:
+
+        {name: path, ...}                                  YAML
+        {name: {path: ..., voices: "nova:en"}, ...}        YAML, with the voices given
+        "name=path, name=path"                             environment or --set
+
+    ValueError naming the entry at fault."""
+    if value is None or value == "" or value == {}:
+        return ()
+    if isinstance(value, str):
+        items: list[tuple[Any, Any]] = []
+        for part in (p.strip() for p in value.split(",")):
+            if not part:
+                continue
+            name, eq, path = part.partition("=")
+            if not eq:
+                raise ValueError(f"{where}: {part!r} must be name=path (e.g. "
+                                 f"\"nova=/adapters/nova\")")
+            items.append((name.strip(), path.strip()))
+    elif isinstance(value, Mapping):
+        items = list(value.items())
+    else:
+        raise ValueError(f"{where}: expected a mapping of adapter name to directory, got "
+                         f"{value!r}")
+    out: list[AdapterSource] = []
+    seen: set[str] = set()
+    for name, entry in items:
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ValueError(f"{where}: adapter name {name!r} must be 1 to 64 letters, digits, "
+                             f"'_', '.' or '-', starting with a letter or digit")
+        if name.casefold() in seen:
+            raise ValueError(f"{where}.{name}: named twice")
+        seen.add(name.casefold())
+        voices = None
+        if isinstance(entry, Mapping):
+            unknown = set(entry) - {"path", "voices"}
+            if unknown:
+                raise ValueError(f"{where}.{name}: unknown field(s) {', '.join(sorted(unknown))}"
+                                 f" (known: path, voices)")
+            voices = entry.get("voices")
+            if voices is not None and not isinstance(voices, str):
+                raise ValueError(f"{where}.{name}.voices: expected a voices.json path or "
+                                 f"\"name:lang, ...\", got {voices!r}")
+            entry = entry.get("path")
+        if not isinstance(entry, str) or not entry.strip():
+            raise ValueError(f"{where}.{name}: expected the adapter's directory (or hub id), "
+                             f"got {entry!r}")
+        out.append(AdapterSource(name, entry.strip(), voices or None))
+    return tuple(out)

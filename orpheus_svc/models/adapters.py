@@ -174,3 +174,57 @@ def _voices(root: Path, given: str | None) -> VoiceRegistry:
                        f"(docs/voices.md) or name its voice where it is loaded "
                        f"(model.adapters: {{name: {{path: ..., voices: \"name\"}}}}, or the "
                        f"admin request's voices)")
+
+
+# -- the adapters model.adapters names ------------------------------------------------------
+
+# engine.max_lora_rank 0 (auto) reads adapters up to this rank, then sizes the pool to them
+AUTO_RANK_CAP = 512
+
+
+@dataclass
+class ConfiguredAdapters:
+    """model.adapters, read and checked: each adapter in its pool slot's order, and the
+    pool's size (engine.max_adapters and engine.max_lora_rank, or what they resolve to)."""
+
+    adapters: list[tuple[str, AdapterWeights]]
+    capacity: int
+    rank: int
+
+    @property
+    def served(self) -> tuple[tuple[str, VoiceRegistry], ...]:
+        """(name, voices) of each adapter, in slot order (engine/registry.py BuiltBackend)."""
+        return tuple((name, w.voices) for name, w in self.adapters)
+
+    def install(self, pool) -> None:
+        """Each adapter into its slot of `pool` (engine/model/lora.py LoraPool)."""
+        for index, (_, weights) in enumerate(self.adapters):
+            pool.install(index, weights.layers, weights.spec.scaling)
+
+
+def read_configured_adapters(config, base: LlamaSpec | None) -> ConfiguredAdapters:
+    """Every adapter model.adapters names, read and checked against the base model `base`
+    (None: no shapes to check, the sim), and the pool size. ConfigError naming the entry
+    (model.adapters.<name>) or the setting (engine.max_adapters) at fault: the server does
+    not start with an adapter it cannot serve exactly."""
+    from orpheus_svc.config import ConfigError
+    from orpheus_svc.core.lora_config import adapter_sources
+    from orpheus_svc.hub import CheckpointNotFoundError, resolve_checkpoint
+
+    e = config.engine
+    sources = adapter_sources(config.model.adapters)
+    cap = e.max_lora_rank or AUTO_RANK_CAP
+    read: list[tuple[str, AdapterWeights]] = []
+    for src in sources:
+        where = f"model.adapters.{src.name}"
+        try:
+            root = resolve_checkpoint(src.path, ADAPTER_PATTERNS, what=f"{where} ({src.path})")
+            read.append((src.name, read_adapter(root, base, cap, voices=src.voices)))
+        except (AdapterError, CheckpointNotFoundError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    capacity = e.max_adapters or len(read)
+    if len(read) > capacity:
+        raise ConfigError(f"engine.max_adapters is {e.max_adapters}, but model.adapters names "
+                          f"{len(read)} adapters")
+    rank = e.max_lora_rank or max((w.spec.r for _, w in read), default=0)
+    return ConfiguredAdapters(read, capacity if rank else 0, rank)
