@@ -79,3 +79,31 @@ def make_adapter(out: Path, weights, *, r: int = 8, alpha: float = 16, rslora: b
     if voice:
         (out / "voices.json").write_text(json.dumps({"voices": [voice]}))
     return out
+
+
+def make_demo_adapter(out: Path, *, voice: str = "nova", r: int = 8, seed: int = 3) -> Path:
+    """A PEFT adapter (every projection, rank r, B non-zero) for the demo checkpoint the
+    server loads when no model is configured, written by save_pretrained with a voices.json
+    naming `voice`: what a person would bring to the server."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+
+    from orpheus_svc.models.demo import ensure_demo_checkpoint
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = LlamaForCausalLM.from_pretrained(str(ensure_demo_checkpoint().model_dir),
+                                                dtype=torch.float32)
+        model = get_peft_model(base, LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0,
+                                                target_modules=list(ALL_MODULES)))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_A" in name or "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    out = Path(out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(str(out))
+    (out / "voices.json").write_text(json.dumps({"voices": [voice]}))
+    return out
