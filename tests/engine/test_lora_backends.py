@@ -79,3 +79,18 @@ def test_an_adapter_installed_between_steps_needs_no_new_graphs(peft_adapters):
     pool.clear(2)
     assert _drive(backend, [req]) == base != on
     assert [t.data_ptr() for layer in pool.a + pool.b for t in layer.values()] == buffers
+
+
+def test_the_engine_refuses_an_adapter_slot_it_does_not_hold():
+    """A request whose slot is outside the backend's pool fails alone at admission
+    (engine/loop.py _row_problem): it would read another slot's weights or none."""
+    from orpheus_svc.engine.loop import _row_problem
+
+    req = _request(0, 10)
+    for ok in (-1, 0, 1):
+        assert _row_problem(dataclasses.replace(req, adapter=ok), 2) is None
+    for bad in (2, -2):
+        assert _row_problem(dataclasses.replace(req, adapter=bad), 2) == (
+            f"adapter slot {bad} is not one of this engine's 2 (engine.max_adapters; -1 is "
+            f"the base model)")
+    assert _row_problem(dataclasses.replace(req, adapter=0)) is not None  # no pool
