@@ -8,7 +8,7 @@ A LoRA adapter adds, to a projection y = x W^T of the base model, a low-rank upd
 which is what PEFT's `LoraLayer` computes at inference (dropout is off there). This module
 reads the config fields that decide that function and refuses, naming the field, every
 field whose value would make PEFT compute something else, so an adapter is either served
-exactly as PEFT would run it or not at all (docs/adapters.md lists the rules):
+exactly as PEFT would run it or not at all (docs/lora.md lists the rules):
 
   checked   peft_type LORA, r, lora_alpha, use_rslora, bias "none", use_dora false,
             lora_bias false, modules_to_save none, rank_pattern / alpha_pattern empty,
@@ -109,7 +109,7 @@ def parse_lora_config(raw: Any, where: str = CONFIG_FILE) -> LoraSpec:
         if not _unset(raw[name]):
             raise AdapterError(f"{where}: {name} is set to {str(raw[name])[:80]}; this server "
                                f"does not know what it changes, so it does not serve the "
-                               f"adapter (known fields: docs/adapters.md)")
+                               f"adapter (known fields: docs/lora.md)")
     r = raw.get("r")
     if isinstance(r, bool) or not isinstance(r, int) or r < 1:
         raise AdapterError(f"{where}: r must be a positive integer, got {r!r}")

@@ -248,8 +248,6 @@ class BackendCapabilities:
     max_adapters, max_lora_rank: the LoRA adapter slots the backend holds and the largest
         rank one may have (engine.max_adapters, engine.max_lora_rank); 0: no adapters, and a
         request with an adapter index is refused at admission.
-    adapter_refusal: why this backend serves no adapters at all, in words for the operator
-        (TensorRT-LLM: docs/tensorrt-llm.md); None when it does or none are configured.
     seed_refusal: why a client's per-request seed (SamplingParams.seed) cannot be honoured,
         naming what ignores it; None when it is (every backend but TensorRT-LLM's PyTorch
         runtime). The edge refuses such a request (runtime.FrontRuntime.request) rather
@@ -266,7 +264,6 @@ class BackendCapabilities:
     seed_refusal: str | None = None
     max_adapters: int = 0
     max_lora_rank: int = 0
-    adapter_refusal: str | None = None
 
 
 class Backend(Protocol):

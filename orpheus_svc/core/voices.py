@@ -39,7 +39,7 @@ class VoiceRegistryError(ValueError):
 @dataclass(frozen=True)
 class Voice:
     """One speaker: `name` as the model was trained on it, BCP 47 `language`, its tags, and
-    the LoRA adapter that speaks it (None: the base model; docs/adapters.md)."""
+    the LoRA adapter that speaks it (None: the base model; docs/lora.md)."""
 
     name: str
     language: str

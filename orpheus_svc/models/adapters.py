@@ -3,7 +3,7 @@
     <dir>/adapter_config.json         core/lora_config.py decides what it may say
     <dir>/adapter_model.safetensors   lora_A / lora_B of each adapted projection
     <dir>/voices.json                 the voices it speaks (core/voices.py), unless the
-                                      configuration or the admin request names them
+                                      model.adapters entry names them
 
 Weights are keyed as PEFT saves them,
 
@@ -65,7 +65,7 @@ class AdapterWeights:
         return [p.split(".")[1] for p in PROJECTIONS if p in found]
 
     def info(self) -> dict:
-        """What the admin API and the log say about it."""
+        """What the start-up log says about it."""
         return {"rank": self.spec.r, "lora_alpha": self.spec.lora_alpha,
                 "use_rslora": self.spec.use_rslora, "scaling": self.spec.scaling,
                 "modules": self.modules, "layers": len(self.layers),
@@ -172,8 +172,7 @@ def _voices(root: Path, given: str | None) -> VoiceRegistry:
         raise AdapterError(str(exc)) from None
     raise AdapterError(f"{root}: the adapter brings no voices: add a {VOICES_FILE} beside it "
                        f"(docs/voices.md) or name its voice where it is loaded "
-                       f"(model.adapters: {{name: {{path: ..., voices: \"name\"}}}}, or the "
-                       f"admin request's voices)")
+                       f"(model.adapters: {{name: {{path: ..., voices: \"name\"}}}})")
 
 
 # -- the adapters model.adapters names ------------------------------------------------------
