@@ -50,7 +50,6 @@ class GraphBackend:
         self.runner = GraphRunner(model, max_batch_size, graphs=graphs, kernel=kernel,
                                   buckets=buckets, fused=fused, prefill_rows=prefill_rows)
         self.model = model
-        self.adapters = model.lora  # the LoRA pool the runtime installs adapters into
         self.clock = StepClock(model.device.type == "cuda")  # timing, from outside the runner
         self._in_flight = 0  # steps launched and not collected yet
         self.capabilities = BackendCapabilities(

@@ -46,8 +46,6 @@ def adapters_of(rows: Sequence[StepRow]) -> list[int] | None:
 class TorchBackend:
     def __init__(self, model: SlotLlama) -> None:
         self.model = model
-        # LoRA adapters (engine/model/lora.py): the pool the runtime installs them into
-        self.adapters = model.lora
         self.seen = SeenAudio(model.num_slots, model.device)
         # retry_safe: a step that raises can be re-run on a subset of its rows (EngineLoop
         # isolates the row that fails): prefill rewrites a slot from position 0, decode
