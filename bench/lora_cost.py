@@ -3,7 +3,10 @@
 rank 16 spread over the rows round-robin, alternated in one run so that the ratios compare
 like with like.
 
-    PYTHONPATH=. python bench/lora_cost.py [--json out.json] [--reps 30] [--rows 32]
+    PYTHONPATH=. python bench/lora_cost.py [--json out.json] [--reps 30] [--rows 32] [--threads 1]
+
+One torch thread by default: on a shared machine two threads of small GEMMs wait on each
+other whenever the OS takes one away, which swamps what is measured here.
 
 Two paths, the same function (engine/model/lora.py): `grouped` (the torch backend and the
 graph backend off CUDA: rows grouped by adapter on the host, batch-invariant GEMMs per
@@ -60,16 +63,13 @@ def _model(spec, pool: bool) -> SlotLlama:
     return model
 
 
-def _indexed(model: SlotLlama) -> None:
-    """Make the model's decode take the indexed path (as the graph engine on CUDA)."""
-    grouped = LoraRows.grouped
-
+def _indexed() -> None:
+    """Make every decode take the indexed path (as the graph engine on CUDA)."""
     def indexed(pool, adapters, repeat=1):
         if pool is None:
             return None
         return LoraRows.indexed(pool, torch.as_tensor(list(adapters)).repeat_interleave(repeat))
     LoraRows.grouped = classmethod(lambda cls, *a, **k: indexed(*a, **k))  # type: ignore
-    return grouped
 
 
 def _time(model, slots, tokens, positions, adapters, reps) -> list[float]:
@@ -95,7 +95,7 @@ def run(reps: int, rows: int) -> dict:
     original = LoraRows.grouped
     for path in ("grouped", "indexed"):
         if path == "indexed":
-            _indexed(pooled)
+            _indexed()
         try:
             times = {k: [] for k in variants}
             for _ in range(3):  # warm-up
@@ -120,8 +120,10 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--rows", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     doc = {"what": f"decode step of {args.rows} rows on the CPU with 0, 1, 4 and 16 LoRA "
                    f"adapters of rank {RANK} (issue 34)",
            "machine": "CPU (shared 2-core dev machine)", "torch": torch.__version__,
