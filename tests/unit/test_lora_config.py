@@ -86,3 +86,15 @@ def test_adapter_voices_are_tagged_and_names_stay_unique():
         with_adapter_voices(base, [("x", VoiceRegistry((Voice("Tara", "en"),), "Tara"))])
     with pytest.raises(VoiceRegistryError, match="already a voice of adapter 'a'"):
         with_adapter_voices(base, [("a", nova), ("b", nova)])
+
+
+def test_orpheus_svc_config_prints_adapters_that_load_back(tmp_path):
+    from orpheus_svc.config import dump
+
+    c = load_config(overrides={"model.adapters": {"nova": {"path": "/a/nova", "voices": "nova"},
+                                                  "orion": "/a/orion"},
+                               "engine.max_lora_rank": 32}, environ={})
+    path = tmp_path / "c.yaml"
+    path.write_text(dump(c))
+    again = load_config(path, environ={})
+    assert again == c and adapter_sources(again.model.adapters)[0].voices == "nova"
