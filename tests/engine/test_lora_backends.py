@@ -94,3 +94,25 @@ def test_the_engine_refuses_an_adapter_slot_it_does_not_hold():
             f"adapter slot {bad} is not one of this engine's 2 (engine.max_adapters; -1 is "
             f"the base model)")
     assert _row_problem(dataclasses.replace(req, adapter=0)) is not None  # no pool
+
+
+def test_the_indexed_path_in_the_graph_step_chooses_the_torch_backends_tokens(peft_adapters):
+    """The graph engine on CUDA reads each row's adapter on the device (LoraRows.indexed:
+    the gather, or the Triton kernels that equal it, test_lora_kernels.py) instead of
+    grouping rows on the host. The whole step on that path, padding rows (slot -1, the
+    pool's zero entry) and prompt rows included, chooses the eager backend's tokens."""
+    from orpheus_svc.engine.model.lora import LoraRows
+
+    w, paths = peft_adapters
+    reqs = _mixed()
+    eager = _drive(_backend("torch", w, [paths["plain"], paths["rs"]]), reqs)
+    graph = _backend("graph", w, [paths["plain"], paths["rs"]])
+    pool, used = graph.model.lora, []
+
+    def indexed(adapter):
+        used.append(adapter.clone())
+        return LoraRows.indexed(pool, adapter)
+
+    graph.runner._make_lora = indexed
+    assert _drive(graph, reqs) == eager
+    assert any((a == -1).any() and (a >= 0).any() for a in used)  # mixed steps ran this way
