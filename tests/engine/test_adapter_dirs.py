@@ -162,3 +162,15 @@ def test_the_trtllm_backend_refuses_adapters_naming_the_setting(demo_adapter):
     with pytest.raises(TrtllmStartupError, match=r"^engine.max_adapters: "):
         refuse_adapters(load_config(overrides={"engine.max_adapters": 2}, environ={}))
     refuse_adapters(load_config(environ={}))  # none: nothing to refuse
+
+
+def test_an_entry_may_name_the_adapters_voices(demo_adapter, tmp_path):
+    d = _copy(demo_adapter, tmp_path)
+    (d / "voices.json").unlink()
+    config = load_config(overrides={"model.adapters": {"kai": {"path": str(d),
+                                                               "voices": "kai:de, kira"}},
+                                    "engine.backend": "sim"}, environ={})
+    runtime = build_runtime(config)
+    kai, kira = runtime.voices.resolve("kai"), runtime.voices.resolve("kira")
+    assert (kai.adapter, kai.language, kira.adapter) == ("kai", "de", "kai")
+    assert runtime.request("s", 0, "kira", "Hi.").adapter == 0
