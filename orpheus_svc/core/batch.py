@@ -78,6 +78,7 @@ class BatchState:
         self.pending = np.zeros((n, FRAME_TOKENS), np.int64)
         self.max_tokens = np.zeros(n, np.int64)
         self.prompt_len = np.zeros(n, np.int64)
+        self.adapter = np.full(n, -1, np.int64)  # the request's LoRA adapter slot
         # per slot, for the rows' snapshot: the frozen request and the seed
         self.requests: list = [None] * n
         self.seeds: list[int] = [0] * n
@@ -97,6 +98,7 @@ class BatchState:
         self.pending[slot, :len(state.pending)] = state.pending
         self.max_tokens[slot] = req.max_tokens
         self.prompt_len[slot] = len(req.prompt_ids)
+        self.adapter[slot] = req.adapter
         self.requests[slot] = req
         self.seeds[slot] = seed
 
@@ -165,7 +167,7 @@ class BatchState:
             requests = seeds = ()
         return DecodeRows(self.gen_id[slots], np.array(slots, np.int64), n, last,
                           self.prompt_len[slots] + n - 1, position, stop_allowed, requests,
-                          seeds)
+                          seeds, self.adapter[slots])
 
     def advance(self, slots: np.ndarray, tokens: np.ndarray) -> Advanced:
         """Feed one token to each row of `slots` (distinct slots, attached rows).

@@ -75,7 +75,7 @@ def internal_message(error_id: str) -> str:
     return f"internal error while generating (error id {error_id}; the server log has details)"
 
 
-def _row_problem(req: GenerationRequest) -> str | None:
+def _row_problem(req: GenerationRequest, max_adapters: int = 0) -> str | None:
     """Why a request's per-row inputs cannot go to a backend, or None.
 
     A guard, not a second validation: a request from an edge was validated there
@@ -91,6 +91,11 @@ def _row_problem(req: GenerationRequest) -> str | None:
         return f"max_tokens must be >= 1, got {req.max_tokens}"
     if not req.prompt_ids:
         return "empty prompt"
+    if not (isinstance(req.adapter, int) and -1 <= req.adapter < max_adapters):
+        # a pool slot the backend does not hold would read another adapter's weights or
+        # none: the row fails alone (BackendCapabilities.max_adapters)
+        return (f"adapter slot {req.adapter!r} is not one of this engine's "
+                f"{max_adapters} (engine.max_adapters; -1 is the base model)")
     return None
 
 
@@ -329,7 +334,7 @@ class EngineLoop:
 
     def _admit(self, cmd: _Submit, events: EventBatch) -> None:
         req = cmd.request
-        problem = _row_problem(req)
+        problem = _row_problem(req, self.capabilities.max_adapters)
         if problem is not None:
             events.add(Rejected(cmd.gen_id, code=Status.INVALID_ARGUMENT, reason=problem))
             return

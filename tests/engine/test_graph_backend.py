@@ -109,7 +109,7 @@ def test_padding_rows_touch_only_the_dummy_slot():
     runner.collect(runner.launch([], rows))
     padding = dict(zip(INPUT_ROWS, runner.ints[:, 3].tolist()))
     assert padding == dict(slots=dummy, pos=0, fpos=0, stop_ok=0, counter=0, token=-1,
-                           sample=0, first=0, seed=0)
+                           sample=0, first=0, seed=0, adapter=-1)
     for li, k in enumerate(model.k_cache):
         changed = (k != before[li]).flatten(1).any(dim=1).nonzero().flatten().tolist()
         assert changed == [0, 1, 2, dummy]  # slots 3..5 (other generations') untouched

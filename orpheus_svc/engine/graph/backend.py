@@ -54,19 +54,22 @@ class GraphBackend:
         self._in_flight = 0  # steps launched and not collected yet
         self.capabilities = BackendCapabilities(
             name="graph", num_slots=model.num_slots, max_seq_len=model.max_seq_len,
-            runs_ahead=True, max_prefill_tokens=prefill_rows or None)
+            runs_ahead=True, max_prefill_tokens=prefill_rows or None,
+            max_adapters=model.lora.capacity if model.lora else 0,
+            max_lora_rank=model.lora.rank if model.lora else 0)
 
     def launch(self, plan: StepPlan) -> tuple[tuple[int, ...], Launch, StepMark]:
         prefill = [PrefillRow(r.slot, r.request.prompt_ids, r.request.sampling.temperature,
                               r.request.sampling.top_p, r.request.sampling.repetition_penalty,
                               int(int64_bits([r.seed])[0]), r.frame_position, r.stop_allowed,
-                              r.num_generated, r.request.sampling.seed is not None)
+                              r.num_generated, r.request.sampling.seed is not None,
+                              r.request.adapter)
                    for r in plan.prefill]
         d = plan.decode
         decode = None
         if len(d):
             decode = np.stack([d.slots, d.position, d.frame_position,
-                               d.stop_allowed.astype(np.int64), d.num_generated])
+                               d.stop_allowed.astype(np.int64), d.num_generated, d.adapter])
         ahead = self._in_flight > 0  # launched before the step before it was read
         seeded = (any(r.invariant for r in prefill)
                   or any(q.sampling.seed is not None for q in d.requests))
