@@ -4,7 +4,6 @@ with SNAC by SNAC's own work only; its audio is silence; the runtime swaps it in
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from orpheus_svc.audio.flusher import Flusher

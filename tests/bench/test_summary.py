@@ -157,6 +157,7 @@ def test_no_raw_results_are_committed():
                               "run1-gpu-engine.json",
                               # issue 33: the seed guard's verdict, the CPU invariance cost
                               "verdict.json", "invariance-cost-cpu.json",
+                              "lora-cost-cpu.json",  # issue 34: bench/lora_cost.py
                               # the A/B scripts' reports (tracing-ab.sh, run-ahead-ab.sh)
                               "report.json"), p
         if p.name.endswith(".summary.json"):

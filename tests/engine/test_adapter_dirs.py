@@ -18,7 +18,7 @@ from orpheus_svc.models.adapters import read_adapter
 from orpheus_svc.models.demo import demo_spec
 from orpheus_svc.runtime import build_runtime
 
-from .lora_fixtures import ALL_MODULES, base_weights, make_adapter, make_demo_adapter
+from .lora_fixtures import ALL_MODULES, base_weights, make_demo_adapter
 from .tiny import tiny_spec
 
 

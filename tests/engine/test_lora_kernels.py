@@ -9,7 +9,7 @@ straddle module boundaries, float32 and float16."""
 import numpy as np
 import torch
 
-from orpheus_svc.engine.model.lora import LoraPool, LoraRows, gather_expand, gather_shrink
+from orpheus_svc.engine.model.lora import LoraPool, LoraRows
 from orpheus_svc.engine.model.invariant import invariant_step
 
 from .test_graph_kernels import _interpret
