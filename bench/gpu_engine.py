@@ -275,7 +275,7 @@ def graph_times(backend, b: int, context: int, steps: int) -> dict:
         times.append((time.perf_counter() - t) * 1000)
         k += 1
     out = {"step_ms": _median(times)}
-    # run-ahead: launch k+1 before reading k (what EngineLoop does with schedule_ahead)
+    # run-ahead: launch k+1 before reading k (what EngineLoop does: Scheduler.schedule with the step in flight)
     _sync(device)
     t = time.perf_counter()
     pending = runner.launch([], _decode_rows(b, k, context))

@@ -30,6 +30,7 @@ import yaml
 from orpheus_svc.audio.settings import FlusherSettings
 from orpheus_svc.core.backends import BACKENDS
 from orpheus_svc.core.checks import SettingError, require
+from orpheus_svc.core.lora_config import adapter_sources
 from orpheus_svc.core.scheduler import SchedulerSettings
 from orpheus_svc.files import read_mapping
 
@@ -63,8 +64,17 @@ class ModelConfig:
     # "name:lang, name:lang" with the default first. None = voices.json of the checkpoint,
     # a known preset, else the eight English voices.
     voices: str | None = None
+    # LoRA adapters served beside the base model (docs/lora.md): {name: directory or hub id}
+    # or {name: {path: ..., voices: ...}} in YAML, "name=path, name=path" in the environment
+    # or a flag. Each brings its voices (voices.json beside it); a session picks one by
+    # voice name. torch, graph and sim backends (TensorRT-LLM refuses them).
+    adapters: Any = None
 
     def __post_init__(self) -> None:
+        try:
+            adapter_sources(self.adapters)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         require(self.dtype in ("auto", "float32", "float16", "bfloat16"), self, "dtype",
                 "must be auto, float32, float16 or bfloat16")
         require(self.quantization in ("none", "fp8"), self, "quantization",
@@ -109,6 +119,12 @@ class EngineConfig:
     # graph: prompt tokens a step's captured graph holds beside max_batch_size decode rows
     # (a new prompt's tokens are rows of the step: no eager prefill); caps the prefill budget
     graph_prefill_rows: int = 256
+    # LoRA adapter pool (docs/lora.md), allocated once at start-up on the device: adapter
+    # slots (0: as many as model.adapters names) and the largest rank one may have (0: the
+    # largest of model.adapters). A lower rank is zero-padded to it, so a step's LoRA cost
+    # follows max_lora_rank, not each adapter's own.
+    max_adapters: int = 0
+    max_lora_rank: int = 0
     # trtllm
     trtllm_engine_dir: str | None = None
     trtllm_kv_free_gpu_fraction: float = 0.9
@@ -130,6 +146,8 @@ class EngineConfig:
                 f"must be one of {', '.join(BACKENDS)}")
         require(isinstance(self.cuda_graphs, bool), self, "cuda_graphs", "must be true or false")
         require(self.max_sessions >= 1, self, "max_sessions", "must be >= 1")
+        require(0 <= self.max_adapters <= 1024, self, "max_adapters", "must be 0..1024")
+        require(0 <= self.max_lora_rank <= 512, self, "max_lora_rank", "must be 0..512")
         require(0 <= self.graph_prefill_rows <= 65536, self, "graph_prefill_rows",
                 "must be 0..65536")
         require(self.max_seq_len >= 64, self, "max_seq_len", "must be >= 64")
@@ -477,6 +495,8 @@ def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
             kwargs[key] = _convert(value, ann, name)
     try:
         return cls(**kwargs)
+    except ConfigError:  # already names its setting
+        raise
     except SettingError as exc:  # a section's own check: name the setting as the file does
         raise ConfigError(exc.worded(where) if where else str(exc)) from exc
     except (TypeError, ValueError) as exc:

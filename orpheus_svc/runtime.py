@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch
 
 from orpheus_svc.audio.codec import load_snac
+from orpheus_svc.audio.nullcodec import NullCodec
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.config import Config, ConfigError
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
@@ -70,6 +71,17 @@ class FrontRuntime:
     # Why the engine cannot honour a client's seed (BackendCapabilities.seed_refusal); None:
     # it can, or (a split front-end) this side does not know and the backend refuses it.
     seed_refusal: str | None = None
+    # LoRA adapters (docs/lora.md): name -> its slot in the engine's pool. `voices` holds
+    # their voices too, each Voice naming its adapter; a session picks one by voice name.
+    adapters: dict[str, int] = field(default_factory=dict)
+
+    def adapter_of(self, voice: str) -> int:
+        """The pool slot of the adapter that speaks `voice`, -1 for the base model's
+        voices (and for a name no voice has: the edge refused it already)."""
+        found = self.voices.resolve(voice)
+        if found is None or found.adapter is None:
+            return -1
+        return self.adapters[found.adapter]
 
     def request(self, session_id: str, segment_index: int, voice: str, text: str,
                 sampling: SamplingParams = SamplingParams()) -> GenerationRequest:
@@ -84,7 +96,8 @@ class FrontRuntime:
         expected = max(1, round(expected_audio_seconds(text) / FRAME_SECONDS))
         return GenerationRequest(session_id=session_id, segment_index=segment_index,
                                  prompt_ids=prompt, max_tokens=max_tokens_for_text(text),
-                                 sampling=sampling, expected_frames=expected)
+                                 sampling=sampling, expected_frames=expected,
+                                 adapter=self.adapter_of(voice))
 
     def open(self, request: GenerationRequest, on_event: Callable[[EngineEvent], None] | None = None,
              loop: Any = None) -> GenerationHandle:
@@ -154,18 +167,40 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
     settings = e.scheduler_settings(device.type)
     log.info(e.row_budget_choice(device.type)[1])
     built = build_backend(config, device, dtype)  # engine/<backend>/build.py
-    codec = built.codec or load_snac(_snac_ref(config, built.is_demo), device=device,
-                                     dtype=torch.float32)
+    if config.flusher.null_codec:  # a benchmark's baseline: silence, no SNAC (issue 32)
+        log.warning("flusher.null_codec is on: every decode is silence (a benchmark setting)")
+        codec = NullCodec(device)
+    else:
+        codec = built.codec or load_snac(_snac_ref(config, built.is_demo), device=device,
+                                         dtype=torch.float32)
     flusher = Flusher(codec, config.flusher, router, on_error=router.on_audio_error,
                       on_decode=on_decode)
     engine = EngineLoop(built.backend, flusher, router, settings=settings, seed=e.seed,
                         on_step=on_step,
                         collector=CollectorPacer() if e.gc_pacing else None)
+    voices, adapters = _with_adapters(_voices(config, built), built.adapters)
     return Runtime(config=config, engine=engine, flusher=flusher, router=router,
                    encode=built.encode, model_name=built.model_name, is_demo=built.is_demo,
-                   device=device, voices=_voices(config, built),
+                   device=device, voices=voices,
                    seed_refusal=built.backend.capabilities.seed_refusal,
-                   tokenizer=built.tokenizer)
+                   tokenizer=built.tokenizer, adapters=adapters)
+
+
+def _with_adapters(base: VoiceRegistry, served) -> tuple[VoiceRegistry, dict[str, int]]:
+    """The base model's voices plus each served adapter's (BuiltBackend.adapters, in slot
+    order), and each adapter's slot. ConfigError when an adapter's voice takes a name the
+    base model or another adapter already has."""
+    from orpheus_svc.core.voices import VoiceRegistryError, with_adapter_voices
+
+    if not served:
+        return base, {}
+    try:
+        voices = with_adapter_voices(base, list(served))
+    except VoiceRegistryError as exc:
+        raise ConfigError(f"model.adapters: {exc}") from exc
+    for name, registry in served:
+        log.info("adapter %s speaks: %s", name, ", ".join(registry.names))
+    return voices, {name: index for index, (name, _) in enumerate(served)}
 
 
 def _snac_ref(config: Config, is_demo: bool) -> str:

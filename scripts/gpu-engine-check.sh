@@ -20,6 +20,10 @@
 # step timings while serving) and OUT_DIR/server-tail.log. PYTHON (python3)
 # must have torch with CUDA and the server's dependencies; the checkout is used from
 # PYTHONPATH, not installed. SECTIONS picks the bench's sections; SERVE=0 skips step 2.
+# NULL_CODEC=1 serves with flusher.null_codec (silence, no SNAC): run step 2 once with and
+# once without (SECTIONS= SERVE=1 for the second) to get SNAC's share from the two runs; the
+# server's rows say which (null_codec). The run-ahead record (engine/ahead.py) of the
+# server goes to summary.json as ahead_share and ahead.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:?usage: gpu-engine-check.sh OUT_DIR}
@@ -81,6 +85,7 @@ if [[ "${SERVE:-1}" == 1 && -f "$CKPT/config.json" ]]; then
     --set engine.max_sessions="$SLOTS" \
     --set engine.max_batch_size="$BATCH" --set engine.max_seq_len="$SEQ" \
     --set engine.max_waiting=1024 --set engine.row_budget=true \
+    ${NULL_CODEC:+--set flusher.null_codec=true} \
     --set server.log_format=console >"$OUT_DIR/server.log" 2>&1 &
   SERVER_PID=$!
   trap 'kill $SERVER_PID 2>/dev/null; wait $SERVER_PID 2>/dev/null' EXIT
@@ -101,15 +106,16 @@ s = status('localhost:$PORT', timeout=1); sys.exit(0 if s and s.get('serving') e
     --label "graph backend, weights $QUANT $GEMM, CUDA graphs, Orpheus-3B shapes (random weights)" \
     --output "$OUT_DIR/serve.summary.json" 2>&1 | tail -12 | tee "$OUT_DIR/serve.txt"
   # the graph engine's step timings every 10 s (engine/graph/timing.py): device time per
-  # step in the server against the bench's, and the device's idle time between steps
-  grep -a "graph engine, last" "$OUT_DIR/server.log" > "$OUT_DIR/server-steps.txt"
+  # step in the server against the bench's, and the device's idle time between steps; and
+  # the engine's run-ahead record (engine/ahead.py: steps launched ahead, why not)
+  grep -a "graph engine, last\|run-ahead:" "$OUT_DIR/server.log" > "$OUT_DIR/server-steps.txt" || true
   tail -60 "$OUT_DIR/server.log" > "$OUT_DIR/server-tail.log"
   rm -f "$OUT_DIR/server.log"
 fi
 
 say "summary"
 "$PY" - "$OUT_DIR" "$QUANT $GEMM" <<'EOF'
-import json, sys
+import json, os, sys
 from pathlib import Path
 out = Path(sys.argv[1])
 summary = json.loads((out / "summary.json").read_text())
@@ -120,8 +126,16 @@ if serve.is_file():
          "sessions_underran": r["underruns"]["sessions_with_underrun"],
          "ok": r["succeeded"] == r["sessions"], "succeeded": r["succeeded"],
          "requests": r["sessions"], "slo_pass": r["slo"]["pass"],
-         "weights": sys.argv[2]}
+         "weights": sys.argv[2], "null_codec": bool(os.environ.get("NULL_CODEC"))}
         for r in json.loads(serve.read_text())["runs"]]
+steps = out / "server-steps.txt"
+ahead = [line for line in steps.read_text().splitlines() if "run-ahead:" in line] \
+    if steps.is_file() else []
+if ahead:  # the last record of the whole run: "... in all {'steps': .., 'share': ..}"
+    import ast, re
+    record = ast.literal_eval(re.search(r"in all (\{.*\})", ahead[-1]).group(1))
+    summary["ahead_share"] = record["share"]
+    summary["ahead"] = record
 (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 print(json.dumps(summary, indent=1))
 EOF

@@ -5,6 +5,7 @@
 # then a ghz load from reflection alone (scripts/ghz-smoke.sh, its own sim-backend server);
 # the wheels built and installed as users install them (scripts/wheel-smoke.sh); with
 # ORPHEUS_IMAGE_CHECK=1 also the CPU container image built and run (scripts/image-check.sh);
+# with ORPHEUS_JAEGER_CHECK=1 a real Jaeger receives a call's trace (scripts/jaeger-check.sh);
 # with ORPHEUS_K8S_CHECK=1 deploy/k8s on a real single-node Kubernetes (scripts/k8s-check.sh).
 # Run scripts/install.sh first.
 set -euo pipefail
@@ -16,7 +17,7 @@ PY=.venv/bin/python
 step() { printf '\n== %s (at %d s)\n' "$*" "${SECONDS}"; }
 
 step "pytest"
-"${PY}" -m pytest -q -p no:cacheprovider
+"${PY}" -m pytest -q -p no:cacheprovider --durations=25  # the slowest tests: the budget is 15 minutes here
 
 step "API contract: buf lint, buf breaking vs main, generated code up to date"
 if git rev-parse --verify -q main >/dev/null; then
@@ -50,6 +51,11 @@ fi
 if [[ "${ORPHEUS_K8S_CHECK:-}" == 1 ]]; then
   step "Kubernetes: a real single-node cluster, server dry run of every overlay, cpu-demo deployed, wedge, rollout"
   scripts/k8s-check.sh
+fi
+
+if [[ "${ORPHEUS_JAEGER_CHECK:-}" == 1 ]]; then
+  step "Jaeger (built from the Go module proxy) stores a call's trace whole"
+  scripts/jaeger-check.sh
 fi
 
 step "live demo server (traced to a local OTLP receiver): go test + grpcurl"

@@ -72,6 +72,10 @@ class FlusherSettings:
         buffered. So when the codec cannot keep up (the CPU demo under load), a new
         generation's first audio waits for at most about one SNAC call, not for the whole
         backlog. A GPU decodes each iteration's windows well within it, so it never binds.
+    null_codec: benchmarks only: SNAC is not loaded and every decode is silence of the
+        right length at no cost (audio/nullcodec.py), batched as SNAC would be, so that a
+        run beside one with SNAC gives SNAC's share of the device (issue 32). Never serve
+        it to a listener: the audio is silence.
     """
 
     first_chunk_samples: int = 512
@@ -84,6 +88,7 @@ class FlusherSettings:
     max_decode_frames: int = 0
     max_iteration_s: float = 0.1
     seeded_call_windows: int = 8
+    null_codec: bool = False
 
     def __post_init__(self) -> None:
         for name in ("first_chunk_samples", "left_context_samples", "lookahead_samples",
@@ -107,5 +112,6 @@ class FlusherSettings:
                 "max_iteration_s", "must be a finite number > 0")
         require(self.low_water_samples >= 0, self, "low_water_samples", "must be >= 0")
         require(self.seeded_call_windows >= 1, self, "seeded_call_windows", "must be >= 1")
+        require(isinstance(self.null_codec, bool), self, "null_codec", "must be true or false")
         require(self.max_decode_frames >= 0, self, "max_decode_frames",
                 "must be >= 0 (0: the codec's max_batch_frames)")

@@ -6,8 +6,8 @@ per row (issue 16: the engine thread's per-row Python was half the server's GIL 
 
     advance(slots, tokens)   the audio grammar (core/grammar.py) for one token per row:
                              validate, cut frames, count, and say which rows ended and why
-    rows(slots)              the backend's frozen view of those rows (core/step.py DecodeRows)
-    rows_ahead(slots)        the same one token later, before that token is known (run-ahead)
+    rows(slots, in_flight)   the backend's frozen view of those rows (core/step.py DecodeRows);
+                             those of a step still in flight one token later (run-ahead)
     decode_slots()           the slots whose generation has its first token (decode rows)
 
 Per slot (sketch of one row; `pending` holds the codes of the frame being built):
@@ -78,6 +78,7 @@ class BatchState:
         self.pending = np.zeros((n, FRAME_TOKENS), np.int64)
         self.max_tokens = np.zeros(n, np.int64)
         self.prompt_len = np.zeros(n, np.int64)
+        self.adapter = np.full(n, -1, np.int64)  # the request's LoRA adapter slot
         # per slot, for the rows' snapshot: the frozen request and the seed
         self.requests: list = [None] * n
         self.seeds: list[int] = [0] * n
@@ -97,6 +98,7 @@ class BatchState:
         self.pending[slot, :len(state.pending)] = state.pending
         self.max_tokens[slot] = req.max_tokens
         self.prompt_len[slot] = len(req.prompt_ids)
+        self.adapter[slot] = req.adapter
         self.requests[slot] = req
         self.seeds[slot] = seed
 
@@ -127,25 +129,29 @@ class BatchState:
         """Slots whose generation has sampled at least one token, in slot order."""
         return np.flatnonzero(self.num_generated)
 
-    def rows(self, slots: np.ndarray) -> DecodeRows:
-        """The decode rows of `slots` as the backend sees them (copies, read-only)."""
-        return self._rows(slots, self.num_generated[slots], self.position[slots],
-                          self.frames[slots], self.last_token[slots])
+    def rows(self, slots: np.ndarray, in_flight: np.ndarray | None = None) -> DecodeRows:
+        """The decode rows of `slots` as the backend sees them (copies, read-only).
 
-    def rows_ahead(self, slots: np.ndarray) -> DecodeRows:
-        """The decode rows of `slots` one token later, before that token is known: what
-        rows() will give once each row has taken one more legal audio token (its frame
-        position one further, a frame more after position 6), with last_token -1. Rows
-        that token ends by length (max_tokens) are left out. For a backend that runs ahead
-        (core/step.py BackendCapabilities.runs_ahead; Scheduler.schedule_ahead)."""
-        n = self.num_generated[slots] + 1
-        keep = n < self.max_tokens[slots]
+        `in_flight` (a bool per slot, for a backend that runs ahead: core/step.py
+        BackendCapabilities.runs_ahead) marks the rows of a step still running on the device,
+        whose token is not known yet: each such row is given one token later, as rows()
+        will give it once the row has taken one more legal audio token (its frame position
+        one further, a frame more after position 6), with last_token -1 (the device feeds
+        the token it sampled); one that token ends by length (max_tokens) is left out. The
+        scheduler's run-ahead (Scheduler.schedule with in_flight)."""
+        ahead = None if in_flight is None else in_flight[slots]
+        if ahead is None or not ahead.any():
+            return self._rows(slots, self.num_generated[slots], self.position[slots],
+                              self.frames[slots], self.last_token[slots])
+        n = self.num_generated[slots] + ahead
+        keep = ~ahead | (n < self.max_tokens[slots])
         if not keep.all():
-            slots, n = slots[keep], n[keep]
+            slots, n, ahead = slots[keep], n[keep], ahead[keep]
         p = self.position[slots]
-        wraps = p == FRAME_TOKENS - 1
-        return self._rows(slots, n, np.where(wraps, 0, p + 1), self.frames[slots] + wraps,
-                          np.full(len(slots), -1, np.int64))
+        wraps = ahead & (p == FRAME_TOKENS - 1)
+        position = np.where(ahead, np.where(wraps, 0, p + 1), p)
+        return self._rows(slots, n, position, self.frames[slots] + wraps,
+                          np.where(ahead, -1, self.last_token[slots]))
 
     def _rows(self, slots: np.ndarray, n: np.ndarray, position: np.ndarray,
               frames: np.ndarray, last: np.ndarray) -> DecodeRows:
@@ -161,7 +167,7 @@ class BatchState:
             requests = seeds = ()
         return DecodeRows(self.gen_id[slots], np.array(slots, np.int64), n, last,
                           self.prompt_len[slots] + n - 1, position, stop_allowed, requests,
-                          seeds)
+                          seeds, self.adapter[slots])
 
     def advance(self, slots: np.ndarray, tokens: np.ndarray) -> Advanced:
         """Feed one token to each row of `slots` (distinct slots, attached rows).

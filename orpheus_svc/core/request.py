@@ -69,3 +69,6 @@ class GenerationRequest:
     # The W3C traceparent of the span this generation belongs to ("" = not traced): the
     # split topology's engine process continues the trace with it (telemetry/engine.py).
     trace: str = ""
+    # The LoRA adapter slot the generation runs on (engine/model/lora.py), -1 for the base
+    # model: the slot of its voice's adapter (runtime.py), never a name or a path a client chose.
+    adapter: int = -1

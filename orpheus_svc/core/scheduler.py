@@ -1,10 +1,10 @@
 """The step scheduler: admission, batch choice and progress accounting. Pure Python.
 
-    schedule(now) -> StepPlan        admit waiting generations into free slots, release
+    schedule(now[, in_flight])       admit waiting generations into free slots, release
                                      cancelled ones, choose at most max_batch_size to run
-                                     (frozen rows for the backend: core/step.py)
-    schedule_ahead(plan, now)        the step after `plan` before its tokens are known,
-                                     where that is certain (run-ahead backends), else None
+                                     (frozen rows for the backend: core/step.py); with the
+                                     step still running on the device (run-ahead backends),
+                                     the one after it, before its tokens are known
     update(plan, result, now)        advance counters, cut frames, finish, free slots
 
 Batch order (docs/architecture.md, "Where each idea lives"):
@@ -178,6 +178,8 @@ class Scheduler:
         self._parking = ParkingLot()
         self._parked_under: SchedulerSettings | None = None  # new settings: judge all afresh
         self._cancelled: list[Generation] = []  # running ones, released at the next step
+        # while schedule() plans: the slots of the step in flight (schedule's in_flight)
+        self._flying: np.ndarray | None = None
         self._sessions: dict[str, SessionPlayout] = {}
         self._playout_moved: dict[str, SessionPlayout] = {}  # lost a generation: playout_moved
         # (when its audio has played, session id) for sessions left without generations
@@ -229,7 +231,20 @@ class Scheduler:
 
     # -- the step -------------------------------------------------------------------------
 
-    def schedule(self, now: float) -> StepPlan:
+    def schedule(self, now: float, in_flight: StepPlan | None = None) -> StepPlan:
+        """The next step. `in_flight`: the step launched last, still running on the device
+        (a backend that runs ahead: core/step.py), whose tokens update() has not seen; every
+        step before it has been updated. Then the plan is the step after it, made now so the
+        device need not wait for the host between the two: its rows that still run are
+        given one token further (core/batch.py BatchState.rows), and whatever else happens
+        happens as it does without run-ahead (admissions, cancels, parking, the batch order,
+        the budget), one step later than it would have been seen. Two things lag one step:
+        a row that the in-flight token stops (the stop id) is in the plan all the same, and
+        update() drops its extra token (its slot holds another generation, or none, by
+        then); and a slot or budget room that the in-flight step's ends free is used one step
+        later. A cancelled row still in flight gives its slot back now: the device runs the
+        two steps in order, so a prompt prefilled into that slot next writes after it, and
+        update() drops the cancelled row's token."""
         self._step += 1
         released = []
         cancelled, self._cancelled = self._cancelled, []
@@ -239,6 +254,7 @@ class Scheduler:
                 released.append(gen)
         admitted, refused = self._admit(now)
         self._forget_idle_sessions(now)
+        self._flying = self._in_flight(in_flight)
         horizon = self.settings.max_ahead_seconds
         self._unpark(now, everything=horizon <= 0 or self.settings is not self._parked_under)
         self._parked_under = self.settings
@@ -246,6 +262,9 @@ class Scheduler:
             fast = self._everything_runs(now)
             if fast is not None:
                 if not (fast[0] or fast[1]):
+                    if in_flight is not None:  # the engine collects that step first
+                        return StepPlan(self._step, (), (), tuple(admitted), tuple(released),
+                                        0.0, refused)
                     self._last_step_end = None  # the engine waits for work: not a step
                     idle_s = max(self._queue.next_due() - now, 0.0)
                     return StepPlan(self._step, (), (), tuple(admitted), tuple(released),
@@ -260,7 +279,7 @@ class Scheduler:
             else:
                 keyed.append((key, gen.gen_id, gen))
         idle_s = 0.0
-        if not keyed:
+        if not keyed and in_flight is None:
             self._last_step_end = None  # the engine waits for work: not a step
             wake = min(self._parking.next_wakeup(), self._queue.next_due())
             idle_s = max(wake - now, 0.0) if wake < math.inf else 0.0
@@ -272,7 +291,7 @@ class Scheduler:
                 gen.steps_waited += 1
                 self._waited.add(gen)
                 continue
-            if gen.needs_prefill:
+            if self._needs_prefill(gen):
                 if prefill and gen.num_prompt_tokens > prefill_budget:
                     gen.steps_waited += 1
                     self._waited.add(gen)
@@ -284,48 +303,25 @@ class Scheduler:
             gen.steps_waited = 0
         self._waited = {g for g in self._waited if g.steps_waited and not g.finished}
         return StepPlan(self._step, tuple(prefill),
-                        self._batch.rows(np.array(decode, np.int64)), tuple(admitted),
-                        tuple(released), idle_s, refused)
+                        self._batch.rows(np.array(decode, np.int64), self._flying),
+                        tuple(admitted), tuple(released), idle_s, refused)
 
-    def schedule_ahead(self, plan: StepPlan, now: float) -> StepPlan | None:
-        """The step after `plan` while `plan` is still running on the device, before its
-        tokens are known (a backend that runs ahead: core/step.py). update() has seen every
-        step before `plan`, not `plan` itself.
-
-        Only where it is what schedule() would run after update(plan): nothing is waiting
-        (later segments the row budget holds back and would not admit yet may be), nothing
-        was cancelled, no slot drains, the playout horizon is off, and every candidate is
-        in `plan` and fits the batch. Then the next step is `plan`'s rows that still run,
-        each one token further (core/batch.py rows_ahead), less those `plan`'s token ends
-        by length. Two things lag one step: a row that `plan`'s token stops (the stop id)
-        is in it all the same, and update() drops its extra token (its slot holds another
-        generation, or none, by then); and a slot or budget room that `plan`'s ends free
-        is used one step later. Else None: the engine collects `plan` and calls schedule()
-        as usual. Nothing is admitted or released here."""
-        if (self._cancelled or self._queue.has_waiting or self._admits_deferred(now)
-                or self.pool.num_draining or self.settings.max_ahead_seconds > 0
-                or len(self._candidates) > self.settings.max_batch_size):
+    def _in_flight(self, plan: StepPlan | None) -> np.ndarray | None:
+        """A bool per slot: the rows of `plan` (in flight) whose generation still holds its
+        slot; None without a step in flight."""
+        if plan is None or plan.empty:
             return None
         gen_ids = np.array([r.gen_id for r in plan.prefill] + plan.decode.gen_ids.tolist(),
                            np.int64)
         slots = np.array([r.slot for r in plan.prefill] + plan.decode.slots.tolist(), np.int64)
-        live = self._batch.gen_id[slots] == gen_ids  # not ended since plan was made
-        if int(live.sum()) != len(self._candidates):
-            return None  # a candidate that is not in the plan: schedule() decides
-        rows = self._batch.rows_ahead(np.sort(slots[live]))
-        if not len(rows):
-            return None
-        self._step += 1
-        return StepPlan(self._step, (), rows)
+        flying = np.zeros(len(self._batch.gen_id), bool)
+        flying[slots[self._batch.gen_id[slots] == gen_ids]] = True
+        return flying
 
-    def _admits_deferred(self, now: float) -> bool:
-        """Whether schedule() at `now` would admit a generation the row budget holds back
-        (one due, or room in the budget and a free slot): _admit's conditions."""
-        if not self._queue.num_deferred:
-            return False
-        if self._queue.next_due() <= now:
-            return True
-        return bool(self.pool.num_free) and self._budget_room() > 0
+    def _needs_prefill(self, gen: Generation) -> bool:
+        """Whether `gen`'s prompt goes into the step being planned: not when its prefill is
+        the step in flight (it decodes its second token next)."""
+        return gen.needs_prefill and (self._flying is None or not self._flying[gen.slot])
 
     def _everything_runs(self, now: float):
         """The plan's rows when every candidate runs anyway (room for all of them in the
@@ -339,7 +335,8 @@ class Scheduler:
         full path. Only with the playout horizon off: parking needs every row's key."""
         if len(self._candidates) > self.settings.max_batch_size:
             return None
-        new = list(self._unstarted.values())  # need prefill (nothing is parked here)
+        # need prefill (nothing is parked here), but not those whose prefill is in flight
+        new = [g for g in self._unstarted.values() if self._needs_prefill(g)]
         if len(new) > 1:
             if sum(g.num_prompt_tokens for g in new) > self.settings.max_prefill_tokens:
                 return None
@@ -347,8 +344,10 @@ class Scheduler:
         for gen in self._waited:
             gen.steps_waited = 0
         self._waited.clear()
-        batch = self._batch
-        return tuple(g.row() for g in new), batch.rows(batch.decode_slots())
+        batch, flying = self._batch, self._flying
+        slots = batch.decode_slots() if flying is None else \
+            np.flatnonzero((batch.num_generated > 0) | flying)
+        return tuple(g.row() for g in new), batch.rows(slots, flying)
 
     def update(self, plan: StepPlan, result: StepResult, now: float) -> StepOutcome:
         """Advance every row of `plan` by its tokens in `result`: the engine thread's hot

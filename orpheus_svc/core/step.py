@@ -59,21 +59,26 @@ class DecodeRows:
     """A step's decode rows as arrays, one entry per row (a frozen snapshot: read-only
     copies, made by core/batch.py BatchState.rows). A backend that works on the whole batch
     reads the arrays (the sim backend); one that works row by row iterates, or indexes, and
-    gets StepRows (built once, on first use). `position` is the KV index of `last_token`."""
+    gets StepRows (built once, on first use). `position` is the KV index of `last_token`;
+    `adapter` each row's LoRA adapter slot (its request's, -1 = the base model), so a
+    batch-minded backend needs no Python per row for it either."""
 
     __slots__ = ("gen_ids", "slots", "num_generated", "last_token", "position",
-                 "frame_position", "stop_allowed", "requests", "seeds", "_rows")
+                 "frame_position", "stop_allowed", "requests", "seeds", "adapter", "_rows")
 
     def __init__(self, gen_ids: np.ndarray, slots: np.ndarray, num_generated: np.ndarray,
                  last_token: np.ndarray, position: np.ndarray, frame_position: np.ndarray,
                  stop_allowed: np.ndarray, requests: Sequence["GenerationRequest"],
-                 seeds: Sequence[int]) -> None:
+                 seeds: Sequence[int], adapter: np.ndarray | None = None) -> None:
+        if adapter is None:
+            adapter = np.array([r.adapter for r in requests], np.int64) if len(requests) \
+                else np.full(len(gen_ids), -1, np.int64)
         arrays = (gen_ids, slots, num_generated, last_token, position, frame_position,
-                  stop_allowed)
+                  stop_allowed, adapter)
         for a in arrays:
             a.flags.writeable = False
         (self.gen_ids, self.slots, self.num_generated, self.last_token, self.position,
-         self.frame_position, self.stop_allowed) = arrays
+         self.frame_position, self.stop_allowed, self.adapter) = arrays
         self.requests = tuple(requests)
         self.seeds = tuple(seeds)
         self._rows: tuple[StepRow, ...] | None = None
@@ -113,7 +118,7 @@ class DecodeRows:
                                              self.last_token, self.position,
                                              self.frame_position, self.stop_allowed)),
                           [self.requests[i] for i in idx.tolist()],
-                          [self.seeds[i] for i in idx.tolist()])
+                          [self.seeds[i] for i in idx.tolist()], self.adapter[idx])
 
     def __len__(self) -> int:
         return len(self.gen_ids)
@@ -234,12 +239,15 @@ class BackendCapabilities:
     runs_ahead: besides step(), the backend has launch(plan) -> handle, which queues the
         step on the device and returns, and collect(handle) -> StepResult, which waits
         for it. It keeps each decode row's last token on the device, so EngineLoop may
-        launch the next step (Scheduler.schedule_ahead: rows advanced by one token, their
-        last_token -1) before it collects this one (docs/architecture.md, "The graph
+        launch the next step (Scheduler.schedule with the step in flight: its rows advanced
+        by one token, their last_token -1) before it collects this one (docs/architecture.md, "The graph
         engine and run-ahead").
     max_prefill_tokens: the most prompt tokens one step should hold (the graph engine: what
         its captured step holds beside the decode rows); the scheduler's prefill budget is
         capped to it. None: no limit of the backend's own.
+    max_adapters, max_lora_rank: the LoRA adapter slots the backend holds and the largest
+        rank one may have (engine.max_adapters, engine.max_lora_rank); 0: no adapters, and a
+        request with an adapter index is refused at admission.
     seed_refusal: why a client's per-request seed (SamplingParams.seed) cannot be honoured,
         naming what ignores it; None when it is (every backend but TensorRT-LLM's PyTorch
         runtime). The edge refuses such a request (runtime.FrontRuntime.request) rather
@@ -254,6 +262,8 @@ class BackendCapabilities:
     runs_ahead: bool = False
     max_prefill_tokens: int | None = None
     seed_refusal: str | None = None
+    max_adapters: int = 0
+    max_lora_rank: int = 0
 
 
 class Backend(Protocol):

@@ -20,9 +20,10 @@ name as the registry spells it, because that is the spelling the model was train
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .tokens import EMOTION_TAGS, VOICES
 
@@ -37,11 +38,13 @@ class VoiceRegistryError(ValueError):
 
 @dataclass(frozen=True)
 class Voice:
-    """One speaker: `name` as the model was trained on it, BCP 47 `language`, its tags."""
+    """One speaker: `name` as the model was trained on it, BCP 47 `language`, its tags, and
+    the LoRA adapter that speaks it (None: the base model; docs/lora.md)."""
 
     name: str
     language: str
     emotion_tags: tuple[str, ...] = ()
+    adapter: str | None = None
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,25 @@ def registry_to_dict(registry: VoiceRegistry) -> dict[str, Any]:
     return {"default": registry.default,
             "voices": [{"name": v.name, "language": v.language,
                         "emotion_tags": list(v.emotion_tags)} for v in registry.voices]}
+
+
+def with_adapter_voices(base: VoiceRegistry,
+                        adapters: Sequence[tuple[str, VoiceRegistry]]) -> VoiceRegistry:
+    """The base model's voices, then each adapter's (each Voice tagged with its adapter),
+    with the base's default. VoiceRegistryError when a name is taken twice, ignoring case:
+    a session picks a voice by name alone, so a name must say which weights speak it."""
+    voices = list(base.voices)
+    owner = {v.name.casefold(): "the base model" for v in base.voices}
+    for name, registry in adapters:
+        for v in registry.voices:
+            key = v.name.casefold()
+            if key in owner:
+                raise VoiceRegistryError(
+                    f"adapter {name!r}: voice {v.name!r} is already a voice of {owner[key]}; "
+                    f"voice names must differ across the base model and every adapter")
+            owner[key] = f"adapter {name!r}"
+            voices.append(dataclasses.replace(v, adapter=name))
+    return VoiceRegistry(tuple(voices), base.default, base.source)
 
 
 def registry_from_setting(value: str, source: str = "model.voices") -> VoiceRegistry:

@@ -49,6 +49,7 @@ from orpheus_svc.core.status import Status
 from orpheus_svc.core.step import (Backend, BackendCapabilities, FatalBackendError, StepPlan,
                                    StepResult, StepRow)
 from orpheus_svc.core.tokens import FRAME_TOKENS
+from orpheus_svc.engine.ahead import AheadRecord
 from orpheus_svc.engine.collector import CollectorPacer
 from orpheus_svc.engine.watchdog import StepBeat
 from orpheus_svc.threads import os_named
@@ -74,7 +75,7 @@ def internal_message(error_id: str) -> str:
     return f"internal error while generating (error id {error_id}; the server log has details)"
 
 
-def _row_problem(req: GenerationRequest) -> str | None:
+def _row_problem(req: GenerationRequest, max_adapters: int = 0) -> str | None:
     """Why a request's per-row inputs cannot go to a backend, or None.
 
     A guard, not a second validation: a request from an edge was validated there
@@ -90,6 +91,11 @@ def _row_problem(req: GenerationRequest) -> str | None:
         return f"max_tokens must be >= 1, got {req.max_tokens}"
     if not req.prompt_ids:
         return "empty prompt"
+    if not (isinstance(req.adapter, int) and -1 <= req.adapter < max_adapters):
+        # a pool slot the backend does not hold would read another adapter's weights or
+        # none: the row fails alone (BackendCapabilities.max_adapters)
+        return (f"adapter slot {req.adapter!r} is not one of this engine's "
+                f"{max_adapters} (engine.max_adapters; -1 is the base model)")
     return None
 
 
@@ -171,6 +177,7 @@ class EngineLoop:
         # Run-ahead (capabilities.runs_ahead): the next step, launched before this one's
         # tokens were read, as (plan, the backend's handle); None when nothing is in flight.
         self._ahead: tuple[StepPlan, object] | None = None
+        self.ahead = AheadRecord()  # whether each step ran ahead, and why not (engine/ahead.py)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._ids = itertools.count(1)
         self._stats = self._scheduler.stats()
@@ -281,7 +288,10 @@ class EngineLoop:
                     collector.after_step()
             elif collector is not None:
                 collector.on_idle()
-            self._publish_stats(going_idle=not self._scheduler.has_work or idle > 0)
+            going_idle = not self._scheduler.has_work or idle > 0
+            self._publish_stats(going_idle=going_idle)
+            if self.capabilities.runs_ahead:
+                self.ahead.maybe_log(idle=going_idle)
             events.flush()
         events.flush()
 
@@ -324,7 +334,7 @@ class EngineLoop:
 
     def _admit(self, cmd: _Submit, events: EventBatch) -> None:
         req = cmd.request
-        problem = _row_problem(req)
+        problem = _row_problem(req, self.capabilities.max_adapters)
         if problem is not None:
             events.add(Rejected(cmd.gen_id, code=Status.INVALID_ARGUMENT, reason=problem))
             return
@@ -346,17 +356,41 @@ class EngineLoop:
         """One engine step; returns how long to wait before the next when nothing could run.
 
         With a backend that runs ahead, the step is the one launched last time when there
-        is one; the next is launched (when the scheduler can say it now) before this one's
-        tokens are read, so the device never waits for the host's work between them."""
+        is one; the next is planned and launched (Scheduler.schedule with the step in
+        flight) before this one's tokens are read, so the device never waits for the
+        host's work between them, whatever joins or leaves: new, cancelled and finished
+        generations change the step after next."""
         if self._last_step_end is None:  # the first step after a wait: its period starts now
             self._last_step_end = self._clock()
         if self._ahead is not None:
             plan, handle = self._ahead
             self._ahead = None
-            self._launch_ahead(plan)
+            self._launch_next(events, plan)
             return self._finish_step(plan, self._collect(plan, handle))
+        plan = self._plan(events, None)
+        if plan.empty and not self._scheduler.pool.num_draining:
+            self.ahead.not_next("idle")
+            return plan.idle_s
+        # (an empty plan still steps while slots drain: the backend confirms their ends)
+        if self.capabilities.runs_ahead and not plan.empty:
+            try:
+                handle = self.backend.launch(plan)
+            except FatalBackendError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - not retry_safe: the step's rows fail
+                return self._finish_step(plan, self._failed(plan.rows, exc))
+            self.ahead.launched(False)
+            self._launch_next(events, plan)
+            result = self._collect(plan, handle)
+        else:
+            result = self._isolated_step(plan)
+        return self._finish_step(plan, result)
+
+    def _plan(self, events: EventBatch, in_flight: StepPlan | None) -> StepPlan:
+        """Scheduler.schedule, and what it decided told: refusals and admissions out at
+        once, released generations back to the backend and ended at the flusher."""
         now = self._clock()
-        plan = self._scheduler.schedule(now)
+        plan = self._scheduler.schedule(now, in_flight)
         if plan.admitted or plan.released or plan.refused:
             self._stats_stale = True
         for gen, reason in plan.refused:
@@ -372,33 +406,26 @@ class EngineLoop:
             self._scheduler.freed(self.backend.release([gen.gen_id for gen in plan.released]))
             for gen in plan.released:
                 self.flusher.drop(gen.gen_id, self._finish(gen))
-        if plan.empty and not self._scheduler.pool.num_draining:
-            return plan.idle_s
-        # (an empty plan still steps while slots drain: the backend confirms their ends)
-        if self.capabilities.runs_ahead and not plan.empty:
-            try:
-                handle = self.backend.launch(plan)
-            except Exception as exc:  # noqa: BLE001 - not retry_safe: the step's rows fail
-                return self._finish_step(plan, self._failed(plan.rows, exc))
-            self._launch_ahead(plan)
-            result = self._collect(plan, handle)
-        else:
-            result = self._isolated_step(plan)
-        return self._finish_step(plan, result)
+        return plan
 
-    def _launch_ahead(self, plan: StepPlan) -> None:
-        """Launch the step after `plan` now, while `plan` runs, where the scheduler can
-        say what it is (Scheduler.schedule_ahead); it is collected at the next _step."""
-        ahead = self._scheduler.schedule_ahead(plan, self._clock())
-        if ahead is None:
+    def _launch_next(self, events: EventBatch, in_flight: StepPlan) -> None:
+        """Plan the step after `in_flight` and launch it now, while `in_flight` runs; it is
+        collected at the next _step. A launch that fails is forgotten: the next _step plans
+        afresh once `in_flight` is read, and its rows lose nothing (what the plan admitted
+        stays admitted and is prefilled then; what it released stays released)."""
+        plan = self._plan(events, in_flight)
+        if plan.empty:
+            self.ahead.not_next("next_empty")
             return
         try:
-            self._ahead = (ahead, self.backend.launch(ahead))
+            self._ahead = (plan, self.backend.launch(plan))
+            self.ahead.launched(True)
         except FatalBackendError:
             raise
         except Exception as exc:  # noqa: BLE001
-            log.error("launching the next step ahead failed; it runs after this one instead",
-                      exc_info=exc)
+            log.error("launching the next step ahead failed; it is planned again after this "
+                      "one", exc_info=exc)
+            self.ahead.not_next("launch_failed")
 
     def _collect(self, plan: StepPlan, handle: object) -> StepResult:
         """The launched step's tokens (a backend that runs ahead); a failure fails its rows."""

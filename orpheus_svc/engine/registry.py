@@ -32,7 +32,8 @@ class BuiltBackend:
     tokenizer: the prompt tokenizer's tokenizer.json, or the name of a built-in one
     (`load_tokenizer` makes either); None when neither is known (the front-ends of a split
     topology then cannot start). codec: the backend's own codec (the sim's), None to load
-    SNAC. model_dir / engine_dir: where its voices.json may be."""
+    SNAC. model_dir / engine_dir: where its voices.json may be. adapters: the LoRA
+    adapters it serves, (name, voices) in pool slot order (slot = position)."""
 
     backend: Any
     encode: Callable[[str], list[int]]
@@ -42,6 +43,7 @@ class BuiltBackend:
     model_dir: Path | None = None
     engine_dir: Path | None = None
     tokenizer: str | None = None
+    adapters: tuple[tuple[str, Any], ...] = ()
 
 
 def build_backend(config, device, dtype) -> BuiltBackend:

@@ -152,6 +152,9 @@ class EngineInfo:
                     # (engine/registry.py load_tokenizer)
     voices: VoiceRegistry
     max_batch_size: int
+    # LoRA adapter name -> its pool slot (runtime.FrontRuntime.adapters): a front-end puts
+    # the slot of a voice's adapter in the requests it builds
+    adapters: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -171,8 +174,8 @@ class EngineSnapshot:
 
 
 def _voices(reg: VoiceRegistry) -> list:
-    return [[[v.name, v.language, list(v.emotion_tags)] for v in reg.voices], reg.default,
-            reg.source]
+    return [[[v.name, v.language, list(v.emotion_tags), v.adapter] for v in reg.voices],
+            reg.default, reg.source]
 
 
 def encode_stats(snap: EngineSnapshot) -> bytes:
@@ -184,7 +187,8 @@ def encode_stats(snap: EngineSnapshot) -> bytes:
         "info": None if info is None else {
             "model_name": info.model_name, "is_demo": info.is_demo, "device": info.device,
             "backend": info.backend, "tokenizer": info.tokenizer,
-            "voices": _voices(info.voices), "max_batch_size": info.max_batch_size}}])
+            "voices": _voices(info.voices), "max_batch_size": info.max_batch_size,
+            "adapters": info.adapters}}])
 
 
 def _decode_stats(d: dict) -> EngineSnapshot:
@@ -194,9 +198,9 @@ def _decode_stats(d: dict) -> EngineSnapshot:
         info = EngineInfo(
             model_name=info["model_name"], is_demo=info["is_demo"], device=info["device"],
             backend=info["backend"], tokenizer=info["tokenizer"],
-            voices=VoiceRegistry(tuple(Voice(n, lang, tuple(tags)) for n, lang, tags in voices),
-                                 default, source),
-            max_batch_size=info["max_batch_size"])
+            voices=VoiceRegistry(tuple(Voice(n, lang, tuple(tags), adapter)
+                                       for n, lang, tags, adapter in voices), default, source),
+            max_batch_size=info["max_batch_size"], adapters=dict(info["adapters"]))
     return EngineSnapshot(warm=d["warm"], stats=SchedulerStats(**d["stats"]),
                           failed_rows=d["failed_rows"], failed_audio=d["failed_audio"],
                           info=info, pid=d["pid"], extra=d["extra"],

@@ -70,6 +70,8 @@ def test_the_cpu_dry_run_of_the_whole_check(tmp_path):
     assert summary["hf_tokens_per_s"] > 0 and summary["ours_tokens_per_s"] > 0
     (level,) = summary["server"]
     assert level["sessions"] == 2 and level["ok"] and "ttfb_p95_ms" in level
+    # issue 32 item 2: the server's run-ahead record (engine/ahead.py), from its log
+    assert 0 < summary["ahead_share"] <= 1 and summary["ahead"]["steps"] > 0
     assert doc["kernel"]["uniforms_equal_host"] is True
     parity = doc["steps"]["bf16"]["parity"]
     assert parity["graph_vs_eager"]["identical"]  # float32 on the CPU: the same tokens

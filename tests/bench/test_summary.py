@@ -156,7 +156,10 @@ def test_no_raw_results_are_committed():
                               "summary.json", "gpu-engine.json", "run1-summary.json",
                               "run1-gpu-engine.json",
                               # issue 33: the seed guard's verdict, the CPU invariance cost
-                              "verdict.json", "invariance-cost-cpu.json"), p
+                              "verdict.json", "invariance-cost-cpu.json",
+                              "lora-cost-cpu.json",  # issue 34: bench/lora_cost.py
+                              # the A/B scripts' reports (tracing-ab.sh, run-ahead-ab.sh)
+                              "report.json"), p
         if p.name.endswith(".summary.json"):
             text = p.read_text()
             assert '"sessions_detail"' not in text and '"traces"' not in text, p

@@ -131,7 +131,8 @@ class FakeTTSServicer(tts_pb2_grpc.TTSServiceServicer):
     def ListVoices(self, request, context):
         self._record("ListVoices")
         return pb.ListVoicesResponse(
-            voices=[pb.Voice(name=v, language="en", is_default=(v == "tara")) for v in VOICES],
+            voices=[pb.Voice(name=v, language="en", is_default=(v == "tara"),
+                             adapter="zoe-lora" if v == "zoe" else "") for v in VOICES],
             emotion_tags=list(TAGS))
 
     def GetStatus(self, request, context):

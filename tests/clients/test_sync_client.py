@@ -124,6 +124,7 @@ def test_list_voices_status_and_health(fake):
         health = tts.health()
     assert voices.names == list(VOICES) and voices.default == "tara"
     assert "<laugh>" in voices.emotion_tags
+    assert [v.adapter for v in voices.voices][-2:] == ["", "zoe-lora"]  # a LoRA voice's
     assert status.serving and status.backend == "fake" and status.total_slots == 4
     assert health == "SERVING"
 

@@ -56,8 +56,8 @@ def _watch(core: EngineLoop, problems: list):
             firsts.append(gen)
         check("add")
 
-    def checked_schedule(now):
-        plan = schedule(now)
+    def checked_schedule(now, in_flight=None):
+        plan = schedule(now, in_flight)
         refused = {g.gen_id for g, _ in plan.refused}
         firsts[:] = [g for g in firsts if g.gen_id not in refused]
         check("schedule")

@@ -259,19 +259,10 @@ def test_a_failing_request_of_the_trtllm_backend_fails_only_itself():
 def test_running_ahead_a_stopped_row_is_stepped_once_more_and_its_extra_token_dropped(name):
     """A run-ahead backend gives the frames of the same backend stepped without running
     ahead, and the row that sampled the stop id was in the next step's plan too."""
-    boosted = {"graph": lambda slots, seq: GraphBackend(_stop_model(slots, seq), slots,
-                                                        graphs=False)}[name]
     plans = []
 
     def run(ahead):
-        backend = boosted(2, 256)
-        launch = backend.launch
-        backend.launch = lambda plan: (plans.append(plan) if ahead else None) or launch(plan)
-        if not ahead:
-            backend.capabilities = dataclasses.replace(backend.capabilities, runs_ahead=False)
-        events = Collector()
-        flusher = RecordingFlusher(events)
-        core = EngineLoop(backend, flusher, events, seed=1)
+        core, flusher, events = _stop_engine(name, 2, 256, ahead, plans.append)
         core.start()
         try:
             g = core.submit(_request(5, 200))
@@ -289,6 +280,21 @@ def test_running_ahead_a_stopped_row_is_stepped_once_more_and_its_extra_token_dr
     assert len(steps_with_it) == len(frames) * FRAME_TOKENS + 2
 
 
+def _stop_engine(name, slots, seq, ahead, on_launch=None):
+    """An EngineLoop over a run-ahead backend whose generations end by themselves (the stop
+    logit boosted); `ahead` False: the same backend stepped without running ahead."""
+    backend = {"graph": lambda: GraphBackend(_stop_model(slots, seq), slots,
+                                             graphs=False)}[name]()
+    if on_launch is not None and ahead:
+        launch = backend.launch
+        backend.launch = lambda plan: on_launch(plan) or launch(plan)
+    if not ahead:
+        backend.capabilities = dataclasses.replace(backend.capabilities, runs_ahead=False)
+    events = Collector()
+    flusher = RecordingFlusher(events)
+    return EngineLoop(backend, flusher, events, seed=1), flusher, events
+
+
 def _stop_model(slots, seq):
     """The tiny model with a stronger stop logit, so that a generation ends by itself."""
     spec = tiny_spec()
@@ -296,3 +302,40 @@ def _stop_model(slots, seq):
     w = {k: (v * 10 if not k.endswith("norm.weight") else v) for k, v in w.items()}
     w["model.embed_tokens.weight"][END_OF_SPEECH_ID] *= 40
     return SlotLlama(spec, w, num_slots=slots, max_seq_len=seq, spare_slots=1)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if BUILDERS[n](2, 64).capabilities.runs_ahead])
+def test_run_ahead_holds_while_generations_join_leave_and_are_cancelled(name):
+    """Issue 32 item 2: under churn (more generations than slots, new ones arriving while
+    others run, one cancelled mid-way) every step but the first is launched while the one
+    before it is in flight (engine/ahead.py), and each seeded generation's frames are those
+    of the same load stepped without running ahead (its rows are batch-invariant: a row's
+    tokens do not depend on when its neighbours joined). Before, a step was planned ahead
+    only while nothing waited or was cancelled."""
+    def run(ahead):
+        core, flusher, events = _stop_engine(name, 3, 512, ahead)
+        core.start()
+        try:
+            first = [core.submit(_request(70 + i, 120, f"a{i}")) for i in range(2)]
+            victim = core.submit(_request(80, 400, "victim"))
+            events.wait_for(lambda ev: len(flusher.frames[first[0]]) >= 1)
+            later = [core.submit(_request(90 + i, 120, f"b{i}")) for i in range(4)]
+            events.wait_for(lambda ev: len(flusher.frames[victim]) >= 2)
+            core.cancel(victim)
+            ids = first + later
+            events.wait_for(lambda ev: events.ended(ids + [victim]), timeout=120)
+        finally:
+            core.stop()
+        assert events.finish(victim).reason == "cancelled"
+        assert all(events.finish(g).reason in ("stop", "length") for g in ids)
+        return [flusher.frames[g] for g in ids], core.ahead
+
+    frames, record = run(True)
+    frames_alone, _ = run(False)
+    assert frames == frames_alone and all(frames)
+    assert record.steps > 30, record.as_dict()
+    # the first step follows an idle engine; the others run ahead, but for a step whose
+    # in-flight rows all ended by length with nothing else to run (next_empty)
+    assert record.alone["idle"] == 1 and record.alone["launch_failed"] == 0
+    assert record.ahead >= record.steps - 1 - record.alone["next_empty"]
+    assert record.share >= 0.95, record.as_dict()

@@ -109,7 +109,7 @@ def test_padding_rows_touch_only_the_dummy_slot():
     runner.collect(runner.launch([], rows))
     padding = dict(zip(INPUT_ROWS, runner.ints[:, 3].tolist()))
     assert padding == dict(slots=dummy, pos=0, fpos=0, stop_ok=0, counter=0, token=-1,
-                           sample=0, first=0, seed=0)
+                           sample=0, first=0, seed=0, adapter=-1)
     for li, k in enumerate(model.k_cache):
         changed = (k != before[li]).flatten(1).any(dim=1).nonzero().flatten().tolist()
         assert changed == [0, 1, 2, dummy]  # slots 3..5 (other generations') untouched
@@ -200,46 +200,8 @@ def test_run_ahead_through_the_engine_loop_gives_the_eager_frames_and_ends():
     assert len(ahead) > len(plans) // 2  # most steps were launched before the last was read
 
 
-def test_schedule_ahead_is_the_next_schedule_advanced_by_one_token():
-    sched = Scheduler(SlotPool(4, 128), SchedulerSettings(max_batch_size=4))
-    for i in range(3):
-        req = _request(i, 9)
-        sched.add(Generation(gen_id=i + 1, request=req, arrival=0.0, seed=req.sampling.seed))
-    plan = sched.schedule(0.0)
-    assert len(plan.prefill) == 3
-    ahead = sched.schedule_ahead(plan, 0.0)
-    assert ahead.decode.num_generated.tolist() == [1, 1, 1]
-    assert (ahead.decode.last_token == -1).all()
-    from orpheus_svc.core.step import StepResult
-    from orpheus_svc.core.tokens import audio_token_id
-    sched.update(plan, StepResult(tokens={g: (audio_token_id(0, 5),) for g in (1, 2, 3)}), 0.0)
-    normal = sched.schedule(0.0)
-    for name in ("gen_ids", "slots", "num_generated", "position", "frame_position",
-                 "stop_allowed"):
-        assert getattr(ahead.decode, name).tolist() == getattr(normal.decode, name).tolist()
-
-
-def test_schedule_ahead_declines_when_a_generation_waits_or_was_cancelled():
-    sched = Scheduler(SlotPool(2, 128), SchedulerSettings(max_batch_size=2))
-    for i in range(3):
-        req = _request(i, 9)
-        sched.add(Generation(gen_id=i + 1, request=req, arrival=0.0, seed=1))
-    plan = sched.schedule(0.0)
-    assert sched.schedule_ahead(plan, 0.0) is None  # the third waits for a slot
-    sched2 = Scheduler(SlotPool(2, 128), SchedulerSettings(max_batch_size=2))
-    sched2.add(Generation(gen_id=1, request=_request(0, 9), arrival=0.0, seed=1))
-    plan = sched2.schedule(0.0)
-    sched2.cancel(1, 0.0)
-    assert sched2.schedule_ahead(plan, 0.0) is None
-
-
-def test_rows_that_end_by_length_are_not_scheduled_ahead():
-    sched = Scheduler(SlotPool(2, 128), SchedulerSettings(max_batch_size=2))
-    sched.add(Generation(gen_id=1, request=_request(0, 1), arrival=0.0, seed=1))
-    sched.add(Generation(gen_id=2, request=_request(1, 5), arrival=0.0, seed=1))
-    plan = sched.schedule(0.0)
-    ahead = sched.schedule_ahead(plan, 0.0)
-    assert ahead.decode.gen_ids.tolist() == [2]  # gen 1's first token is its last
+# The plan made while a step is in flight (Scheduler.schedule's in_flight, what the graph
+# engine's run-ahead launches): tests/unit/test_scheduler_in_flight.py.
 
 
 def test_the_decode_step_has_no_host_sync_or_data_dependent_shape():

@@ -50,6 +50,21 @@ def test_stats_round_trip_with_and_without_info():
     assert out.info.voices.names == english_registry().names
 
 
+def test_adapter_voices_and_slots_cross_to_the_front_ends():
+    """A front-end builds the requests: it needs each voice's adapter and each adapter's
+    pool slot (runtime.FrontRuntime.adapter_of), as the engine process has them."""
+    from orpheus_svc.core.voices import Voice, VoiceRegistry, with_adapter_voices
+
+    voices = with_adapter_voices(english_registry(), [
+        ("nova-lora", VoiceRegistry((Voice("nova", "en"),), "nova"))])
+    stats = SchedulerStats(1, 2, 3, 4, 7, 10, 8, 1, 1, 99, 1234, 0)
+    info = wire.EngineInfo("m", False, "cpu", "torch", "t.json", voices, 8, {"nova-lora": 3})
+    _, out = wire.decode_message(wire.encode_stats(wire.EngineSnapshot(True, stats, info=info)))
+    assert out.info.adapters == {"nova-lora": 3}
+    assert out.info.voices.resolve("nova").adapter == "nova-lora"
+    assert out.info.voices.resolve("tara").adapter is None
+
+
 def test_lost_round_trip():
     assert wire.decode_message(wire.encode_lost([5, 6], "behind")) == (wire.LOST, ([5, 6], "behind"))
 

@@ -34,7 +34,7 @@ def _torch_side(penalty, seed=11):
     the same way (one product each) by its constrained head and by a full head."""
     gen = torch.Generator().manual_seed(seed)
     head = torch.randn(ORPHEUS_VOCAB_SIZE, 1, generator=gen)
-    model = SimpleNamespace(num_slots=1, device=torch.device("cpu"), lm_head=head,
+    model = SimpleNamespace(num_slots=1, device=torch.device("cpu"), lm_head=head, lora=None,
                             max_seq_len=4096)
     request = GenerationRequest("s", 0, tuple(PROMPT), 200,
                                 SamplingParams(temperature=0.6, top_p=0.8,

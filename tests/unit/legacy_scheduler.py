@@ -328,7 +328,8 @@ class Scheduler:
         live = self._batch.gen_id[slots] == gen_ids  # not ended since plan was made
         if int(live.sum()) != len(self._candidates):
             return None  # a candidate that is not in the plan: schedule() decides
-        rows = self._batch.rows_ahead(np.sort(slots[live]))
+        # (BatchState.rows_ahead(slots) was rows(slots) with every row in flight)
+        rows = self._batch.rows(np.sort(slots[live]), np.ones(len(self._batch.gen_id), bool))
         if not len(rows):
             return None
         self._step += 1

@@ -6,7 +6,8 @@ run-ahead (capabilities.runs_ahead: launch(plan) returns before the step's ids e
                    device as replays of the captured step; the decode rows' input tokens are
                    read on the device
                    (last_ids), so a plan whose decode rows carry last_token -1 (one made
-                   before the step before it was read, Scheduler.schedule_ahead) is fine
+                   while the step before it was in flight: Scheduler.schedule's in_flight)
+                   is fine
     collect(l)     waits for that step's ids: tokens for prefill rows, decode_tokens
     step(plan)     collect(launch(plan)): what a caller that does not run ahead uses
 
@@ -50,22 +51,26 @@ class GraphBackend:
                                   buckets=buckets, fused=fused, prefill_rows=prefill_rows)
         self.model = model
         self.clock = StepClock(model.device.type == "cuda")  # timing, from outside the runner
+        self._in_flight = 0  # steps launched and not collected yet
         self.capabilities = BackendCapabilities(
             name="graph", num_slots=model.num_slots, max_seq_len=model.max_seq_len,
-            runs_ahead=True, max_prefill_tokens=prefill_rows or None)
+            runs_ahead=True, max_prefill_tokens=prefill_rows or None,
+            max_adapters=model.lora.capacity if model.lora else 0,
+            max_lora_rank=model.lora.rank if model.lora else 0)
 
     def launch(self, plan: StepPlan) -> tuple[tuple[int, ...], Launch, StepMark]:
         prefill = [PrefillRow(r.slot, r.request.prompt_ids, r.request.sampling.temperature,
                               r.request.sampling.top_p, r.request.sampling.repetition_penalty,
                               int(int64_bits([r.seed])[0]), r.frame_position, r.stop_allowed,
-                              r.num_generated, r.request.sampling.seed is not None)
+                              r.num_generated, r.request.sampling.seed is not None,
+                              r.request.adapter)
                    for r in plan.prefill]
         d = plan.decode
         decode = None
         if len(d):
             decode = np.stack([d.slots, d.position, d.frame_position,
-                               d.stop_allowed.astype(np.int64), d.num_generated])
-        ahead = bool(len(d)) and int(d.last_token[0]) == -1  # Scheduler.schedule_ahead's
+                               d.stop_allowed.astype(np.int64), d.num_generated, d.adapter])
+        ahead = self._in_flight > 0  # launched before the step before it was read
         seeded = (any(r.invariant for r in prefill)
                   or any(q.sampling.seed is not None for q in d.requests))
         mark = self.clock.begin(ahead)
@@ -76,11 +81,13 @@ class GraphBackend:
             fatal_if_device_lost(exc)  # a poisoned CUDA context fails every later step
             raise
         self.clock.launched(mark)
+        self._in_flight += 1
         return tuple(r.gen_id for r in plan.prefill), launched, mark
 
     def collect(self, launched: tuple[tuple[int, ...], Launch, StepMark]) -> StepResult:
         prefill_ids, launch, mark = launched
         t0 = time.perf_counter()
+        self._in_flight -= 1
         try:
             first, decode = self.runner.collect(launch)
         except Exception as exc:

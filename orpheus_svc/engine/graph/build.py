@@ -14,4 +14,5 @@ def build(config, device, dtype) -> BuiltBackend:
                            graphs=e.cuda_graphs and device.type == "cuda",
                            prefill_rows=e.graph_prefill_rows)
     return BuiltBackend(backend, loaded.encode, loaded.model_name, is_demo=loaded.is_demo,
-                        model_dir=loaded.model_dir, tokenizer=loaded.tokenizer)
+                        model_dir=loaded.model_dir, tokenizer=loaded.tokenizer,
+                        adapters=loaded.adapters.served)

@@ -12,6 +12,7 @@ prompt token attends to the earlier tokens of its prompt written in the same ste
     pos      its KV position     0 .. L0-1
     sample   1                   0 ... 0 1 (its last token samples the first audio id)
     first    0                   1 0 ... 0 (resets the slot's sampling state)
+    adapter  its LoRA adapter    its LoRA adapter         -1 (the base model)
 
 Int rows (INPUT_ROWS) and float rows (PARAM_ROWS: a new prompt's sampling parameters, read
 where `first` is set) go to the device in one pinned copy each. A step with more rows than
@@ -27,7 +28,8 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 # The step's integer input rows ([len(INPUT_ROWS), bucket] int64), in this order.
-INPUT_ROWS = ("slots", "pos", "fpos", "stop_ok", "counter", "token", "sample", "first", "seed")
+INPUT_ROWS = ("slots", "pos", "fpos", "stop_ok", "counter", "token", "sample", "first", "seed",
+              "adapter")
 # Its float input rows ([len(PARAM_ROWS), bucket] float32): a new prompt's sampling.
 PARAM_ROWS = ("temperature", "top_p", "penalty")
 _I = {name: i for i, name in enumerate(INPUT_ROWS)}
@@ -48,6 +50,7 @@ class PrefillRow(NamedTuple):
     stop_allowed: bool
     counter: int             # tokens sampled so far (the counter of its uniform)
     invariant: bool = False  # a seeded session's: its bits must not depend on the batch
+    adapter: int = -1        # its LoRA adapter slot (engine/model/lora.py), -1 = base
 
 
 @dataclass
@@ -79,21 +82,26 @@ class StepRows:
         ints[:, n:bucket] = 0
         ints[_I["slots"], n:bucket] = dummy
         ints[_I["token"], n:bucket] = -1
+        ints[_I["adapter"], n:bucket] = -1
         floats[:, n:bucket] = 1.0
 
 
 def step_rows(decode: np.ndarray | None, prefill: Sequence[PrefillRow]) -> StepRows:
-    """The rows of a step: `decode` as a [5, n] array (slots, pos, fpos, stop_ok, counter)
-    or None, then one row per prompt token of each PrefillRow."""
+    """The rows of a step: `decode` as a [5, n] array (slots, pos, fpos, stop_ok, counter),
+    or [6, n] with each row's adapter last, or None; then one row per prompt token of each
+    PrefillRow."""
     n = 0 if decode is None else decode.shape[1]
     lengths = [len(p.prompt_ids) for p in prefill]
     total = n + sum(lengths)
     ints = np.zeros((len(INPUT_ROWS), total), np.int64)
     floats = np.ones((len(PARAM_ROWS), total), np.float32)
+    ints[_I["adapter"]] = -1
     if n:
-        ints[:5, :n] = decode
+        ints[:5, :n] = decode[:5]
         ints[_I["token"], :n] = -1
         ints[_I["sample"], :n] = 1
+        if decode.shape[0] > 5:
+            ints[_I["adapter"], :n] = decode[5]
     last = np.zeros(len(prefill), np.int64)
     at = n
     for k, (p, length) in enumerate(zip(prefill, lengths)):
@@ -105,6 +113,7 @@ def step_rows(decode: np.ndarray | None, prefill: Sequence[PrefillRow]) -> StepR
         ints[_I["counter"], rows] = p.counter
         ints[_I["token"], rows] = p.prompt_ids
         ints[_I["seed"], rows] = p.seed
+        ints[_I["adapter"], rows] = p.adapter
         ints[_I["first"], at] = 1
         ints[_I["sample"], at + length - 1] = 1
         floats[_F["temperature"], rows] = p.temperature

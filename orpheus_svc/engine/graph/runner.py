@@ -35,8 +35,9 @@ from orpheus_svc.engine.graph.attention import (DecodeAttention, decode_attentio
 from orpheus_svc.engine.graph.buckets import batch_buckets, bucket_for
 from orpheus_svc.engine.graph.rows import INPUT_ROWS, PARAM_ROWS, PrefillRow, step_rows
 from orpheus_svc.engine.graph.fused import TorchOps, TritonOps, triton_ops_work
-from orpheus_svc.engine.graph.step import SlotState, decode_step
+from orpheus_svc.engine.graph.step import MakeLora, SlotState, decode_step
 from orpheus_svc.engine.model.llama import SlotLlama
+from orpheus_svc.engine.model.lora import LoraRows, gather_expand, gather_shrink
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,11 @@ class GraphRunner:
         if fused == "auto":
             fused = "triton" if cuda and triton_ops_work(model) else "torch"
         self.ops = {"triton": TritonOps, "torch": TorchOps}[fused]
-        log.info("graph engine: decode attention %s, small operations %s, CUDA graphs %s",
-                 self.kernel, self.ops.name, "on" if graphs else "off")
+        self.lora_kernels = "none"
+        self._make_lora = self._lora_rows(model, cuda)
+        log.info("graph engine: decode attention %s, small operations %s, LoRA %s, CUDA "
+                 "graphs %s", self.kernel, self.ops.name, self.lora_kernels,
+                 "on" if graphs else "off")
         width = self.capacity = self.buckets[-1]
         self.ints = torch.zeros((len(INPUT_ROWS), width), dtype=torch.long, device=device)
         self.floats = torch.ones((len(PARAM_ROWS), width), dtype=torch.float32, device=device)
@@ -117,10 +121,29 @@ class GraphRunner:
 
     # -- start-up -------------------------------------------------------------------------
 
+    def _lora_rows(self, model: SlotLlama, cuda: bool) -> MakeLora | None:
+        """How a step finds its rows' adapters (engine/model/lora.py): on CUDA indexed, the
+        adapter input row read on the device by the Triton kernels (else a gather), so the
+        captured graph holds it; elsewhere grouped on the host (the CPU: no sync to pay),
+        which keeps a seeded row's bits batch-invariant as the torch backend does."""
+        pool = model.lora
+        if pool is None:
+            return None
+        if not cuda:
+            self.lora_kernels = "grouped (host)"
+            return lambda adapter: LoraRows.grouped(pool, adapter.numpy())
+        from orpheus_svc.engine.graph.lora_kernels import (lora_kernels_work, triton_expand,
+                                                           triton_shrink)
+        if lora_kernels_work(pool):
+            self.lora_kernels = "triton"
+            return lambda adapter: LoraRows.indexed(pool, adapter, triton_shrink, triton_expand)
+        self.lora_kernels = "gather"
+        return lambda adapter: LoraRows.indexed(pool, adapter, gather_shrink, gather_expand)
+
     @torch.inference_mode()
     def _run(self, bucket: int) -> None:
         decode_step(self.model, self.state, self.ints[:, :bucket], self.floats[:, :bucket],
-                    self._attend[bucket], self.out[:bucket], self.ops)
+                    self._attend[bucket], self.out[:bucket], self.ops, self._make_lora)
 
     def capture(self) -> None:
         """One CUDA graph per bucket, into one memory pool (module docstring)."""

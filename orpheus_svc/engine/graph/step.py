@@ -2,7 +2,7 @@
 the data, so one CUDA graph per batch bucket can hold all of it (engine/graph/runner.py).
 
     inputs (device, one row per batch row; padded rows point at the dummy slot; rows.py)
-      slots, pos, fpos, stop_ok, counter, token, sample, first, seed   int64 [B]
+      slots, pos, fpos, stop_ok, counter, token, sample, first, seed, adapter   int64 [B]
       temperature, top_p, penalty (a new prompt's, read where first)  float32 [B]
     device state (per KV slot, the dummy included)
       last_ids [S+1]        the token each slot feeds next (written by the step itself)
@@ -13,7 +13,10 @@ the data, so one CUDA graph per batch bucket can hold all of it (engine/graph/ru
     forward   ids = token, or last_ids[slots] for a decode row; the Llama decode forward
               (SlotLlama's weights and arithmetic; RoPE, the K/V writes at (slot, pos),
               norms and SiLU fused where
-              `ops` is fused.py's TritonOps; attention by `attend`, a length-aware kernel)
+              `ops` is fused.py's TritonOps; attention by `attend`, a length-aware kernel;
+              each fused projection plus its rows' LoRA updates, engine/model/lora.py, when
+              the model has an adapter pool: the adapter of each row is an input row, the
+              weights are the pool's buffers, so neither changes the captured graph)
     choose    audio logits of every row's frame position from the 7 x 4096 audio rows of
               the head (one GEMM for all rows, then a gather), the stop logit where the
               grammar allows it, repetition penalty, temperature, top-p and the
@@ -34,6 +37,7 @@ from orpheus_svc.core.tokens import AUDIO_BASE, CODES_PER_POSITION, FRAME_TOKENS
 from orpheus_svc.engine.graph.fused import TorchOps
 from orpheus_svc.engine.model.invariant import rows_matmul
 from orpheus_svc.engine.model.llama import SlotLlama
+from orpheus_svc.engine.model.lora import LoraRows
 from orpheus_svc.engine.model.sampling import (
     STOP_COLUMN,
     apply_repetition_penalty,
@@ -46,6 +50,9 @@ from orpheus_svc.engine.model.sampling import (
 # attend(q [B, heads, D], k_cache, v_cache, slots [B], lens [B]) -> [B, heads, D]
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
                   torch.Tensor]
+# The LoRA rows of a step from its adapter input row (GraphRunner decides how: grouped on
+# the host off CUDA, indexed on the device inside a graph); None: no adapter pool.
+MakeLora = Callable[[torch.Tensor], "LoraRows | None"]
 
 
 class SlotState:
@@ -63,10 +70,11 @@ class SlotState:
 
 
 def decode_hidden(model: SlotLlama, ids: torch.Tensor, slots: torch.Tensor, pos: torch.Tensor,
-                  attend: Attend, ops=TorchOps) -> torch.Tensor:
+                  attend: Attend, ops=TorchOps, lora: LoraRows | None = None) -> torch.Tensor:
     """Final-norm hidden state [B, hidden] of one token per row, fed at KV index pos of its
     slot (the new K/V are written there first, then attended with lens = pos + 1): the
-    arithmetic of SlotLlama's decode, with its small operations from `ops` (fused.py)."""
+    arithmetic of SlotLlama's decode, with its small operations from `ops` (fused.py) and
+    each row's LoRA update from `lora`."""
     spec = model.spec
     eps, heads, kv_heads = spec.rms_norm_eps, spec.num_attention_heads, spec.num_key_value_heads
     bsz = ids.shape[0]
@@ -74,15 +82,16 @@ def decode_hidden(model: SlotLlama, ids: torch.Tensor, slots: torch.Tensor, pos:
     layers = model.layers
     x = model.embed[ids]
     h = ops.rms_norm(x, layers[0]["in_norm"], eps)
+    proj = SlotLlama._proj
     for li, layer in enumerate(layers):
         kc, vc = model.k_cache[li], model.v_cache[li]
-        q = ops.rope_qkv(layer["qkv"](h), model.cos, model.sin, pos, slots, kc, vc, heads,
-                         kv_heads)
+        q = ops.rope_qkv(proj(li, layer, "qkv", h, lora), model.cos, model.sin, pos, slots, kc,
+                         vc, heads, kv_heads)
         o = attend(q, kc, vc, slots, lens).reshape(bsz, -1)
-        x, h = ops.add_rms_norm(x, layer["o"](o), layer["post_norm"], eps)
+        x, h = ops.add_rms_norm(x, proj(li, layer, "o", o, lora), layer["post_norm"], eps)
         after = layers[li + 1]["in_norm"] if li + 1 < len(layers) else model.final_norm
-        x, h = ops.add_rms_norm(x, layer["down"](ops.silu_mul(layer["gate_up"](h))), after,
-                                eps)
+        up = ops.silu_mul(proj(li, layer, "gate_up", h, lora))
+        x, h = ops.add_rms_norm(x, proj(li, layer, "down", up, lora), after, eps)
     return h
 
 
@@ -136,12 +145,14 @@ def start_prompts(state: SlotState, slots: torch.Tensor, first: torch.Tensor,
 
 
 def decode_step(model: SlotLlama, state: SlotState, ints: torch.Tensor, floats: torch.Tensor,
-                attend: Attend, out: torch.Tensor, ops=TorchOps) -> None:
-    """One step over the rows of `ints` ([9, B], rows.INPUT_ROWS) and `floats` ([3, B],
+                attend: Attend, out: torch.Tensor, ops=TorchOps,
+                make_lora: MakeLora | None = None) -> None:
+    """One step over the rows of `ints` ([10, B], rows.INPUT_ROWS) and `floats` ([3, B],
     rows.PARAM_ROWS): decode rows feed their slot's last id, prompt rows their own token;
     the chosen ids go to `out` ([B])."""
-    slots, pos, fpos, stop_ok, counter, token, sample, first, seed = ints.unbind(0)
+    slots, pos, fpos, stop_ok, counter, token, sample, first, seed, adapter = ints.unbind(0)
     start_prompts(state, slots, first, seed, floats)
     ids = torch.where(token >= 0, token, state.last_ids[slots])
-    hidden = decode_hidden(model, ids, slots, pos, attend, ops)
+    lora = make_lora(adapter) if make_lora is not None else None
+    hidden = decode_hidden(model, ids, slots, pos, attend, ops, lora)
     out.copy_(choose_tokens(model, state, hidden, slots, fpos, stop_ok, counter, sample))

@@ -15,6 +15,10 @@ overwritten by later decode steps.
 Only hidden states come out of forward(); the LM head lives in sampling.py, which computes
 just the rows the audio grammar allows.
 
+LoRA adapters (engine/model/lora.py): with a pool (`lora`, engine.max_adapters), prefill
+and decode take each row's adapter index (-1 = the base model) and every fused projection
+adds its rows' low-rank updates, so rows on different adapters share one forward.
+
 Attention on CUDA uses the memory-efficient kernel (else math), never cuDNN's: cuDNN builds
 an execution plan for every new shape, and the key span grows by one every decode step, so
 each step paid a new plan (about 35 ms of host time per step on an H200 against 7.7 ms of
@@ -35,6 +39,7 @@ import torch.nn.functional as F
 
 from orpheus_svc.engine.model.invariant import attention_span, prompt_groups
 from orpheus_svc.engine.model.linear import make_linear
+from orpheus_svc.engine.model.lora import LoraPool, LoraRows
 from orpheus_svc.models.llama_config import LlamaSpec
 
 log = logging.getLogger(__name__)
@@ -90,11 +95,14 @@ class SlotLlama:
     def __init__(self, spec: LlamaSpec, weights: Mapping[str, torch.Tensor], *, num_slots: int,
                  max_seq_len: int, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32, quantization: str = "none",
-                 spare_slots: int = 0, fp8_gemm: str = "rowwise") -> None:
+                 spare_slots: int = 0, fp8_gemm: str = "rowwise", max_adapters: int = 0,
+                 max_lora_rank: int = 0) -> None:
         """`quantization`: "none" (weights in `dtype`) or "fp8" (engine/model/linear.py; the
         embedding, the norms and the LM head stay in `dtype`). `spare_slots`: KV slots
         allocated beyond `num_slots` for the owner's own use (the graph engine's dummy
-        slot, which padded batch rows write to). `fp8_gemm`: Fp8Linear's gemm."""
+        slot, which padded batch rows write to). `fp8_gemm`: Fp8Linear's gemm.
+        `max_adapters` > 0: a LoRA pool of that many adapters of rank <= `max_lora_rank`
+        (engine/model/lora.py), in `dtype` whatever the quantization."""
         self.spec = spec
         self.device = torch.device(device)
         self.dtype = dtype
@@ -130,6 +138,8 @@ class SlotLlama:
         emb = torch.cat((freqs, freqs), dim=-1)
         self.cos = emb.cos().to(self.device, dtype)
         self.sin = emb.sin().to(self.device, dtype)
+        self.lora = LoraPool(spec, max_adapters, max_lora_rank, self.device, dtype) \
+            if max_adapters > 0 else None
         # Attributes so bench/gpu_torch.py can time the alternatives on a GPU.
         self.sdpa_kernels = sdpa_kernels(self.device)
         self.grouped_decode = True
@@ -169,11 +179,19 @@ class SlotLlama:
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, weight, self.spec.rms_norm_eps)
 
-    def _qkv(self, layer: dict, x: torch.Tensor, positions: torch.Tensor):
+    @staticmethod
+    def _proj(li: int, layer: dict, name: str, x: torch.Tensor,
+              lora: LoraRows | None) -> torch.Tensor:
+        """Fused projection `name` of layer `li`, plus the rows' adapter updates."""
+        y = layer[name](x)
+        return y if lora is None else lora.add(li, name, x, y)
+
+    def _qkv(self, li: int, layer: dict, x: torch.Tensor, positions: torch.Tensor,
+             lora: LoraRows | None = None):
         """x [B, T, H], positions [B, T] -> q [B, nh, T, hd], k, v [B, kvh, T, hd]."""
         s = self.spec
         bsz, t, _ = x.shape
-        qkv = layer["qkv"](x)
+        qkv = self._proj(li, layer, "qkv", x, lora)
         nq, nkv = s.num_attention_heads * s.head_dim, s.num_key_value_heads * s.head_dim
         q = qkv[..., :nq].view(bsz, t, s.num_attention_heads, s.head_dim).transpose(1, 2)
         k = qkv[..., nq:nq + nkv].view(bsz, t, s.num_key_value_heads, s.head_dim).transpose(1, 2)
@@ -182,34 +200,40 @@ class SlotLlama:
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         return q, k, v
 
-    def _block(self, layer: dict, x: torch.Tensor, attend) -> torch.Tensor:
+    def _block(self, li: int, layer: dict, x: torch.Tensor, attend,
+               lora: LoraRows | None = None) -> torch.Tensor:
         h = self._rms(x, layer["in_norm"])
-        x = x + layer["o"](attend(h))
+        x = x + self._proj(li, layer, "o", attend(h), lora)
         h = self._rms(x, layer["post_norm"])
-        gate, up = layer["gate_up"](h).chunk(2, dim=-1)
-        return x + layer["down"](F.silu(gate) * up)
+        gate, up = self._proj(li, layer, "gate_up", h, lora).chunk(2, dim=-1)
+        return x + self._proj(li, layer, "down", F.silu(gate) * up, lora)
 
     @torch.inference_mode()
     def prefill(self, slots: Sequence[int], prompts: Sequence[Sequence[int]],
-                invariant: Sequence[bool] | None = None) -> torch.Tensor:
+                invariant: Sequence[bool] | None = None,
+                adapters: Sequence[int] | None = None) -> torch.Tensor:
         """Run whole prompts into their slots (from position 0). Returns the final-norm
         hidden state of each prompt's last token, [B, hidden]. `invariant` (per prompt):
         those prompts' results must not depend on the others (invariant.py), so they are
-        run in groups padded to a length of their own."""
+        run in groups padded to a length of their own. `adapters` (per prompt): its LoRA
+        adapter slot, -1 = the base model (None: all base)."""
         groups = prompt_groups([len(p) for p in prompts], invariant, self.max_seq_len)
         with self._kernels():
             if len(groups) == 1:
-                return self._prefill(slots, prompts, groups[0][1])
+                return self._prefill(slots, prompts, groups[0][1], adapters)
             out = [None] * len(prompts)
             for members, pad_to in groups:
                 hidden = self._prefill([slots[i] for i in members],
-                                       [prompts[i] for i in members], pad_to)
+                                       [prompts[i] for i in members], pad_to,
+                                       None if adapters is None
+                                       else [adapters[i] for i in members])
                 for row, i in enumerate(members):
                     out[i] = hidden[row]
             return torch.stack(out)
 
     def _prefill(self, slots: Sequence[int], prompts: Sequence[Sequence[int]],
-                 pad_to: int | None = None) -> torch.Tensor:
+                 pad_to: int | None = None, adapters: Sequence[int] | None = None
+                 ) -> torch.Tensor:
         lengths = [len(p) for p in prompts]
         t = max(lengths) if pad_to is None else pad_to
         if max(lengths) > self.max_seq_len:
@@ -228,9 +252,10 @@ class SlotLlama:
         mask = mask.unsqueeze(1)  # [B, 1, T, T]
         x = self.embed[ids]
         group = self.spec.num_attention_heads // self.spec.num_key_value_heads
+        lora = None if adapters is None else LoraRows.grouped(self.lora, adapters, repeat=t)
         for li, layer in enumerate(self.layers):
             def attend(h, li=li, layer=layer):
-                q, k, v = self._qkv(layer, h, positions)
+                q, k, v = self._qkv(li, layer, h, positions, lora)
                 self.k_cache[li][slot_idx, :, :t] = k
                 self.v_cache[li][slot_idx, :, :t] = v
                 if self.sdpa_kernels is None:
@@ -240,23 +265,24 @@ class SlotLlama:
                                                        v.repeat_interleave(group, dim=1),
                                                        attn_mask=mask)
                 return o.transpose(1, 2).reshape(h.shape[0], t, -1)
-            x = self._block(layer, x, attend)
+            x = self._block(li, layer, x, attend, lora)
         last = x[torch.arange(len(prompts), device=self.device), lens - 1]
         return self._rms(last, self.final_norm)
 
     @torch.inference_mode()
     def decode(self, slots: Sequence[int], tokens: Sequence[int],
-               positions: Sequence[int], invariant: Sequence[bool] | None = None
-               ) -> torch.Tensor:
+               positions: Sequence[int], invariant: Sequence[bool] | None = None,
+               adapters: Sequence[int] | None = None) -> torch.Tensor:
         """One token per slot, each at its own position. Returns final-norm hidden [B, hidden].
         `invariant` (per row): those rows' results must not depend on the others
-        (invariant.py), so the step attends over a span rounded up to fixed block edges."""
+        (invariant.py), so the step attends over a span rounded up to fixed block edges.
+        `adapters` (per row): its LoRA adapter slot, -1 = the base model (None: all base)."""
         with self._kernels():
-            return self._decode(slots, tokens, positions, invariant)
+            return self._decode(slots, tokens, positions, invariant, adapters)
 
     def _decode(self, slots: Sequence[int], tokens: Sequence[int],
-                positions: Sequence[int], invariant: Sequence[bool] | None = None
-                ) -> torch.Tensor:
+                positions: Sequence[int], invariant: Sequence[bool] | None = None,
+                adapters: Sequence[int] | None = None) -> torch.Tensor:
         bsz = len(slots)
         slot_idx = torch.as_tensor(list(slots), device=self.device)
         # Slots lo..lo+B-1 in order (the backend sorts its batch by slot, and a full batch
@@ -269,14 +295,15 @@ class SlotLlama:
                              f"{self.max_seq_len}")
         span = attention_span([int(p) + 1 for p in positions], invariant, self.max_seq_len)
         x = self.embed[torch.as_tensor(list(tokens), device=self.device)].unsqueeze(1)
+        lora = None if adapters is None else LoraRows.grouped(self.lora, adapters)
         for li, layer in enumerate(self.layers):
             def attend(h, li=li, layer=layer):
-                q, k, v = self._qkv(layer, h, pos[:, None])
+                q, k, v = self._qkv(li, layer, h, pos[:, None], lora)
                 kc, vc = self.k_cache[li], self.v_cache[li]
                 kc[slot_idx, :, pos] = k[:, :, 0]
                 vc[slot_idx, :, pos] = v[:, :, 0]
                 return self._attend(q, kc, vc, rows, pos, span)
-            x = self._block(layer, x, attend)
+            x = self._block(li, layer, x, attend, lora)
         return self._rms(x[:, 0], self.final_norm)
 
     def _attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, rows,

@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 
 from orpheus_svc.engine.model.llama import SlotLlama
+from orpheus_svc.models.adapters import ConfiguredAdapters, read_configured_adapters
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,8 @@ class LoadedModel:
     model_dir: Path
     model_name: str
     is_demo: bool
+    # model.adapters, read and installed in the model's LoRA pool (models/adapters.py)
+    adapters: ConfiguredAdapters | None = None
 
     @property
     def tokenizer(self) -> str | None:
@@ -48,9 +51,16 @@ def load_slot_llama(config, device: torch.device, dtype: torch.dtype,
         log.warning(DEMO_WARNING)
         ref = str(ensure_demo_checkpoint().model_dir)
     ckpt = load_checkpoint(ref, device="cpu", dtype=dtype)
+    adapters = read_configured_adapters(config, ckpt.spec)  # before the weights go anywhere
     model = SlotLlama(ckpt.spec, ckpt.state_dict, num_slots=e.max_sessions,
                       max_seq_len=e.max_seq_len, device=device, dtype=dtype,
                       quantization=m.quantization, spare_slots=spare_slots,
-                      fp8_gemm=m.fp8_gemm)
+                      fp8_gemm=m.fp8_gemm, max_adapters=adapters.capacity,
+                      max_lora_rank=adapters.rank)
+    if model.lora is not None:
+        adapters.install(model.lora)
+        for index, (name, w) in enumerate(adapters.adapters):
+            log.info("LoRA adapter %s in slot %d: %s, voices %s", name, index, w.info(),
+                     ", ".join(w.voices.names))
     return LoadedModel(model, ckpt.tokenizer.encode, Path(ckpt.path),
-                       "demo" if is_demo else str(ref), is_demo)
+                       "demo" if is_demo else str(ref), is_demo, adapters)

@@ -109,15 +109,22 @@ class SimBackend:
                  length_sigma: float = 0.2,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
-                 faults: SimFaults | None = None) -> None:
+                 faults: SimFaults | None = None, max_adapters: int = 0,
+                 lora_rank: int = 0) -> None:
+        """`max_adapters`, `lora_rank`: the LoRA pool a real engine would hold
+        (engine.max_adapters, engine.max_lora_rank); each step pays its modelled cost
+        (GpuProfile.lora_seconds) for the rows on adapters."""
         self.faults = faults or SimFaults()
+        self.lora_rank = lora_rank if max_adapters else 0
         self.profile = profile
         self.num_slots = num_slots
         self.max_seq_len = max_seq_len
         self.length_sigma = length_sigma
         # retry_safe: step() changes nothing before it can raise; EngineLoop may re-run parts
         self.capabilities = BackendCapabilities(name="sim", num_slots=num_slots,
-                                                max_seq_len=max_seq_len, retry_safe=True)
+                                                max_seq_len=max_seq_len, retry_safe=True,
+                                                max_adapters=max_adapters if lora_rank else 0,
+                                                max_lora_rank=self.lora_rank)
         self._clock = clock
         self._sleep = sleep
         # Live generations' whole token streams, one row per KV slot (`_owner`: whose
@@ -232,6 +239,8 @@ class SimBackend:
             self._forget(gid)
         d = self.profile.step_seconds(len(decode), context, len(plan.prefill),
                                       prefill_tokens, prefill_sq)
+        if self.lora_rank:
+            d += self._lora_seconds(plan)
         c = self.counters
         end, over = pace_step(self._last_end if busy else None, now, d)
         if busy:
@@ -272,6 +281,18 @@ class SimBackend:
                 if late > LATE_WAKE_S:
                     c["late_wakes"] += 1
         return StepResult(tokens=tokens, decode_tokens=decode_tokens)
+
+    def _lora_seconds(self, plan: StepPlan) -> float:
+        """The modelled LoRA cost of a step: its distinct adapters and the tokens on them."""
+        used = plan.decode.adapter[plan.decode.adapter >= 0] if len(plan.decode) \
+            else np.zeros(0, np.int64)
+        tokens = len(used)
+        names = set(used.tolist())
+        for g in plan.prefill:
+            if g.request.adapter >= 0:
+                names.add(g.request.adapter)
+                tokens += len(g.request.prompt_ids)
+        return self.profile.lora_seconds(len(names), tokens, self.lora_rank)
 
     def _timed_step(self, *args, **kwargs) -> StepResult:
         busy = bool(self._slot_of)

@@ -11,6 +11,7 @@ from orpheus_svc.engine.sim.codec import SimCodec
 from orpheus_svc.engine.sim.encode import sim_encode
 from orpheus_svc.engine.sim.faults import SimFaults
 from orpheus_svc.engine.sim.profiles import get_profile
+from orpheus_svc.models.adapters import read_configured_adapters
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +30,11 @@ def build_sim_backend(config) -> tuple[SimBackend, Callable[[str], list[int]], S
         faults = SimFaults.parse(getattr(e, "sim_faults", ""))
     except ValueError as exc:
         raise ConfigError(f"engine.sim_faults: {exc}") from None
+    adapters = read_configured_adapters(config, None)  # no weights to check shapes against
     backend = SimBackend(profile, num_slots=e.max_sessions, max_seq_len=e.max_seq_len,
-                         faults=faults)
+                         faults=faults, max_adapters=adapters.capacity,
+                         lora_rank=adapters.rank)
+    backend.adapters = adapters.served
     codec = SimCodec(profile, seed=e.seed or 0, faults=bool(faults.codec_error)) \
         if e.sim_codec else None
     backend.codec = codec  # its counters join stats() (the benchmark's sim stats file)
@@ -47,4 +51,4 @@ def build(config, device=None, dtype=None) -> BuiltBackend:
     engine.sim_codec is false, its codec."""
     backend, encode, codec = build_sim_backend(config)
     return BuiltBackend(backend, encode, f"sim:{config.engine.sim_profile}", codec=codec,
-                        tokenizer="sim")
+                        tokenizer="sim", adapters=backend.adapters)

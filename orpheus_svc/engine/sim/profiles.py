@@ -44,6 +44,19 @@ HEAD_PARAMS = VOCAB * _SPEC.hidden_size  # tied with the embedding; read as the 
 LAYER_PARAMS = _SPEC.num_parameters() - HEAD_PARAMS
 KV_BYTES_PER_TOKEN = _SPEC.kv_bytes_per_token(2)  # K and V, FP16 KV cache: 114,688 B
 
+# LoRA (docs/lora.md): one adapter of rank r adds r x (in + out) parameters per adapted
+# projection; every projection of every layer, as a full adapter does:
+_P = {"q": (_SPEC.hidden_size, _SPEC.q_dim), "k": (_SPEC.hidden_size, _SPEC.kv_dim),
+      "v": (_SPEC.hidden_size, _SPEC.kv_dim), "o": (_SPEC.q_dim, _SPEC.hidden_size),
+      "gate": (_SPEC.hidden_size, _SPEC.intermediate_size),
+      "up": (_SPEC.hidden_size, _SPEC.intermediate_size),
+      "down": (_SPEC.intermediate_size, _SPEC.hidden_size)}
+LORA_PARAMS_PER_RANK = LAYERS * sum(i + o for i, o in _P.values())  # 1.52 M for Orpheus-3B
+LORA_BYTES_PER_PARAM = 2  # the pool is in the model's 16-bit dtype
+# a shrink and an expand per fused projection (qkv, o, gate_up, down) per layer: the graph
+# engine replays them in every step once a pool exists, rows on adapters or not
+LORA_KERNELS = 2 * 4 * LAYERS
+
 LOGIT_BYTES = 4
 LOGIT_PASSES = 3
 
@@ -69,6 +82,7 @@ class GpuProfile:
     codec_peak_flops: float = 0.0  # FP16 dense, for SNAC
     codec_efficiency: float = 0.10
     codec_call_s: float = 0.6e-3   # per SNAC decode call: ~70 small kernels from eager torch
+    lora_kernel_s: float = 3e-6    # per gathered LoRA kernel in a CUDA graph (paper)
     notes: str = ""
 
     @property
@@ -109,6 +123,18 @@ class GpuProfile:
         attn = max(attn_bytes / bw, attn_flops / fl)
         logits = rows * VOCAB * LOGIT_BYTES * LOGIT_PASSES / bw
         return self.step_overhead_s + linear + attn + logits
+
+    def lora_seconds(self, adapters: int, lora_tokens: int, rank: int) -> float:
+        """What a step's LoRA adds (paper, docs/lora.md): every distinct adapter in the step
+        read once (rank x LORA_PARAMS_PER_RANK 16-bit values; a lower rank is padded to the
+        pool's `rank`), 4 FLOPs per parameter per token on an adapter (shrink and expand),
+        and the gathered kernels' fixed cost. rank 0 (no pool): 0 s."""
+        if rank <= 0:
+            return 0.0
+        params = rank * LORA_PARAMS_PER_RANK
+        weights = adapters * params * LORA_BYTES_PER_PARAM / self.bandwidth
+        flops = 2 * params * lora_tokens / self.flops
+        return LORA_KERNELS * self.lora_kernel_s + max(weights, flops)
 
     def decode_seconds(self, batch: int, mean_context: float) -> float:
         """A pure-decode step of `batch` rows at `mean_context` tokens each."""

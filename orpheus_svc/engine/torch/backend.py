@@ -37,6 +37,12 @@ def check_batch_invariance(model: SlotLlama) -> bool:
     return False
 
 
+def adapters_of(rows: Sequence[StepRow]) -> list[int] | None:
+    """Each row's LoRA adapter slot, or None when every row runs on the base model."""
+    out = [r.request.adapter for r in rows]
+    return out if any(a >= 0 for a in out) else None
+
+
 class TorchBackend:
     def __init__(self, model: SlotLlama) -> None:
         self.model = model
@@ -47,7 +53,8 @@ class TorchBackend:
         # sampling succeeded.
         self.capabilities = BackendCapabilities(
             name="torch", num_slots=model.num_slots, max_seq_len=model.max_seq_len,
-            retry_safe=True)
+            retry_safe=True, max_adapters=model.lora.capacity if model.lora else 0,
+            max_lora_rank=model.lora.rank if model.lora else 0)
 
     def release(self, gen_ids: Sequence[int]) -> list[int]:
         """Ended generations: nothing to free (KV is preallocated, reset at next prefill)."""
@@ -70,12 +77,13 @@ class TorchBackend:
             self.seen.reset([r.slot for r in plan.prefill])
             parts.append(self.model.prefill([r.slot for r in plan.prefill],
                                             [r.request.prompt_ids for r in plan.prefill],
-                                            seeded(plan.prefill)))
+                                            seeded(plan.prefill), adapters_of(plan.prefill)))
         decode = sorted(plan.decode, key=lambda r: r.slot)  # contiguous slots read K/V as views
         if decode:
             parts.append(self.model.decode([r.slot for r in decode],
                                            [r.last_token for r in decode],
-                                           [r.position for r in decode], seeded(decode)))
+                                           [r.position for r in decode], seeded(decode),
+                                           adapters_of(decode)))
         rows = plan.prefill + tuple(decode)
         if not rows:
             return StepResult()

@@ -12,4 +12,5 @@ def build(config, device, dtype) -> BuiltBackend:
     check_batch_invariance(loaded.model)
     return BuiltBackend(TorchBackend(loaded.model), loaded.encode, loaded.model_name,
                         is_demo=loaded.is_demo, model_dir=loaded.model_dir,
-                        tokenizer=loaded.tokenizer)
+                        tokenizer=loaded.tokenizer,
+                        adapters=loaded.adapters.served)

@@ -93,9 +93,30 @@ def build(config: Any, device: Any = None, dtype: Any = None) -> BuiltBackend:
                         tokenizer=str(find_tokenizer(path, config.model.path)))
 
 
+# Why model.adapters is refused on this backend (docs/tensorrt-llm.md, "LoRA adapters").
+ADAPTER_REFUSAL = (
+    "the trtllm backend does not serve LoRA adapters: TensorRT-LLM's PyTorch backend has "
+    "per-request LoRA (LoraConfig, LoRARequest), but this server does not pass adapters to "
+    "it yet, and its combination with our FP8 artifact and per-request logits processor has "
+    "not been verified (docs/tensorrt-llm.md); serve adapters with engine.backend graph or "
+    "torch")
+
+
+def refuse_adapters(config: Any) -> None:
+    """TrtllmStartupError naming model.adapters / engine.max_adapters when either is set:
+    an adapter voice must never be spoken silently by the base model."""
+    from orpheus_svc.core.lora_config import adapter_sources
+
+    if adapter_sources(config.model.adapters):
+        raise TrtllmStartupError(f"model.adapters: {ADAPTER_REFUSAL}")
+    if config.engine.max_adapters:
+        raise TrtllmStartupError(f"engine.max_adapters: {ADAPTER_REFUSAL}")
+
+
 def build_trtllm_backend(config: Any) -> tuple[TrtllmBackend, Callable[[str], list[int]]]:
     """Load the artifact in engine.trtllm_engine_dir and return (backend, encode)."""
     e = config.engine
+    refuse_adapters(config)
     path = artifact_dir(e)
     manifest = load_manifest(path)
     # TensorRT-LLM's rules for this configuration and version, before any GPU work

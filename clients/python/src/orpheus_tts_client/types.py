@@ -168,6 +168,9 @@ class Voice:
     name: str
     language: str
     is_default: bool
+    # the LoRA adapter that speaks it on the server ("" for the base model's voices, and
+    # from a server older than the field)
+    adapter: str = ""
 
 
 @dataclass(frozen=True)

@@ -1312,7 +1312,11 @@ type Voice struct {
 	IsDefault bool `protobuf:"varint,3,opt,name=is_default,json=isDefault,proto3" json:"is_default,omitempty"`
 	// emotion_tags this voice was trained on, e.g. "<laugh>" (empty when the model's voice list
 	// names none).
-	EmotionTags   []string `protobuf:"bytes,4,rep,name=emotion_tags,json=emotionTags,proto3" json:"emotion_tags,omitempty"`
+	EmotionTags []string `protobuf:"bytes,4,rep,name=emotion_tags,json=emotionTags,proto3" json:"emotion_tags,omitempty"`
+	// adapter is the name of the LoRA adapter that speaks this voice on top of the base model
+	// (the server's model.adapters); empty for the base model's own voices. Informational: a
+	// session picks the voice by name alone.
+	Adapter       string `protobuf:"bytes,5,opt,name=adapter,proto3" json:"adapter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1373,6 +1377,13 @@ func (x *Voice) GetEmotionTags() []string {
 		return x.EmotionTags
 	}
 	return nil
+}
+
+func (x *Voice) GetAdapter() string {
+	if x != nil {
+		return x.Adapter
+	}
+	return ""
 }
 
 // ListVoicesResponse lists voices and emotion tags.
@@ -1854,13 +1865,14 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"\asummary\x18\x04 \x01(\v2 .orpheus.tts.v1.SynthesisSummaryH\x00R\asummaryB\n" +
 	"\n" +
 	"\bresponse\"\x13\n" +
-	"\x11ListVoicesRequest\"y\n" +
+	"\x11ListVoicesRequest\"\x93\x01\n" +
 	"\x05Voice\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x1d\n" +
 	"\n" +
 	"is_default\x18\x03 \x01(\bR\tisDefault\x12!\n" +
-	"\femotion_tags\x18\x04 \x03(\tR\vemotionTags\"f\n" +
+	"\femotion_tags\x18\x04 \x03(\tR\vemotionTags\x12\x18\n" +
+	"\aadapter\x18\x05 \x01(\tR\aadapter\"f\n" +
 	"\x12ListVoicesResponse\x12-\n" +
 	"\x06voices\x18\x01 \x03(\v2\x15.orpheus.tts.v1.VoiceR\x06voices\x12!\n" +
 	"\femotion_tags\x18\x02 \x03(\tR\vemotionTags\"\x12\n" +

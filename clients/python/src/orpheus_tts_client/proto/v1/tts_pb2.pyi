@@ -203,16 +203,18 @@ class ListVoicesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Voice(_message.Message):
-    __slots__ = ("name", "language", "is_default", "emotion_tags")
+    __slots__ = ("name", "language", "is_default", "emotion_tags", "adapter")
     NAME_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     IS_DEFAULT_FIELD_NUMBER: _ClassVar[int]
     EMOTION_TAGS_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
     name: str
     language: str
     is_default: bool
     emotion_tags: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., language: _Optional[str] = ..., is_default: bool = ..., emotion_tags: _Optional[_Iterable[str]] = ...) -> None: ...
+    adapter: str
+    def __init__(self, name: _Optional[str] = ..., language: _Optional[str] = ..., is_default: bool = ..., emotion_tags: _Optional[_Iterable[str]] = ..., adapter: _Optional[str] = ...) -> None: ...
 
 class ListVoicesResponse(_message.Message):
     __slots__ = ("voices", "emotion_tags")
