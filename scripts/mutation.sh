@@ -8,6 +8,11 @@
 #                                       (default: all, one after the other)
 #   MUTATION_JOBS=2                     mutants run at once (default: 1)
 #   scripts/mutation.sh --summary       only print the table of the runs already made
+#   scripts/mutation.sh --recheck [group ...]
+#                                       run again the mutants that survived or had no test
+#                                       (after tests were added: mutmut credits the new
+#                                       tests first); a plain run never reruns a mutant
+#                                       that has a result
 #
 # Each group is its own mutmut run in build/mutation/<group>/ (a directory of links to
 # orpheus_svc/, tests/ and pyproject.toml, and a setup.cfg holding the group's [mutmut]
@@ -66,6 +71,11 @@ if [[ "${1:-}" == "--summary" ]]; then
   summary
   exit 0
 fi
+recheck=
+if [[ "${1:-}" == "--recheck" ]]; then
+  recheck=1
+  shift
+fi
 [[ -x "${MUTMUT}" ]] || { echo "mutmut not installed: .venv/bin/pip install -e '.[dev]'" >&2; exit 1; }
 mkdir -p "${OUT}"
 exec 9>"${OUT}/.lock"
@@ -96,7 +106,7 @@ for group in "${groups[@]}"; do
   } > "${dir}/setup.cfg"
   printf '\n== %s: mutating %s against %s\n' "${group}" "${MUTATE[${group}]}" "${TESTS[${group}]}"
   cd "${dir}"
-  if [[ ! -f mutants/mutmut-stats.json ]]; then
+  if [[ ! -f mutants/mutmut-stats.json || -n "${recheck}" ]]; then
     # which tests run each function, then adjust: mutmut saves its stats, then stops at
     # a mutant name that matches none
     nice -n 19 "${MUTMUT}" run --max-children "${JOBS}" 'no-such-mutant*' > stats.log 2>&1 || true
@@ -109,7 +119,13 @@ for group in "${groups[@]}"; do
   if [[ -n "${SKIP[${group}]:-}" ]]; then
     "${PY}" "${ROOT}/scripts/mutation_stats.py" drop mutants/mutmut-stats.json ${SKIP[${group}]}
   fi
-  nice -n 19 "${MUTMUT}" run --max-children "${JOBS}" > run.log 2>&1 || {
+  names=()
+  if [[ -n "${recheck}" ]]; then
+    mapfile -t names < <("${PY}" "${ROOT}/scripts/mutation_stats.py" names . survived "no tests")
+    if (( ! ${#names[@]} )); then echo "nothing to recheck in ${group}"; cd "${ROOT}"; continue; fi
+    echo "rechecking ${#names[@]} mutants"
+  fi
+  nice -n 19 "${MUTMUT}" run --max-children "${JOBS}" "${names[@]}" > run.log 2>&1 || {
     echo "mutmut failed in ${dir}: see run.log" >&2; tail -20 run.log >&2; cd "${ROOT}"; continue; }
   cd "${ROOT}"
 done

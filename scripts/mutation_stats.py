@@ -4,6 +4,8 @@
                                                  credited with every test that ran any of them
     mutation_stats.py drop STATS_JSON TEST ...   no mutant runs these tests (node ids)
     mutation_stats.py summary OUT GROUP ...      the score per module, as a Markdown table
+    mutation_stats.py names GROUP_DIR STATUS ... the mutants of a group's run with one of these
+                                                 statuses (survived, "no tests", ...), a line each
 
 `widen` is for functions that run once per pytest session (while a session fixture builds
 the server): mutmut credits a function to the tests during which it ran, so those would be
@@ -92,12 +94,22 @@ def summary(out: str, groups: list[str]) -> None:
     line("**all**", total, total["all"])
 
 
+def names(group_dir: str, statuses: list[str]) -> None:
+    wanted = set(statuses)
+    for meta in sorted(Path(group_dir, "mutants").rglob("*.py.meta")):
+        for key, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            if _status(code) in wanted:
+                print(key)
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
     if command == "widen":
         widen(*args)
     elif command == "drop":
         drop(args[0], args[1:])
+    elif command == "names":
+        names(args[0], args[1:])
     elif command == "summary":
         summary(args[0], args[1:])
     else:
