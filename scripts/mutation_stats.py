@@ -6,6 +6,8 @@
     mutation_stats.py summary OUT GROUP ...      the score per module, as a Markdown table
     mutation_stats.py names GROUP_DIR STATUS ... the mutants of a group's run with one of these
                                                  statuses (survived, "no tests", ...), a line each
+    mutation_stats.py sample GROUP_DIR N         N of the group's mutants not run yet, drawn at
+                                                 random (seeded: the same draw for the same set)
 
 `widen` is for functions that run once per pytest session (while a session fixture builds
 the server): mutmut credits a function to the tests during which it ran, so those would be
@@ -102,6 +104,15 @@ def names(group_dir: str, statuses: list[str]) -> None:
                 print(key)
 
 
+def sample(group_dir: str, n: str) -> None:
+    import random
+    unchecked = sorted(key for meta in Path(group_dir, "mutants").rglob("*.py.meta")
+                       for key, code in json.loads(meta.read_text())["exit_code_by_key"].items()
+                       if code is None)
+    for key in sorted(random.Random(38).sample(unchecked, min(int(n), len(unchecked)))):
+        print(key)
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
     if command == "widen":
@@ -110,6 +121,8 @@ if __name__ == "__main__":
         drop(args[0], args[1:])
     elif command == "names":
         names(args[0], args[1:])
+    elif command == "sample":
+        sample(*args)
     elif command == "summary":
         summary(args[0], args[1:])
     else:
