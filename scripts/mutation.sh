@@ -54,7 +54,7 @@ declare -A TESTS=(
   [core]="tests/unit"
   [options]="tests/server/test_options.py tests/http/test_hostile_inputs.py"
   [jsonwire]="tests/http/test_jsonwire.py tests/http/test_hostile_inputs.py"
-  [limits]="tests/http/test_slow_clients.py tests/http/test_hostile_inputs.py"
+  [limits]="tests/http/test_limits_body.py tests/http/test_slow_clients.py tests/http/test_early_refusals.py tests/http/test_hostile_inputs.py"
   [buckets]="tests/engine/test_graph_buckets.py tests/engine/test_graph_backend.py"
 )
 # groups whose tests build something once per session that mutmut cannot credit per test
