@@ -201,6 +201,9 @@ def test_the_settings_use_the_loaded_models_voices_when_there_is_one(state):
 
     state.runtime = Runtime()
     got = session_settings(state, "", "pcm16", 0, SamplingChoice(), allow_wav=True)
-    assert (got.voice, got.language, got.normalize_text) == ("pierre", "fr", False)
+    assert (got.voice, got.language, got.normalize_text, got.whole) == \
+        ("pierre", "fr", False, False)
+    assert session_settings(state, "", "pcm16", 0, SamplingChoice(), allow_wav=True,
+                            whole=True).whole is True
     with pytest.raises(SessionError):
         session_settings(state, "tara", "pcm16", 0, SamplingChoice(), allow_wav=True)
