@@ -4,6 +4,8 @@
                                                  credited with every test that ran any of them
     mutation_stats.py drop STATS_JSON TEST ...   no mutant runs these tests (node ids)
     mutation_stats.py summary OUT GROUP ...      the score per module, as a Markdown table
+                                                 (mutation-equivalent.txt: survivors judged
+                                                 equivalent, with why)
     mutation_stats.py names GROUP_DIR STATUS ... the mutants of a group's run with one of these
                                                  statuses (survived, "no tests", ...), a line each
     mutation_stats.py sample GROUP_DIR N         N of the group's mutants not run yet, drawn at
@@ -68,14 +70,34 @@ def _status(code) -> str:
     return "not checked" if code is None else "other"
 
 
+EQUIVALENT = Path(__file__).with_name("mutation-equivalent.txt")
+
+
+def equivalent() -> dict[str, str]:
+    """Survivors judged equivalent (no behaviour changes), from mutation-equivalent.txt:
+    a mutant's name, then why, a line each ('#' starts a comment line)."""
+    if not EQUIVALENT.exists():
+        return {}
+    out = {}
+    for line in EQUIVALENT.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, why = line.strip().partition(" ")
+            out[name] = why.strip()
+    return out
+
+
 def summary(out: str, groups: list[str]) -> None:
+    """Caught = killed + timeout (a mutant that hangs the tests is caught); % of the mutants
+    run; the last column leaves the equivalent survivors out of the count."""
+    same = equivalent()
     rows, total = [], Counter()
     for group in groups:
         for meta in sorted(Path(out, group, "mutants").rglob("*.py.meta")):
             codes = json.loads(meta.read_text())["exit_code_by_key"]
             if not codes:
                 continue
-            count = Counter(_status(c) for c in codes.values())
+            count = Counter("equivalent" if _status(c) == "survived" and k in same
+                            else _status(c) for k, c in codes.items())
             module = str(meta.relative_to(Path(out, group, "mutants")))[:-len(".meta")]
             rows.append((module, count, len(codes)))
             total.update(count)
@@ -83,13 +105,19 @@ def summary(out: str, groups: list[str]) -> None:
     if not rows:
         print("no mutation results under", out)
         return
-    print("| Module | Mutants | Killed | Timeout | Survived | No tests | Not run | Killed % |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| Module | Mutants | Run | Killed | Timeout | Survived | Equivalent | No tests | "
+          "Caught % | Caught % (not equivalent) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def pct(part, whole):
+        return f"{100 * part / whole:.0f}%" if whole else "-"
 
     def line(name, c, n):
-        dead = c["killed"] + c["timeout"]
-        print(f"| {name} | {n} | {c['killed']} | {c['timeout']} | {c['survived']} | "
-              f"{c['no tests']} | {c['not checked'] + c['other']} | {100 * dead / n:.0f}% |")
+        caught = c["killed"] + c["timeout"]
+        run = n - c["not checked"] - c["other"]
+        print(f"| {name} | {n} | {run} | {c['killed']} | {c['timeout']} | {c['survived']} | "
+              f"{c['equivalent']} | {c['no tests']} | {pct(caught, run)} | "
+              f"{pct(caught, run - c['equivalent'])} |")
 
     for module, count, n in rows:
         line(f"`{module.removeprefix('orpheus_svc/')}`", count, n)
