@@ -119,3 +119,8 @@ def test_ints_and_finite_numbers_exclude_bools():
     assert is_finite(0) and is_finite(1.5) and is_finite(-2)
     assert not is_finite(True) and not is_finite(math.inf) and not is_finite(math.nan)
     assert not is_finite("1") and not is_finite(None)
+
+
+def test_a_long_decode_rows_shows_its_first_eight_ids():
+    d = DecodeRows.from_rows(tuple(decode_row(i) for i in range(10)))
+    assert repr(d) == "DecodeRows(10 rows, gen_ids=[0, 1, 2, 3, 4, 5, 6, 7]...)"

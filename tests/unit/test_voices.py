@@ -168,3 +168,11 @@ def test_every_multilingual_preset_is_a_valid_registry_with_its_languages():
         "canopylabs/3b-hi-ft-research_release": ["hi"],
         "canopylabs/3b-zh-ft-research_release": ["zh"],
     }
+
+
+def test_an_unknown_voice_is_echoed_cut_to_60_characters():
+    registry = english_registry()
+    name = "n" * 59 + "XY"
+    assert registry.unknown_message(name) == \
+        f"unknown voice {name[:60]!r}; known voices: tara, leah, jess, leo, dan, mia, zac, zoe"
+    assert "X" in registry.unknown_message(name) and "Y" not in registry.unknown_message(name)

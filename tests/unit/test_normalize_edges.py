@@ -1,0 +1,70 @@
+"""The edges of core/normalize.py's rules that the table of tests/unit/test_normalize.py
+leaves open: each range's both bounds and one past them (a day 1..31, an hour 1..12 before
+am/pm), what an impossible date or time keeps, and the words that only some inputs reach
+(a decade of whole hundreds, a currency after the number, ordinals with commas)."""
+
+import pytest
+
+from orpheus_svc.core.normalize import normalize_text
+
+EDGES = [
+    # a day of the month is 1..31, on either side of the month's name
+    ("May 1", "May first"),
+    ("May 31", "May thirty-first"),
+    ("May 31, 2024", "May thirty-first, twenty twenty-four"),
+    ("May 32", "May thirty-two"),
+    ("May 0", "May zero"),
+    ("1 May", "the first of May"),
+    ("31 May", "the thirty-first of May"),
+    ("31 May 2024", "the thirty-first of May, twenty twenty-four"),
+    ("32 May", "thirty-two May"),
+    ("0 May", "zero May"),
+    # "the" is not said twice, whatever its case
+    ("on the 5 May", "on the fifth of May"),
+    ("on The 5th of May", "on The fifth of May"),
+    ("THE 5 May", "THE fifth of May"),
+    # an hour before am/pm is 1..12, and so is the first of a span
+    ("at 1 pm", "at one P M"),
+    ("at 12 pm", "at twelve P M"),
+    ("at 13 pm", "at thirteen pm"),
+    ("at 0 am", "at zero am"),
+    ("1-12 pm", "one to twelve P M"),
+    ("12-1 pm", "twelve to one P M"),
+    ("13-3 pm", "thirteen to three pm"),
+    ("0-3 pm", "zero to three pm"),
+    ("1-13 pm", "one to thirteen pm"),
+    # decades: a year's words, or a cardinal's for whole thousands
+    ("the 2000s", "the two thousands"),
+    ("the 2010s", "the twenty tens"),
+    ("the '60s", "the sixties"),
+    # a currency sign after the number keeps the cents
+    ("3.50€", "three euros and fifty cents"),
+    ("3€", "three euros"),
+    ("1.01£", "one pound and one penny"),
+    # an ordinal with thousands separators
+    ("the 1,000th time", "the one thousandth time"),
+    ("the 1,234,567th", "the one million two hundred and thirty-four thousand five hundred "
+                        "and sixty-seventh"),
+    ("1.2.3.4", "one dot two dot three dot four"),
+    ("1/2 done", "one half done"),
+    ("3/4 done", "three quarters done"),
+]
+
+
+@pytest.mark.parametrize("written, spoken", EDGES)
+def test_each_rule_at_its_edges(written, spoken):
+    assert normalize_text(written) == spoken
+
+
+@pytest.mark.parametrize("written, numbers", [
+    ("2024-13-45", ("twenty-four", "thirteen", "forty-five")),   # no month 13
+    ("2024-12-32", ("twenty-four", "twelve", "thirty-two")),     # no day 32
+    ("5/7 done", ("five", "seven")),                             # not a common fraction
+    ("2/5 of it", ("two", "five")),
+])
+def test_what_is_no_date_or_fraction_keeps_every_number(written, numbers):
+    """Refused by the date or fraction rule, the text goes on to the others: no number in it
+    is dropped and no month is made up."""
+    spoken = normalize_text(written)
+    assert all(n in spoken for n in numbers), spoken
+    assert "December" not in spoken and "half" not in spoken
