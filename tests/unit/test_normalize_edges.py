@@ -45,7 +45,20 @@ EDGES = [
     ("the 1,000th time", "the one thousandth time"),
     ("the 1,234,567th", "the one million two hundred and thirty-four thousand five hundred "
                         "and sixty-seventh"),
+    ("the 1234th", "the one thousand two hundred and thirty-fourth"),
     ("1.2.3.4", "one dot two dot three dot four"),
+    # dates in figures: the bounds of a month and a day, US order unless the first part is
+    # no month, two-digit years below 50 in this century
+    ("12/31/2024", "December thirty-first, twenty twenty-four"),
+    ("13/12/2024", "December thirteenth, twenty twenty-four"),
+    ("1/2/49", "January second, twenty forty-nine"),
+    ("1/2/50", "January second, nineteen fifty"),
+    ("1/2/51", "January second, nineteen fifty-one"),
+    ("2024-12-31", "December thirty-first, twenty twenty-four"),
+    ("2024-01-01", "January first, twenty twenty-four"),
+    # a sign before a unit
+    ("it was -5 °C", "it was minus five degrees Celsius"),
+    ("a -5 km run", "a minus five kilometers run"),
     ("1/2 done", "one half done"),
     ("3/4 done", "three quarters done"),
 ]
@@ -59,6 +72,9 @@ def test_each_rule_at_its_edges(written, spoken):
 @pytest.mark.parametrize("written, numbers", [
     ("2024-13-45", ("twenty-four", "thirteen", "forty-five")),   # no month 13
     ("2024-12-32", ("twenty-four", "twelve", "thirty-two")),     # no day 32
+    ("2024-13-01", ("twenty-four", "thirteen", "one")),
+    ("13/13/2024", ("thirteen/thirteen", "twenty-four")),
+    ("12/32/2024", ("twelve", "thirty-two", "twenty-four")),
     ("5/7 done", ("five", "seven")),                             # not a common fraction
     ("2/5 of it", ("two", "five")),
 ])

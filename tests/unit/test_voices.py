@@ -176,3 +176,17 @@ def test_an_unknown_voice_is_echoed_cut_to_60_characters():
     assert registry.unknown_message(name) == \
         f"unknown voice {name[:60]!r}; known voices: tara, leah, jess, leo, dan, mia, zac, zoe"
     assert "X" in registry.unknown_message(name) and "Y" not in registry.unknown_message(name)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("", "model.voices: empty voice list"),
+    (" , ", "model.voices: empty voice list"),
+    (":fr", "model.voices: a voice name must be non-empty text without surrounding spaces, "
+            "':', '<', '>' or line breaks, got ''"),
+    ("x:zz_9", "model.voices: 'x:zz_9': language must be a BCP 47 tag like \"en\" or "
+               "\"zh-CN\", got 'zz_9'"),
+])
+def test_the_voices_setting_names_itself_when_refused(value, message):
+    with pytest.raises(VoiceRegistryError) as err:
+        registry_from_setting(value)
+    assert str(err.value) == message
