@@ -207,3 +207,15 @@ def test_the_settings_use_the_loaded_models_voices_when_there_is_one(state):
                             whole=True).whole is True
     with pytest.raises(SessionError):
         session_settings(state, "tara", "pcm16", 0, SamplingChoice(), allow_wav=True)
+
+
+def test_the_server_call_passes_wav_and_normalisation_choices_on(state):
+    with pytest.raises(SessionError) as err:
+        session_settings(state, "tara", "wav", 0, SamplingChoice(), allow_wav=False)
+    assert err.value.field == "encoding"
+    assert session_settings(state, "tara", "wav", 0, SamplingChoice(),
+                            allow_wav=True).encoding == "wav"
+    assert session_settings(state, "tara", "pcm16", 0, SamplingChoice(), allow_wav=True,
+                            normalize=False).normalize_text is False
+    assert session_settings(state, "tara", "pcm16", 0, SamplingChoice(),
+                            allow_wav=True).normalize_text is True
