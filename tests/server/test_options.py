@@ -165,6 +165,9 @@ def test_rate_zero_is_the_encodings_default_and_an_offered_rate_is_kept(config):
     err = refused(build, config, encoding="mulaw", rate=16000)
     assert err.field == "sample_rate"
     assert err.message == "sample_rate_hz 16000 is not supported for MULAW; use one of 8000"
+    err = refused(build, config, rate=12345)
+    assert err.message == ("sample_rate_hz 12345 is not supported for PCM16; "
+                           "use one of 24000, 48000, 16000, 8000")
     err = refused(build, config, rate=2 ** 31)
     assert err.field == "sample_rate" and "sample_rate_hz must be an integer in 0..2147483647" \
         in err.message
