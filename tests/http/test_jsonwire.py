@@ -127,3 +127,30 @@ def test_an_integer_field_is_an_int_or_absent_and_nothing_else():
             integer(body, name, "options.")
         assert err.value.message == f"options.'{name}' must be an integer, got {kind}"
         assert err.value.param == name and err.value.code == Status.INVALID_ARGUMENT
+
+
+def test_a_number_out_of_range_is_shown_whole_up_to_30_characters():
+    thirty = "1" + "0" * 25 + "e400"
+    assert len(thirty) == 30
+    assert refusal(thirty) == f"the request body: the number {thirty} is out of range"
+    assert refusal("1" + thirty) == f"the request body: the number {('1' + thirty)[:30]}... is out of range"
+
+
+def test_decode_object_names_the_request_body_unless_told_and_passes_what_on():
+    for call in (lambda: decode_object("[1]"), lambda: decode_object("{bad", "a frame")):
+        with pytest.raises(ApiError) as err:
+            call()
+        assert err.value.message in ("the request body must be a JSON object",
+                                     "a frame must be JSON")
+    with pytest.raises(ApiError, match="^the request body must be a JSON object$"):
+        decode_object("[1]")
+    with pytest.raises(ApiError, match="^a frame must be JSON$"):
+        decode_object("{bad", "a frame")
+    with pytest.raises(ApiError, match="^a frame nests objects"):
+        decode_object("[" * 40, "a frame")
+
+
+def test_an_integer_fields_refusal_without_what_is_just_the_name():
+    with pytest.raises(ApiError) as err:
+        integer({"seed": 1.5}, "seed")
+    assert err.value.message == "'seed' must be an integer, got float"
