@@ -133,15 +133,11 @@ def test_a_number_out_of_range_is_shown_whole_up_to_30_characters():
     thirty = "1" + "0" * 25 + "e400"
     assert len(thirty) == 30
     assert refusal(thirty) == f"the request body: the number {thirty} is out of range"
-    assert refusal("1" + thirty) == f"the request body: the number {('1' + thirty)[:30]}... is out of range"
+    longer = "1" + thirty
+    assert refusal(longer) == f"the request body: the number {longer[:30]}... is out of range"
 
 
 def test_decode_object_names_the_request_body_unless_told_and_passes_what_on():
-    for call in (lambda: decode_object("[1]"), lambda: decode_object("{bad", "a frame")):
-        with pytest.raises(ApiError) as err:
-            call()
-        assert err.value.message in ("the request body must be a JSON object",
-                                     "a frame must be JSON")
     with pytest.raises(ApiError, match="^the request body must be a JSON object$"):
         decode_object("[1]")
     with pytest.raises(ApiError, match="^a frame must be JSON$"):
