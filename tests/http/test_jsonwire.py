@@ -150,3 +150,11 @@ def test_an_integer_fields_refusal_without_what_is_just_the_name():
     with pytest.raises(ApiError) as err:
         integer({"seed": 1.5}, "seed")
     assert err.value.message == "'seed' must be an integer, got float"
+
+
+def test_closing_a_sibling_steps_back_one_level_not_to_the_top():
+    """31 levels, an empty list, then a sibling nested two deep: depth 33."""
+    text = "[" * 31 + "[],[[]]" + "]" * 31
+    with pytest.raises(ApiError, match="deeper than 32 levels"):
+        decode(text)
+    assert decode("[" * 31 + "[],[]" + "]" * 31) is not None  # the sibling at depth 32
