@@ -158,3 +158,8 @@ def test_closing_a_sibling_steps_back_one_level_not_to_the_top():
     with pytest.raises(ApiError, match="deeper than 32 levels"):
         decode(text)
     assert decode("[" * 31 + "[],[]" + "]" * 31) is not None  # the sibling at depth 32
+
+
+def test_decode_names_the_request_body_unless_told():
+    with pytest.raises(ApiError, match="^the request body must be JSON$"):
+        decode("{bad")
