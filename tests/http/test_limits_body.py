@@ -209,3 +209,42 @@ def test_refused_counts_each_reason_and_a_peer_is_host_and_port():
     refused(state, "pending_connections")
     assert state.http_refused == {"head_timeout": 2, "pending_connections": 1}
     assert _peer(("1.2.3.4", 5)) == "1.2.3.4:5" and _peer(None) == "" and _peer(()) == ""
+
+
+class Log:
+    def __init__(self):
+        self.lines = []
+
+    def info(self, event, **fields):
+        self.lines.append((event, fields))
+
+    debug = info
+
+
+@pytest.fixture
+def logged(monkeypatch):
+    from orpheus_svc.http import limits
+    log = Log()
+    monkeypatch.setattr(limits, "log", log)
+    return log.lines
+
+
+def test_each_refusal_and_a_client_leaving_is_logged_once_with_where_and_how_much(logged):
+    state = make_state(**{"http.body_timeout_seconds": 0.05})
+    run(state, scope_for(state, [length(LIMIT + 1)]), Client())
+    run(state, scope_for(state, [length(LIMIT)]), Client(chunk(b"x" * 7, True)))
+    run(state, scope_for(state, [(b"transfer-encoding", b"chunked")]),
+        Client(chunk(b"x" * (LIMIT + 1), True)))
+    run(state, scope_for(state, [length(5)]), Client(chunk(b"12", True),
+                                                     {"type": "http.disconnect"}))
+    path = "/v1/audio/speech"
+    assert logged == [
+        ("http request refused", {"reason": "body_too_large", "path": path,
+                                  "content_length": LIMIT + 1}),
+        ("http request refused", {"reason": "body_timeout", "path": path,
+                                  "received_bytes": 7}),
+        ("http request refused", {"reason": "body_too_large", "path": path,
+                                  "received_bytes": LIMIT + 1}),
+        ("client left", {"path": path, "while_": "reading the request body",
+                         "received_bytes": 2}),
+    ]
