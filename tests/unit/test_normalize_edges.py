@@ -33,6 +33,19 @@ EDGES = [
     ("13-3 pm", "thirteen to three pm"),
     ("0-3 pm", "zero to three pm"),
     ("1-13 pm", "one to thirteen pm"),
+    # clock times: hours up to 24, minutes up to 59, 1..12 before am/pm; "oh" below 10
+    ("at 24:00", "at twenty-four o'clock"),
+    ("at 23:59", "at twenty-three fifty-nine"),
+    ("at 12:30 pm", "at twelve thirty P M"),
+    ("at 1:30 am", "at one thirty A M"),
+    ("at 3:09", "at three oh nine"),
+    ("at 3:10", "at three ten"),
+    ("at 3:00 pm", "at three P M"),
+    # the dot of "p.m." also ends the sentence only where the sentence ends
+    ("It is 3:30 p.m.", "It is three thirty P M."),
+    ("It is 3:30 p.m. Then", "It is three thirty P M. Then"),
+    ("It is 3:30 p.m. and then", "It is three thirty P M and then"),
+    ("It is 3:30 pm.", "It is three thirty P M."),
     # decades: a year's words, or a cardinal's for whole thousands
     ("the 2000s", "the two thousands"),
     ("the 2010s", "the twenty tens"),
@@ -75,11 +88,15 @@ def test_each_rule_at_its_edges(written, spoken):
     ("2024-13-01", ("twenty-four", "thirteen", "one")),
     ("13/13/2024", ("thirteen/thirteen", "twenty-four")),
     ("12/32/2024", ("twelve", "thirty-two", "twenty-four")),
+    ("at 25:00", ("twenty-five:",)),                              # no hour 25
+    ("at 23:60", ("twenty-three:sixty",)),                        # no minute 60
+    ("at 13:30 pm", ("thirteen:thirty",)),                        # no 13 pm
+    ("at 0:30 am", ("zero:thirty",)),
     ("5/7 done", ("five", "seven")),                             # not a common fraction
     ("2/5 of it", ("two", "five")),
 ])
-def test_what_is_no_date_or_fraction_keeps_every_number(written, numbers):
-    """Refused by the date or fraction rule, the text goes on to the others: no number in it
+def test_what_is_no_date_time_or_fraction_keeps_every_number(written, numbers):
+    """Refused by the date, time or fraction rule, the text goes on to the others: no number in it
     is dropped and no month is made up."""
     spoken = normalize_text(written)
     assert all(n in spoken for n in numbers), spoken
