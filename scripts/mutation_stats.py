@@ -86,10 +86,31 @@ def equivalent() -> dict[str, str]:
     return out
 
 
+BY_HAND = Path(__file__).with_name("mutation-by-hand.txt")
+
+
+def by_hand() -> dict[str, str]:
+    """Survivors mutmut cannot activate (import-time code), applied by hand: name -> killed
+    or equivalent (mutation-by-hand.txt)."""
+    if not BY_HAND.exists():
+        return {}
+    out = {}
+    for line in BY_HAND.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, verdict = line.split()[:2]
+            out[name] = verdict
+    return out
+
+
 def summary(out: str, groups: list[str]) -> None:
-    """Caught = killed + timeout (a mutant that hangs the tests is caught); % of the mutants
-    run; the last column leaves the equivalent survivors out of the count."""
+    """Caught = killed + killed by hand (mutation-by-hand.txt) + timeout (a mutant that hangs
+    the tests is caught); % of the mutants run; the last column leaves the equivalent
+    survivors (mutation-equivalent.txt, and those by hand) out of the count."""
     same = equivalent()
+    hand = by_hand()
+    for name, verdict in hand.items():
+        if verdict == "equivalent":
+            same[name] = "by hand"
     rows, total = [], Counter()
     for group in groups:
         for meta in sorted(Path(out, group, "mutants").rglob("*.py.meta")):
@@ -97,6 +118,7 @@ def summary(out: str, groups: list[str]) -> None:
             if not codes:
                 continue
             count = Counter("equivalent" if _status(c) == "survived" and k in same
+                            else "by hand" if _status(c) == "survived" and k in hand
                             else _status(c) for k, c in codes.items())
             module = str(meta.relative_to(Path(out, group, "mutants")))[:-len(".meta")]
             rows.append((module, count, len(codes)))
@@ -105,17 +127,18 @@ def summary(out: str, groups: list[str]) -> None:
     if not rows:
         print("no mutation results under", out)
         return
-    print("| Module | Mutants | Run | Killed | Timeout | Survived | Equivalent | No tests | "
-          "Caught % | Caught % (not equivalent) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| Module | Mutants | Run | Killed | Killed by hand | Timeout | Survived | Equivalent | "
+          "No tests | Caught % | Caught % (not equivalent) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def pct(part, whole):
         return f"{100 * part / whole:.0f}%" if whole else "-"
 
     def line(name, c, n):
-        caught = c["killed"] + c["timeout"]
+        caught = c["killed"] + c["by hand"] + c["timeout"]
         run = n - c["not checked"] - c["other"]
-        print(f"| {name} | {n} | {run} | {c['killed']} | {c['timeout']} | {c['survived']} | "
+        print(f"| {name} | {n} | {run} | {c['killed']} | {c['by hand']} | {c['timeout']} | "
+              f"{c['survived']} | "
               f"{c['equivalent']} | {c['no tests']} | {pct(caught, run)} | "
               f"{pct(caught, run - c['equivalent'])} |")
 
