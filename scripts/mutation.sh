@@ -17,6 +17,9 @@
 #                                       (after tests were added: mutmut credits the new
 #                                       tests first); a plain run never reruns a mutant
 #                                       that has a result
+#   MUTATION_RECHECK_SKIP=REGEX         --recheck leaves out the mutants whose names match
+#                                       (modules no new test covers: their survivors would
+#                                       only run their long tests again)
 #
 # Each group is its own mutmut run in build/mutation/<group>/ (a directory of links to
 # orpheus_svc/, tests/ and pyproject.toml, and a setup.cfg holding the group's [mutmut]
@@ -125,7 +128,8 @@ for group in "${groups[@]}"; do
   fi
   names=()
   if [[ -n "${recheck}" ]]; then
-    mapfile -t names < <("${PY}" "${ROOT}/scripts/mutation_stats.py" names . survived "no tests")
+    mapfile -t names < <("${PY}" "${ROOT}/scripts/mutation_stats.py" names . survived "no tests" |
+                         grep -Ev "${MUTATION_RECHECK_SKIP:-^$}")
     if (( ! ${#names[@]} )); then echo "nothing to recheck in ${group}"; cd "${ROOT}"; continue; fi
     echo "rechecking ${#names[@]} mutants"
   elif [[ -n "${MUTATION_SAMPLE:-}" ]]; then
