@@ -69,6 +69,10 @@ EDGES = [
     ("1/2/51", "January second, nineteen fifty-one"),
     ("2024-12-31", "December thirty-first, twenty twenty-four"),
     ("2024-01-01", "January first, twenty twenty-four"),
+    # links: every separator has its word
+    ("mail john+tts@example.com now", "mail john plus tts at example dot com now"),
+    ("see www.example.com/a?b=1 now",
+     "see w w w dot example dot com slash a question mark b equals one now"),
     # a sign before a unit
     ("it was -5 °C", "it was minus five degrees Celsius"),
     ("a -5 km run", "a minus five kilometers run"),
