@@ -185,8 +185,14 @@ def test_an_unknown_voice_is_echoed_cut_to_60_characters():
             "':', '<', '>' or line breaks, got ''"),
     ("x:zz_9", "model.voices: 'x:zz_9': language must be a BCP 47 tag like \"en\" or "
                "\"zh-CN\", got 'zz_9'"),
+    ("tara, TARA", "model.voices: voice names must differ ignoring case; repeated: tara"),
 ])
 def test_the_voices_setting_names_itself_when_refused(value, message):
     with pytest.raises(VoiceRegistryError) as err:
         registry_from_setting(value)
     assert str(err.value) == message
+
+
+def test_a_registry_from_the_setting_says_where_it_came_from():
+    assert registry_from_setting("tara").source == "model.voices"
+    assert registry_from_setting("tara", "VOICES env").source == "VOICES env"
