@@ -3,6 +3,8 @@
     mutation_stats.py widen STATS_JSON GLOB      every function of the modules GLOB names is
                                                  credited with every test that ran any of them
     mutation_stats.py drop STATS_JSON TEST ...   no mutant runs these tests (node ids)
+    mutation_stats.py estimate GROUP_DIR DRAWN   a partly run group's estimated score from a
+                                                 random draw (DRAWN: its mutants' names)
     mutation_stats.py summary OUT GROUP ...      the score per module, as a Markdown table
                                                  (mutation-equivalent.txt: survivors judged
                                                  equivalent, with why)
@@ -164,6 +166,38 @@ def sample(group_dir: str, n: str) -> None:
         print(key)
 
 
+def estimate(group_dir: str, sample_file: str) -> None:
+    """A group's caught rate where only part ran: the mutants run outside the draw counted
+    as they are, the draw's rate (SAMPLE_FILE: its names, a line each) applied to the draw
+    and to the mutants not run."""
+    same, hand = equivalent(), by_hand()
+    drawn = set(Path(sample_file).read_text().split())
+    inside, outside = Counter(), Counter()
+    for meta in Path(group_dir, "mutants").rglob("*.py.meta"):
+        for key, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            status = _status(code)
+            if status == "survived" and (key in same or hand.get(key) == "equivalent"):
+                status = "equivalent"
+            elif status == "survived" and hand.get(key) == "killed":
+                status = "killed"
+            (inside if key in drawn else outside)[status] += 1
+
+    def caught(c):
+        return c["killed"] + c["timeout"]
+
+    run_in = sum(inside.values()) - inside["not checked"]
+    run_out = sum(outside.values()) - outside["not checked"]
+    rest = outside["not checked"] + inside["not checked"]
+    print(f"draw: {run_in} run, {caught(inside)} caught, {inside['equivalent']} equivalent, "
+          f"{inside['survived'] + inside['no tests']} not caught")
+    print(f"outside the draw: {run_out} run, {caught(outside)} caught; {rest} not run")
+    if run_in:
+        rate = caught(inside) / run_in
+        total = caught(outside) + rate * (run_in + rest)
+        print(f"estimate: {total:.0f} of {run_in + run_out + rest} caught "
+              f"({100 * total / (run_in + run_out + rest):.1f}%)")
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
     if command == "widen":
@@ -174,6 +208,8 @@ if __name__ == "__main__":
         names(args[0], args[1:])
     elif command == "sample":
         sample(*args)
+    elif command == "estimate":
+        estimate(*args)
     elif command == "summary":
         summary(args[0], args[1:])
     else:
