@@ -172,3 +172,11 @@ def test_rows_ahead_are_the_rows_one_token_later_less_those_it_ends():
     assert ahead.stop_allowed.tolist() == [True, False]
     assert ahead.last_token.tolist() == [-1, -1]
     assert (ahead.position - now.position[:2]).tolist() == [1, 1]
+
+
+def test_a_row_that_sampled_nothing_reads_back_no_last_token():
+    batch = BatchState(2)
+    g = make_gen()
+    g.attach(batch, 1)
+    assert batch.read(1).last_token is None and g.last_token is None
+    assert batch.detach(1).last_token is None

@@ -68,3 +68,12 @@ def test_only_german_reads_a_dot_after_a_day_number_as_an_ordinal():
 ])
 def test_which_dots_are_no_sentence_end(language, buf, abbreviation):
     assert rules_for(language).is_abbreviation(buf, len(buf) - 1) is abbreviation
+
+
+def test_chinese_clauses_end_at_full_width_commas_and_galician_reads_inverted_marks():
+    zh = rules_for("zh").clause_end.search("你好，世界")
+    assert zh is not None and zh.group() == "，"
+    for language in ("es", "ca", "gl"):
+        m = rules_for(language).sentence_end.search("¡Hola!¿Qué tal?")
+        assert m is not None and m.group() == "!", language
+    assert rules_for("pt").sentence_end.search("¡Hola!¿Qué tal?") is None
