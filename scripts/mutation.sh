@@ -7,7 +7,19 @@
 #   scripts/mutation.sh [group ...]     groups: core options jsonwire limits buckets
 #                                       (default: all, one after the other)
 #   MUTATION_JOBS=2                     mutants run at once (default: 1)
+#   MUTATION_SAMPLE=300                 run only this many of each group's mutants not run
+#                                       yet, drawn at random (a seeded draw; the summary
+#                                       counts the rest as not run): an estimate where the
+#                                       whole group takes too long
 #   scripts/mutation.sh --summary       only print the table of the runs already made
+#   scripts/mutation.sh --recheck [group ...]
+#                                       run again the mutants that survived or had no test
+#                                       (after tests were added: mutmut credits the new
+#                                       tests first); a plain run never reruns a mutant
+#                                       that has a result
+#   MUTATION_RECHECK_SKIP=REGEX         --recheck leaves out the mutants whose names match
+#                                       (modules no new test covers: their survivors would
+#                                       only run their long tests again)
 #
 # Each group is its own mutmut run in build/mutation/<group>/ (a directory of links to
 # orpheus_svc/, tests/ and pyproject.toml, and a setup.cfg holding the group's [mutmut]
@@ -45,7 +57,7 @@ declare -A TESTS=(
   [core]="tests/unit"
   [options]="tests/server/test_options.py tests/http/test_hostile_inputs.py"
   [jsonwire]="tests/http/test_jsonwire.py tests/http/test_hostile_inputs.py"
-  [limits]="tests/http/test_slow_clients.py tests/http/test_hostile_inputs.py"
+  [limits]="tests/http/test_limits_body.py tests/http/test_slow_clients.py tests/http/test_early_refusals.py tests/http/test_hostile_inputs.py"
   [buckets]="tests/engine/test_graph_buckets.py tests/engine/test_graph_backend.py"
 )
 # groups whose tests build something once per session that mutmut cannot credit per test
@@ -65,6 +77,11 @@ summary() { "${PY}" "${ROOT}/scripts/mutation_stats.py" summary "${OUT}" "${ALL[
 if [[ "${1:-}" == "--summary" ]]; then
   summary
   exit 0
+fi
+recheck=
+if [[ "${1:-}" == "--recheck" ]]; then
+  recheck=1
+  shift
 fi
 [[ -x "${MUTMUT}" ]] || { echo "mutmut not installed: .venv/bin/pip install -e '.[dev]'" >&2; exit 1; }
 mkdir -p "${OUT}"
@@ -96,7 +113,7 @@ for group in "${groups[@]}"; do
   } > "${dir}/setup.cfg"
   printf '\n== %s: mutating %s against %s\n' "${group}" "${MUTATE[${group}]}" "${TESTS[${group}]}"
   cd "${dir}"
-  if [[ ! -f mutants/mutmut-stats.json ]]; then
+  if [[ ! -f mutants/mutmut-stats.json || -n "${recheck}" ]]; then
     # which tests run each function, then adjust: mutmut saves its stats, then stops at
     # a mutant name that matches none
     nice -n 19 "${MUTMUT}" run --max-children "${JOBS}" 'no-such-mutant*' > stats.log 2>&1 || true
@@ -109,7 +126,18 @@ for group in "${groups[@]}"; do
   if [[ -n "${SKIP[${group}]:-}" ]]; then
     "${PY}" "${ROOT}/scripts/mutation_stats.py" drop mutants/mutmut-stats.json ${SKIP[${group}]}
   fi
-  nice -n 19 "${MUTMUT}" run --max-children "${JOBS}" > run.log 2>&1 || {
+  names=()
+  if [[ -n "${recheck}" ]]; then
+    mapfile -t names < <("${PY}" "${ROOT}/scripts/mutation_stats.py" names . survived "no tests" |
+                         grep -Ev "${MUTATION_RECHECK_SKIP:-^$}")
+    if (( ! ${#names[@]} )); then echo "nothing to recheck in ${group}"; cd "${ROOT}"; continue; fi
+    echo "rechecking ${#names[@]} mutants"
+  elif [[ -n "${MUTATION_SAMPLE:-}" ]]; then
+    mapfile -t names < <("${PY}" "${ROOT}/scripts/mutation_stats.py" sample . "${MUTATION_SAMPLE}")
+    if (( ! ${#names[@]} )); then echo "nothing left to run in ${group}"; cd "${ROOT}"; continue; fi
+    echo "running a sample of ${#names[@]} mutants"
+  fi
+  nice -n 19 "${MUTMUT}" run --max-children "${JOBS}" "${names[@]}" > run.log 2>&1 || {
     echo "mutmut failed in ${dir}: see run.log" >&2; tail -20 run.log >&2; cd "${ROOT}"; continue; }
   cd "${ROOT}"
 done

@@ -90,3 +90,135 @@ def test_http_refusals_are_exported_by_reason(state):
     state.http_refused["body_timeout"] += 2
     text = generate_latest(Metrics(state).registry).decode()
     assert 'orpheus_http_refused_total{reason="body_timeout"} 2.0' in text
+
+
+# check_range and build_settings directly (no server): every refusal's message and field,
+# every bound, and each setting carried into SessionSettings as given.
+from orpheus_svc.core.voices import registry_from_setting  # noqa: E402
+from orpheus_svc.server.options import build_settings, check_range  # noqa: E402
+
+
+def refused(call, *args, **kwargs):
+    with pytest.raises(SessionError) as err:
+        call(*args, **kwargs)
+    assert err.value.code == Status.INVALID_ARGUMENT
+    return err.value
+
+
+def test_check_range_accepts_both_bounds_and_refuses_one_past_either():
+    check_range("n", 0, 0, 10)
+    check_range("n", 10, 0, 10)
+    check_range("n", 2 ** 64 - 1, 0, 2 ** 64 - 1)
+    low = refused(check_range, "n", -1, 0, 10)
+    assert (low.message, low.field) == ("n must be an integer in 0..10, got -1", "n")
+    high = refused(check_range, "sample_rate_hz", 11, 0, 10, field="sample_rate")
+    assert (high.message, high.field) == \
+        ("sample_rate_hz must be an integer in 0..10, got 11", "sample_rate")
+
+
+@pytest.mark.parametrize("value, shown", [
+    (True, "True"), (1.0, "1.0"), ("7", "'7'"), (None, "None"),
+    ("x" * 100, repr("x" * 100)[:40]),
+    (2 ** 100 - 1, str(2 ** 100 - 1)),            # 100 bits: still shown
+    (2 ** 100, "an integer of 101 bits"), (-(2 ** 200), "an integer of 201 bits"),
+])
+def test_check_range_refuses_what_is_no_int_and_shows_it_short(value, shown):
+    err = refused(check_range, "seed", value, 0, 2 ** 64 - 1)
+    assert err.message == f"seed must be an integer in 0..18446744073709551615, got {shown}"
+    assert err.field == "seed"
+
+
+@pytest.fixture
+def config():
+    return load_config(overrides={})
+
+
+def build(config, voice="tara", encoding="pcm16", rate=0, allow_wav=True, voices=None,
+          **kwargs):
+    return build_settings(config, voices or registry_from_setting("tara, leah, pierre:fr"),
+                          voice, encoding, rate, kwargs.pop("sampling", SamplingChoice()),
+                          allow_wav=allow_wav, **kwargs)
+
+
+def test_the_voice_is_resolved_in_any_case_and_carries_its_language(config):
+    got = build(config, voice=" PIERRE ")
+    assert (got.voice, got.language) == ("pierre", "fr")
+    assert build(config, voice="").voice == "tara"  # the model's default
+    err = refused(build, config, voice="nobody")
+    assert err.field == "voice"
+    assert err.message == "unknown voice 'nobody'; known voices: tara, leah, pierre"
+
+
+def test_wav_is_refused_where_not_allowed_and_kept_where_it_is(config):
+    err = refused(build, config, encoding="wav", allow_wav=False)
+    assert err.field == "encoding"
+    assert err.message == "WAV is only offered by Synthesize; stream PCM16 or MULAW here"
+    assert build(config, encoding="wav", allow_wav=True).encoding == "wav"
+    assert build(config, encoding="pcm16", allow_wav=False).encoding == "pcm16"
+
+
+def test_rate_zero_is_the_encodings_default_and_an_offered_rate_is_kept(config):
+    assert build(config).sample_rate == 24000
+    assert build(config, encoding="mulaw").sample_rate == 8000
+    assert build(config, rate=16000).sample_rate == 16000
+    assert build(config, rate=48000).sample_rate == 48000
+    err = refused(build, config, encoding="mulaw", rate=16000)
+    assert err.field == "sample_rate"
+    assert err.message == "sample_rate_hz 16000 is not supported for MULAW; use one of 8000"
+    err = refused(build, config, rate=12345)
+    assert err.message == ("sample_rate_hz 12345 is not supported for PCM16; "
+                           "use one of 24000, 48000, 16000, 8000")
+    err = refused(build, config, rate=2 ** 31)
+    assert err.field == "sample_rate" and "sample_rate_hz must be an integer in 0..2147483647" \
+        in err.message
+
+
+def test_a_sampling_refusal_names_the_field_and_says_sampling(config):
+    err = refused(build, config, sampling=SamplingChoice(top_p=1.5))
+    assert err.field == "top_p"
+    assert err.message == "sampling: top_p must be in (0, 1], got 1.5"
+    err = refused(build, config, sampling=SamplingChoice(repetition_penalty=0.5, seed=-1))
+    assert err.field == "seed"  # the seed is checked first
+
+
+def test_normalisation_follows_the_request_then_the_config_and_only_where_there_is_a_normaliser(
+        config):
+    assert config.text.normalize is True
+    assert build(config).normalize_text is True
+    assert build(config, normalize=False).normalize_text is False
+    assert build(config, normalize=True).normalize_text is True
+    assert build(config, voice="pierre", normalize=True).normalize_text is False
+    off = load_config(overrides={"text.normalize": "false"})
+    assert build(off).normalize_text is False
+    assert build(off, normalize=True).normalize_text is True
+
+
+def test_whole_is_carried_and_off_by_default(config):
+    assert build(config).whole is False
+    assert build(config, whole=True).whole is True
+
+
+def test_the_settings_use_the_loaded_models_voices_when_there_is_one(state):
+    class Runtime:
+        voices = registry_from_setting("pierre:fr, amelie:fr")
+
+    state.runtime = Runtime()
+    got = session_settings(state, "", "pcm16", 0, SamplingChoice(), allow_wav=True)
+    assert (got.voice, got.language, got.normalize_text, got.whole) == \
+        ("pierre", "fr", False, False)
+    assert session_settings(state, "", "pcm16", 0, SamplingChoice(), allow_wav=True,
+                            whole=True).whole is True
+    with pytest.raises(SessionError):
+        session_settings(state, "tara", "pcm16", 0, SamplingChoice(), allow_wav=True)
+
+
+def test_the_server_call_passes_wav_and_normalisation_choices_on(state):
+    with pytest.raises(SessionError) as err:
+        session_settings(state, "tara", "wav", 0, SamplingChoice(), allow_wav=False)
+    assert err.value.field == "encoding"
+    assert session_settings(state, "tara", "wav", 0, SamplingChoice(),
+                            allow_wav=True).encoding == "wav"
+    assert session_settings(state, "tara", "pcm16", 0, SamplingChoice(), allow_wav=True,
+                            normalize=False).normalize_text is False
+    assert session_settings(state, "tara", "pcm16", 0, SamplingChoice(),
+                            allow_wav=True).normalize_text is True

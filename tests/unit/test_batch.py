@@ -152,3 +152,31 @@ def test_a_generation_fed_by_hand_counts_the_token_that_breaks_the_grammar():
     with pytest.raises(AudioGrammarError):
         g.feed([audio_token_id(0, 1), audio_token_id(0, 1)])
     assert g.num_generated == 2 and g.frame_position == 1
+
+
+def test_rows_ahead_are_the_rows_one_token_later_less_those_it_ends():
+    batch = BatchState(3)
+    frame = [audio_token_id(p, 5) for p in range(7)]
+    for slot, (max_tokens, fed) in enumerate([(50, 6), (50, 3), (5, 4)]):
+        g = make_gen(max_tokens=max_tokens)
+        g.attach(batch, slot)
+        batch.advance(np.array([slot], np.int64), np.array([frame[0]], np.int64))
+        for tok in frame[1:fed]:
+            batch.advance(np.array([slot], np.int64), np.array([tok], np.int64))
+    slots = np.arange(3, dtype=np.int64)
+    now, ahead = batch.rows(slots), batch.rows_ahead(slots)
+    assert now.num_generated.tolist() == [6, 3, 4]
+    assert ahead.slots.tolist() == [0, 1]  # slot 2's next token is its 5th and last
+    assert ahead.num_generated.tolist() == [7, 4]
+    assert ahead.frame_position.tolist() == [0, 4]  # slot 0 completes its first frame
+    assert ahead.stop_allowed.tolist() == [True, False]
+    assert ahead.last_token.tolist() == [-1, -1]
+    assert (ahead.position - now.position[:2]).tolist() == [1, 1]
+
+
+def test_a_row_that_sampled_nothing_reads_back_no_last_token():
+    batch = BatchState(2)
+    g = make_gen()
+    g.attach(batch, 1)
+    assert batch.read(1).last_token is None and g.last_token is None
+    assert batch.detach(1).last_token is None

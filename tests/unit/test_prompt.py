@@ -25,3 +25,10 @@ def test_max_tokens_respects_limit_in_whole_frames():
 
 def test_tags_add_budget():
     assert P.max_tokens_for_text("hello <laugh>") > P.max_tokens_for_text("hello")
+
+
+def test_expected_audio_is_one_character_long_at_least():
+    per_char = 1 / P.TYPICAL_CHARS_PER_SECOND
+    assert P.expected_audio_seconds("") == per_char
+    assert P.expected_audio_seconds("a") == per_char
+    assert P.expected_audio_seconds("ab") == 2 * per_char

@@ -175,3 +175,10 @@ def test_under_a_modelled_gpu_the_running_rows_settle_at_the_real_time_batch():
     settled = [n for t, n in running if 1.0 <= t <= 3.5]
     assert 454 * 0.95 <= min(settled) <= max(settled) <= 455, (min(settled), max(settled))
     assert late == 0
+
+
+@pytest.mark.parametrize("bad", [1, "yes", None])
+def test_row_budget_is_a_bool_and_a_refusal_says_so(bad):
+    with pytest.raises(SettingError) as err:
+        SchedulerSettings(row_budget=bad)
+    assert str(err.value) == f"SchedulerSettings.row_budget must be true or false, got {bad!r}"

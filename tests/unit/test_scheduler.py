@@ -304,3 +304,12 @@ def test_plan_says_how_long_to_idle_when_every_generation_is_beyond_the_horizon(
     buffered = s.buffered_seconds("s", now)
     plan = s.schedule(now)
     assert plan.empty and abs(plan.idle_s - (buffered - 0.5)) < 1e-6
+
+
+def test_prompts_that_fill_the_prefill_budget_exactly_are_prefilled_in_one_step():
+    s = make_scheduler(slots=4, batch=4, max_prefill_tokens=16)
+    gens = [make_gen(session=f"s{i}", prompt_len=8) for i in range(3)]
+    for g in gens:
+        s.add(g)
+    plan = s.schedule(0.0)
+    assert [r.gen_id for r in plan.prefill] == [gens[0].gen_id, gens[1].gen_id]

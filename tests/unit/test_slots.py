@@ -51,3 +51,11 @@ def test_a_plain_pool_ignores_confirmations():
     pool.confirm(1)
     pool.free(slot, 1)
     assert pool.num_free == 1
+
+
+def test_freeing_a_slot_someone_else_holds_says_who_holds_it():
+    pool = SlotPool(4, 64)
+    slot = pool.allocate(7)
+    with pytest.raises(SlotPoolError) as err:
+        pool.free(slot, 9)
+    assert str(err.value) == f"slot {slot} is not held by generation 9 (held by 7)"

@@ -74,3 +74,22 @@ def test_frame_is_2048_samples_and_real_time_is_82_tokens_per_second():
     assert T.SAMPLES_PER_FRAME == 2048
     assert abs(T.FRAME_SECONDS * 1000 - 85.333) < 0.01
     assert abs(T.TOKENS_PER_SECOND - 82.03) < 0.01
+
+
+def test_frames_and_samples_convert_in_whole_frames():
+    assert T.samples_for_frames(3) == 6144 and type(T.samples_for_frames(3)) is int
+    assert T.frames_for_samples(6144) == 3 and type(T.frames_for_samples(6144)) is int
+    assert T.frames_for_samples(4095) == 1 and T.frames_for_samples(2047) == 0
+
+
+def test_the_grammar_state_after_a_token_alone():
+    """A prompt's end (no token, or no audio id) is position 0 without stop; an audio id
+    says its position's successor, and after position 6 (a frame ended) stop is legal."""
+    assert G.state_after_token(None) == (0, False)
+    assert G.state_after_token(T.START_OF_SPEECH_ID) == (0, False)
+    assert G.state_after_token(T.AUDIO_BASE - 1) == (0, False)
+    assert G.state_after_token(T.AUDIO_BASE + T.AUDIO_VOCAB) == (0, False)  # one past audio
+    assert G.state_after_token(T.AUDIO_BASE + T.AUDIO_VOCAB - 1) == (0, True)
+    for position in range(6):
+        assert G.state_after_token(T.audio_token_id(position, 4095)) == (position + 1, False)
+    assert G.state_after_token(T.audio_token_id(6, 0)) == (0, True)

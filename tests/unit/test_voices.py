@@ -168,3 +168,31 @@ def test_every_multilingual_preset_is_a_valid_registry_with_its_languages():
         "canopylabs/3b-hi-ft-research_release": ["hi"],
         "canopylabs/3b-zh-ft-research_release": ["zh"],
     }
+
+
+def test_an_unknown_voice_is_echoed_cut_to_60_characters():
+    registry = english_registry()
+    name = "n" * 59 + "XY"
+    assert registry.unknown_message(name) == \
+        f"unknown voice {name[:60]!r}; known voices: tara, leah, jess, leo, dan, mia, zac, zoe"
+    assert "X" in registry.unknown_message(name) and "Y" not in registry.unknown_message(name)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("", "model.voices: empty voice list"),
+    (" , ", "model.voices: empty voice list"),
+    (":fr", "model.voices: a voice name must be non-empty text without surrounding spaces, "
+            "':', '<', '>' or line breaks, got ''"),
+    ("x:zz_9", "model.voices: 'x:zz_9': language must be a BCP 47 tag like \"en\" or "
+               "\"zh-CN\", got 'zz_9'"),
+    ("tara, TARA", "model.voices: voice names must differ ignoring case; repeated: tara"),
+])
+def test_the_voices_setting_names_itself_when_refused(value, message):
+    with pytest.raises(VoiceRegistryError) as err:
+        registry_from_setting(value)
+    assert str(err.value) == message
+
+
+def test_a_registry_from_the_setting_says_where_it_came_from():
+    assert registry_from_setting("tara").source == "model.voices"
+    assert registry_from_setting("tara", "VOICES env").source == "VOICES env"
