@@ -301,7 +301,7 @@ def eager_time(backend, b: int, context: int, steps: int) -> float:
     def one():
         i = next(k)
         pos = context + 3 + i
-        rows = [StepRow(gen_id=s, slot=s, request=SimpleNamespace(sampling=sampling),
+        rows = [StepRow(gen_id=s, slot=s, request=SimpleNamespace(sampling=sampling, adapter=-1),
                         seed=s + 1, prefill=False, num_generated=i + 1,
                         last_token=audio_token_id(pos % 7, (s * 31 + i) % 4096), position=pos,
                         frame_position=(pos + 1) % 7, stop_allowed=False) for s in range(b)]

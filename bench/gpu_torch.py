@@ -225,7 +225,7 @@ def snac(device: torch.device) -> dict:
 
 def _row(slot: int, k: int, position: int, sampling: SamplingParams) -> StepRow:
     fp = (position + k) % FRAME_TOKENS
-    return StepRow(gen_id=slot, slot=slot, request=SimpleNamespace(sampling=sampling),
+    return StepRow(gen_id=slot, slot=slot, request=SimpleNamespace(sampling=sampling, adapter=-1),
                    seed=slot + 1, prefill=False, num_generated=k,
                    last_token=audio_token_id((fp + 6) % 7, (slot * 31 + k) % 4096),
                    position=position + k, frame_position=fp, stop_allowed=fp == 0)
