@@ -154,7 +154,7 @@ def test_a_generation_fed_by_hand_counts_the_token_that_breaks_the_grammar():
     assert g.num_generated == 2 and g.frame_position == 1
 
 
-def test_rows_ahead_are_the_rows_one_token_later_less_those_it_ends():
+def test_rows_in_flight_are_the_rows_one_token_later_less_those_it_ends():
     batch = BatchState(3)
     frame = [audio_token_id(p, 5) for p in range(7)]
     for slot, (max_tokens, fed) in enumerate([(50, 6), (50, 3), (5, 4)]):
@@ -164,7 +164,7 @@ def test_rows_ahead_are_the_rows_one_token_later_less_those_it_ends():
         for tok in frame[1:fed]:
             batch.advance(np.array([slot], np.int64), np.array([tok], np.int64))
     slots = np.arange(3, dtype=np.int64)
-    now, ahead = batch.rows(slots), batch.rows_ahead(slots)
+    now, ahead = batch.rows(slots), batch.rows(slots, np.ones(3, bool))  # all in flight
     assert now.num_generated.tolist() == [6, 3, 4]
     assert ahead.slots.tolist() == [0, 1]  # slot 2's next token is its 5th and last
     assert ahead.num_generated.tolist() == [7, 4]
@@ -172,6 +172,12 @@ def test_rows_ahead_are_the_rows_one_token_later_less_those_it_ends():
     assert ahead.stop_allowed.tolist() == [True, False]
     assert ahead.last_token.tolist() == [-1, -1]
     assert (ahead.position - now.position[:2]).tolist() == [1, 1]
+    # only slot 1 in flight: the others are given as they are
+    mixed = batch.rows(slots, np.array([False, True, False]))
+    assert mixed.slots.tolist() == [0, 1, 2]
+    assert mixed.num_generated.tolist() == [6, 4, 4]
+    assert mixed.frame_position.tolist() == [6, 4, 4]
+    assert mixed.last_token.tolist()[1] == -1 and -1 not in (mixed.last_token[[0, 2]]).tolist()
 
 
 def test_a_row_that_sampled_nothing_reads_back_no_last_token():
