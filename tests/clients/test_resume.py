@@ -240,7 +240,11 @@ def test_resume_attempts_exhausted_give_the_caller_the_error(replicas, client):
     with pytest.raises(TTSError) as err:
         _session(client, replica.target, resume=Resume(max_attempts=2))
     assert err.value.code == grpc.StatusCode.UNAVAILABLE
-    assert "engine is gone" in err.value.details
+    # the server's own message, unless every attempt ended while the client was writing:
+    # then gRPC's asyncio stack loses the server's status, and the client says so
+    # (_aio_session.py; seen once with grpcio 1.63.2 in the compat venv, not in 18 reruns)
+    assert ("engine is gone" in err.value.details
+            or "gRPC lost its status" in err.value.details), err.value.details
     assert len(replica.servicer.streaming_calls()) == 3
 
 
