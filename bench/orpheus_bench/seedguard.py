@@ -73,14 +73,19 @@ def judge(runs: dict[str, dict]) -> dict:
             "groups": summary, "checks": checks}
 
 
+def load_runs(results: Path) -> dict[str, dict]:
+    """run_figures of every NAME.summary.json in `results`, by NAME (also tracingab's)."""
+    return {p.name[:-len(".summary.json")]: run_figures(json.loads(p.read_text()))
+            for p in sorted(results.glob("*.summary.json"))}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="orpheus_bench.seedguard", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    runs = {p.name[:-len(".summary.json")]: run_figures(json.loads(p.read_text()))
-            for p in sorted(args.results.glob("*.summary.json"))}
+    runs = load_runs(args.results)
     verdict = judge(runs)
     verdict["runs"] = runs
     if args.json:

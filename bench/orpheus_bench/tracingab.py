@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from .seedguard import run_figures
+from .seedguard import load_runs
 
 _NAME = re.compile(r"^(base|off|on)-\d+$")
 
@@ -60,8 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    runs = {p.name[:-len(".summary.json")]: run_figures(json.loads(p.read_text()))
-            for p in sorted(args.results.glob("*.summary.json"))}
+    runs = load_runs(args.results)
     out = report(runs)
     out["runs"] = runs
     if args.json:
