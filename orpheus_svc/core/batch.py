@@ -120,9 +120,6 @@ class BatchState:
         self.requests[slot] = None
         return state
 
-    def set_max_tokens(self, slot: int, max_tokens: int) -> None:
-        self.max_tokens[slot] = max_tokens
-
     # -- the step ------------------------------------------------------------------------
 
     def decode_slots(self) -> np.ndarray:

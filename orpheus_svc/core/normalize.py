@@ -301,7 +301,9 @@ def _decade(m: re.Match) -> str:
     if m.group(1):  # '90s
         return _plural(cardinal(int(m.group(1))))
     n = int(m.group(2))
-    return _plural(year(n) if n % 100 else cardinal(n))
+    # the 1900s are "the nineteen hundreds" (year() says "nineteen hundred"); only a
+    # whole thousand is a cardinal: "the two thousands"
+    return _plural(year(n) if n % 1000 else cardinal(n))
 
 
 _FRACTIONS = {(1, 2): "one half", (1, 3): "one third", (2, 3): "two thirds",

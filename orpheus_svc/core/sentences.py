@@ -112,9 +112,12 @@ def char_weight(ch: str) -> float:
     """Latin characters of speech in one character (module docstring)."""
     if "0" <= ch <= "9":
         return _DIGIT
+    sign = _SIGNS.get(ch)
+    if sign is not None:  # before the script ranges: the euro and rupee signs are above 0x0900
+        return sign
     cp = ord(ch)
     if cp < 0x0900:
-        return _SIGNS.get(ch, 1.0)
+        return 1.0
     return next((w for lo, hi, w in _SCRIPT_WEIGHTS if lo <= cp <= hi), 1.0)
 
 

@@ -45,8 +45,9 @@ def _reject_constant(name: str) -> Any:
 
 
 def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise _Refused(f"an integer of {len(text)} digits (at most {MAX_INT_DIGITS})")
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise _Refused(f"an integer of {digits} digits (at most {MAX_INT_DIGITS})")
     return int(text)
 
 

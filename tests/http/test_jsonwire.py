@@ -95,7 +95,7 @@ def test_an_integer_of_40_digits_decodes_and_41_is_refused_with_its_length():
     assert decode(forty) == int(forty)
     assert decode("-" + forty) == -int(forty)
     assert refusal("1" + forty) == "the request body: an integer of 41 digits (at most 40)"
-    assert refusal("-1" + forty).endswith("digits (at most 40)")
+    assert refusal("-1" + forty) == "the request body: an integer of 41 digits (at most 40)"
     assert decode("1e300") == 1e300 and decode("-2.5") == -2.5
 
 

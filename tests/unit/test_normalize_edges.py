@@ -49,6 +49,8 @@ EDGES = [
     # decades: a year's words, or a cardinal's for whole thousands
     ("the 2000s", "the two thousands"),
     ("the 2010s", "the twenty tens"),
+    ("the 1900s", "the nineteen hundreds"),
+    ("the 1100s", "the eleven hundreds"),
     ("the '60s", "the sixties"),
     # a currency sign after the number keeps the cents
     ("3.50€", "three euros and fifty cents"),

@@ -10,7 +10,7 @@ from orpheus_svc.core.sentences import char_weight, fit, rules_for, speech_chars
 
 @pytest.mark.parametrize("ch, weight", [
     ("0", 5.0), ("9", 5.0), ("/", 1.0), (":", 1.0),          # the digits and their neighbours
-    ("$", 7.0), ("£", 6.0), ("%", 8.0), ("#", 6.0), ("a", 1.0), ("\u08ff", 1.0),
+    ("$", 7.0), ("£", 6.0), ("%", 8.0), ("#", 6.0), ("€", 5.0), ("₹", 6.0), ("¥", 4.0), ("a", 1.0), ("\u08ff", 1.0),
     ("\u0900", 1.25), ("\u097f", 1.25), ("\u0980", 1.0),      # Devanagari
     ("\u303f", 1.0), ("\u3040", 3.3), ("\u30ff", 3.3), ("\u3100", 1.0),   # kana
     ("\u3400", 3.3), ("\u4dbf", 3.3), ("\u4e00", 3.3), ("\u9fff", 3.3), ("\ua000", 1.0),
