@@ -60,13 +60,40 @@ print("   resolved:", ", ".join(found))'
     "${venv}/bin/python" -m pytest -q -p no:cacheprovider -o addopts=-ra "${targets[@]}")
 }
 
-for c in "${CASES[@]}"; do
-  case "${c}" in
+one_case() {
+  case "$1" in
     low)     run_case low "./clients/python" "protobuf==5.26.1" "grpcio==1.63.2" "grpcio-health-checking==1.63.2" ;;
     pipecat) run_case pipecat "./clients/python[pipecat]" "pipecat-ai[tracing]" \
                opentelemetry-exporter-otlp-proto-grpc ;;
     livekit) run_case livekit "./clients/python[livekit]" ;;
+  esac
+}
+for c in "${CASES[@]}"; do
+  case "${c}" in
+    low|pipecat|livekit) ;;
     *) echo "test-client-compat: unknown case ${c} (low|pipecat|livekit)" >&2; exit 2 ;;
   esac
 done
+
+# The cases run at once (most of each is pip waiting on the index and unpacking wheels;
+# one after another they took about two minutes of the test command), each into its own
+# log, printed whole in case order once all have ended. COMPAT_SERIAL=1 runs them in turn.
+if [[ "${COMPAT_SERIAL:-}" == 1 || ${#CASES[@]} -eq 1 ]]; then
+  for c in "${CASES[@]}"; do one_case "${c}"; done
+else
+  declare -A PIDS
+  for c in "${CASES[@]}"; do
+    ( one_case "${c}" ) >"${WORK}/${c}.log" 2>&1 &
+    PIDS[${c}]=$!
+  done
+  failed=()
+  for c in "${CASES[@]}"; do
+    if ! wait "${PIDS[${c}]}"; then failed+=("${c}"); fi
+  done
+  for c in "${CASES[@]}"; do cat "${WORK}/${c}.log"; done
+  if [[ ${#failed[@]} -gt 0 ]]; then
+    echo "client compat: FAILED (${failed[*]})" >&2
+    exit 1
+  fi
+fi
 echo "client compat: OK (${CASES[*]})"

@@ -4,11 +4,16 @@ passes when idle or rarely), and automatic collection is off exactly while engin
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from orpheus_svc.engine.collector import CollectorPacer, CollectorSettings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeGC:
@@ -218,6 +223,16 @@ def test_waiting_on_generations_that_cannot_run_is_idle_time_for_the_collector()
 
 
 def test_an_engine_with_a_pacer_turns_the_real_collector_off_only_while_it_runs():
+    """In a fresh interpreter: in this one another test's server may hold automatic
+    collection off for the whole run (tests/http's session-scoped servers do, and under
+    pytest-xdist any of them may run before this test in the same worker)."""
+    run = subprocess.run([sys.executable, "-c", "from tests.engine.test_collector import "
+                          "_real_collector_check as check; check()"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+
+
+def _real_collector_check() -> None:
     assert gc.isenabled()
     pacer = CollectorPacer()
     engine, backend, sink = _sim_engine(pacer)
