@@ -148,6 +148,16 @@ def test_paths_outside_the_adapter_dirs_are_refused_and_change_nothing(serving, 
         err = _refused(serving, "stray", path)
         assert err.code == Status.PERMISSION_DENIED, (path, err.message)
         assert "outside model.adapter_dirs" in err.message and str(dirs.allowed) in err.message
+    # the directory itself is judged where it resolves, before any file in it is looked at:
+    # an empty directory outside is refused as outside, not read as a broken adapter
+    (dirs.elsewhere / "empty").mkdir(exist_ok=True)
+    (dirs.allowed / "escape-empty").unlink(missing_ok=True)
+    os.symlink(dirs.elsewhere / "empty", dirs.allowed / "escape-empty")
+    sibling = dirs.allowed.parent / f"{dirs.allowed.name}-evil"  # shares the name's prefix
+    sibling.mkdir(exist_ok=True)
+    for path in (dirs.allowed / "escape-empty", f"{dirs.allowed}/../elsewhere/empty", sibling):
+        err = _refused(serving, "stray", path)
+        assert err.code == Status.PERMISSION_DENIED, (path, err.message)
     # a file of the adapter that links out of the allowed directory is refused too
     linked = dirs.allowed / "linked"
     if not linked.exists():
