@@ -216,3 +216,20 @@ def test_a_taken_name_or_voice_and_a_full_pool_are_refused(serving, dirs):
         admin.unload("orion")
     assert serving.voices.resolve("orion") is None
     assert [e.name for e in serving.catalog.entries()] == ["nova-lora"]
+
+
+def test_adapter_dirs_need_a_sized_pool_and_real_directories(tmp_path):
+    from orpheus_svc.config import ConfigError
+
+    sim = {"engine.backend": "sim", "model.adapter_dirs": [str(tmp_path)]}
+    with pytest.raises(ConfigError, match="set both engine.max_adapters and "
+                                          "engine.max_lora_rank above 0 \\(now 2 and 0\\)"):
+        build_runtime(load_config(overrides={**sim, "engine.max_adapters": 2}, environ={}))
+    with pytest.raises(ConfigError, match="model.adapter_dirs: .*/none is not a directory"):
+        build_runtime(load_config(overrides={**sim, "engine.max_adapters": 2,
+                                             "engine.max_lora_rank": 8,
+                                             "model.adapter_dirs": [str(tmp_path / "none")]},
+                                  environ={}))
+    runtime = build_runtime(load_config(overrides={**sim, "engine.max_adapters": 2,
+                                                   "engine.max_lora_rank": 8}, environ={}))
+    assert (runtime.catalog.capacity, runtime.engine.capabilities.max_lora_rank) == (2, 8)
