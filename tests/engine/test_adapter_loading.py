@@ -83,6 +83,15 @@ def test_an_adapter_loaded_while_serving_speaks_as_at_start_up(dirs):
         assert serving.voices.resolve("nova").adapter == "nova-lora"
         assert serving.request("s", 0, "nova", "Hi.").adapter == 0
         assert _tokens(serving, "nova") == expected != base
+        # an adapter served from start-up unloads the same way: with no session open its
+        # slot is freed at once and zeroed on the engine thread (before the next command)
+        entry, freed = _admin(at_start).unload("nova-lora")
+        assert freed and at_start.voices.resolve("nova") is None
+        _tokens(at_start, "tara")  # a later command: the clear ran before it
+        pool = at_start.engine.backend.model.lora
+        assert not pool.adapted[0]
+        assert all(float(t[0].abs().sum()) == 0.0 for layer in pool.a + pool.b
+                   for t in layer.values())
     finally:
         at_start.stop()
         serving.stop()
