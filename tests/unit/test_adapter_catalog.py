@@ -20,7 +20,7 @@ def catalog(capacity=2):
 
 
 def load(cat, name, spec, rank=8):
-    entry = cat.reserve(name, f"/adapters/{name}")
+    cat.reserve(name, f"/adapters/{name}")
     cat.claim(name, voices(spec), rank)
     return cat.activate(name)
 
