@@ -235,17 +235,13 @@ def _catalog(base: VoiceRegistry, built: BuiltBackend) -> AdapterCatalog:
     and each served adapter (BuiltBackend.adapters, in slot order) with its voices.
     ConfigError when an adapter's voice takes a name the base model or another adapter
     already has."""
-    from orpheus_svc.core.voices import VoiceRegistryError
-
     catalog = AdapterCatalog(base, built.backend.capabilities.max_adapters)
     details = built.adapter_details or (("", 0),) * len(built.adapters)
     for slot, ((name, registry), (path, rank)) in enumerate(zip(built.adapters, details)):
         try:
             catalog.add(name, slot, registry, path, rank)
-        except AdapterRefusal as exc:
+        except (AdapterRefusal, ValueError) as exc:  # a voice name taken twice
             raise ConfigError(f"model.adapters: {exc}") from None
-        except VoiceRegistryError as exc:
-            raise ConfigError(f"model.adapters: {exc}") from exc
         log.info("adapter %s speaks: %s", name, ", ".join(registry.names))
     return catalog
 

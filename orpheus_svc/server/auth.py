@@ -112,7 +112,6 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
                 structlog.contextvars.unbind_contextvars("api_key")
         return _same_kind(handler, limited)
 
-
     def _admin(self, handler, method: str, key):
         """An admin method: refused unless `key` has the admin scope; the call's log lines
         name the key (its name: never the key)."""
