@@ -30,7 +30,7 @@ import yaml
 from orpheus_svc.audio.settings import FlusherSettings
 from orpheus_svc.core.backends import BACKENDS
 from orpheus_svc.core.checks import SettingError, require
-from orpheus_svc.core.lora_config import adapter_sources
+from orpheus_svc.core.lora_config import adapter_dirs, adapter_sources
 from orpheus_svc.core.scheduler import SchedulerSettings
 from orpheus_svc.files import read_mapping
 
@@ -69,10 +69,16 @@ class ModelConfig:
     # or a flag. Each brings its voices (voices.json beside it); a session picks one by
     # voice name. torch, graph and sim backends (TensorRT-LLM refuses them).
     adapters: Any = None
+    # Directories the admin service (orpheus.admin.v1, docs/lora.md) may load adapters from
+    # while serving: a YAML list, or "dir, dir" in the environment or a flag; absolute paths.
+    # LoadAdapter refuses any path that does not resolve (symlinks followed) inside one.
+    # Needs engine.max_adapters and engine.max_lora_rank set. Empty: no runtime loads.
+    adapter_dirs: Any = None
 
     def __post_init__(self) -> None:
         try:
             adapter_sources(self.adapters)
+            adapter_dirs(self.adapter_dirs)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         require(self.dtype in ("auto", "float32", "float16", "bfloat16"), self, "dtype",

@@ -23,6 +23,7 @@ from orpheus_svc.audio.codec import load_snac
 from orpheus_svc.audio.nullcodec import NullCodec
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.config import Config, ConfigError
+from orpheus_svc.core.adapters import AdapterCatalog, AdapterLease, AdapterRefusal
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.prompt import build_prompt, expected_audio_seconds, max_tokens_for_text
@@ -73,22 +74,50 @@ class FrontRuntime:
     seed_refusal: str | None = None
     # LoRA adapters (docs/lora.md): name -> its slot in the engine's pool. `voices` holds
     # their voices too, each Voice naming its adapter; a session picks one by voice name.
+    # Both are the adapter catalog's published snapshots (`catalog`, core/adapters.py):
+    # given at construction (what start-up serves), then replaced by the catalog alone,
+    # on the asyncio loop that owns it, when an adapter is loaded or unloaded.
     adapters: dict[str, int] = field(default_factory=dict)
+    # Which adapter holds which pool slot and how many sessions run on each (the admin
+    # service loads and unloads through it); None: made from `voices` and `adapters`.
+    catalog: AdapterCatalog | None = None
+
+    def __post_init__(self) -> None:
+        if self.catalog is None:
+            self.catalog = AdapterCatalog.from_registry(self.voices, self.adapters)
+        self.catalog.on_change = self._publish_adapters
+        self._publish_adapters()
+
+    def _publish_adapters(self) -> None:
+        self.voices, self.adapters = self.catalog.voices, dict(self.catalog.slots)
 
     def adapter_of(self, voice: str) -> int:
-        """The pool slot of the adapter that speaks `voice`, -1 for the base model's
+        """The pool slot of the loaded adapter that speaks `voice`, -1 for the base model's
         voices (and for a name no voice has: the edge refused it already)."""
-        found = self.voices.resolve(voice)
-        if found is None or found.adapter is None:
-            return -1
-        return self.adapters[found.adapter]
+        return self.catalog.slot_of(voice)
+
+    def lease_voice(self, voice: str) -> AdapterLease | None:
+        """What a session holds from its start to its end: the adapter that speaks `voice`
+        (its slot goes into every request of the session; released when the session
+        ends, so an unloaded adapter's slot is freed only after its last session), or
+        None for a base voice. AdapterRefusal(FAILED_PRECONDITION) for a voice of an
+        adapter being unloaded. The asyncio loop only (the catalog's owner)."""
+        return self.catalog.lease(voice)
+
+    def voice_refusal(self, voice: str) -> str | None:
+        """Why `voice`, which the voice list does not have, takes no new session: it is
+        spoken by an adapter being unloaded; None when that is not why."""
+        return self.catalog.refusal(voice)
 
     def request(self, session_id: str, segment_index: int, voice: str, text: str,
-                sampling: SamplingParams = SamplingParams()) -> GenerationRequest:
+                sampling: SamplingParams = SamplingParams(),
+                adapter: int | None = None) -> GenerationRequest:
         """A GenerationRequest for one segment (prompt ids and token budget from the text),
         with `sampling` as it is given: a session's was validated and completed at its edge
         (server/options.py, the one place config.sampling fills what a request left unset);
         a caller with none (warm-up) gets SamplingParams' own, Orpheus's recommended values.
+        `adapter`: the pool slot the session leased (lease_voice; -1 the base model); None:
+        the slot of whichever loaded adapter speaks `voice` now (warm-up, offline callers).
         ValueError (the caller's INVALID_ARGUMENT) for a seed the engine would ignore."""
         if sampling.seed is not None and self.seed_refusal:
             raise ValueError(f"sampling.seed: {self.seed_refusal}")
@@ -97,7 +126,7 @@ class FrontRuntime:
         return GenerationRequest(session_id=session_id, segment_index=segment_index,
                                  prompt_ids=prompt, max_tokens=max_tokens_for_text(text),
                                  sampling=sampling, expected_frames=expected,
-                                 adapter=self.adapter_of(voice))
+                                 adapter=self.adapter_of(voice) if adapter is None else adapter)
 
     def open(self, request: GenerationRequest, on_event: Callable[[EngineEvent], None] | None = None,
              loop: Any = None) -> GenerationHandle:
@@ -119,7 +148,21 @@ class Runtime(FrontRuntime):
     # the prompt tokenizer a split topology's front-ends load: a tokenizer.json or a
     # built-in one's name (engine/registry.py load_tokenizer); None: not known
     tokenizer: str | None = None
+    # the base model an adapter loaded while serving is checked against (BuiltBackend.lora_base)
+    lora_base: Any = None
     _started: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.catalog.capacity:  # a slot freed after an unload is cleared on the device
+            self.catalog.on_free = self._clear_slot
+
+    def _clear_slot(self, slot: int) -> None:
+        """The catalog freed `slot` (its adapter unloaded, its last session ended): zero it
+        on the engine thread, queued behind the cancels of that session's generations."""
+        log.info("adapter slot %d is free", slot)
+        done = self.engine.write_adapter(slot, None)
+        done.add_done_callback(_log_failure)
 
     def start(self) -> None:
         self.flusher.start()
@@ -178,29 +221,34 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
     engine = EngineLoop(built.backend, flusher, router, settings=settings, seed=e.seed,
                         on_step=on_step,
                         collector=CollectorPacer() if e.gc_pacing else None)
-    voices, adapters = _with_adapters(_voices(config, built), built.adapters)
+    catalog = _catalog(_voices(config, built), built)
     return Runtime(config=config, engine=engine, flusher=flusher, router=router,
                    encode=built.encode, model_name=built.model_name, is_demo=built.is_demo,
-                   device=device, voices=voices,
+                   device=device, voices=catalog.voices,
                    seed_refusal=built.backend.capabilities.seed_refusal,
-                   tokenizer=built.tokenizer, adapters=adapters)
+                   tokenizer=built.tokenizer, adapters=dict(catalog.slots), catalog=catalog,
+                   lora_base=built.lora_base)
 
 
-def _with_adapters(base: VoiceRegistry, served) -> tuple[VoiceRegistry, dict[str, int]]:
-    """The base model's voices plus each served adapter's (BuiltBackend.adapters, in slot
-    order), and each adapter's slot. ConfigError when an adapter's voice takes a name the
-    base model or another adapter already has."""
-    from orpheus_svc.core.voices import VoiceRegistryError, with_adapter_voices
-
-    if not served:
-        return base, {}
-    try:
-        voices = with_adapter_voices(base, list(served))
-    except VoiceRegistryError as exc:
-        raise ConfigError(f"model.adapters: {exc}") from exc
-    for name, registry in served:
+def _catalog(base: VoiceRegistry, built: BuiltBackend) -> AdapterCatalog:
+    """The adapter catalog at start-up: the base model's voices, the engine's pool size,
+    and each served adapter (BuiltBackend.adapters, in slot order) with its voices.
+    ConfigError when an adapter's voice takes a name the base model or another adapter
+    already has."""
+    catalog = AdapterCatalog(base, built.backend.capabilities.max_adapters)
+    details = built.adapter_details or (("", 0),) * len(built.adapters)
+    for slot, ((name, registry), (path, rank)) in enumerate(zip(built.adapters, details)):
+        try:
+            catalog.add(name, slot, registry, path, rank)
+        except (AdapterRefusal, ValueError) as exc:  # a voice name taken twice
+            raise ConfigError(f"model.adapters: {exc}") from None
         log.info("adapter %s speaks: %s", name, ", ".join(registry.names))
-    return voices, {name: index for index, (name, _) in enumerate(served)}
+    return catalog
+
+
+def _log_failure(done) -> None:
+    if done.exception() is not None:
+        log.error("clearing a freed LoRA adapter slot failed: %s", done.exception())
 
 
 def _snac_ref(config: Config, is_demo: bool) -> str:

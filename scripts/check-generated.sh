@@ -5,7 +5,8 @@
 #        BUF_BREAKING_AGAINST='.git#branch=main,subdir=proto' scripts/check-generated.sh
 #   3. regenerate Go + Python stubs into a temp dir (scripts/gen-proto.sh) and fail if the
 #      committed ones (clients/go/gen, clients/python/src/orpheus_tts_client/proto/v1/*_pb2*
-#      and the *.proto copies shipped in the client wheel) differ
+#      and the *.proto copies shipped in the client wheel; the admin API's
+#      orpheus_svc/proto/admin/v1/*_pb2* and its .proto copy in the server wheel) differ
 #   4. the client's protobuf/grpcio lower bounds match the generated code's versions
 # Needs the tools from scripts/install-tools.sh; gen-proto.sh makes its pinned grpcio-tools venv.
 set -euo pipefail
@@ -28,6 +29,7 @@ trap 'rm -rf "${TMP}"' EXIT
 scripts/gen-proto.sh "${TMP}" >/dev/null
 
 PY_REL="clients/python/src/orpheus_tts_client/proto/v1"
+PY_RELS=("${PY_REL}" "orpheus_svc/proto/admin/v1")
 GO_REL="clients/go/gen"
 fail=0
 if ! diff -r "${TMP}/${GO_REL}" "${GO_REL}" >"${TMP}/go.diff" 2>&1; then
@@ -39,17 +41,19 @@ fi
 # files are hand-kept),
 # in both directions so that a stale stub of a deleted .proto is caught too.
 list_py() { (cd "$1" 2>/dev/null && ls -1 | grep -E '(_pb2(_grpc)?\.pyi?|\.proto)$' | LC_ALL=C sort) || true; }
-if [[ "$(list_py "${TMP}/${PY_REL}")" != "$(list_py "${PY_REL}")" ]]; then
-  fail=1
-  echo "check-generated: generated Python file set in ${PY_REL} differs:" >&2
-  diff <(list_py "${TMP}/${PY_REL}") <(list_py "${PY_REL}") >&2 || true
-fi
-for f in $(list_py "${TMP}/${PY_REL}"); do
-  if ! diff -u "${PY_REL}/${f}" "${TMP}/${PY_REL}/${f}" >"${TMP}/py.diff" 2>&1; then
+for rel in "${PY_RELS[@]}"; do
+  if [[ "$(list_py "${TMP}/${rel}")" != "$(list_py "${rel}")" ]]; then
     fail=1
-    echo "check-generated: Python stub ${PY_REL}/${f} is stale:" >&2
-    head -n 40 "${TMP}/py.diff" >&2
+    echo "check-generated: generated Python file set in ${rel} differs:" >&2
+    diff <(list_py "${TMP}/${rel}") <(list_py "${rel}") >&2 || true
   fi
+  for f in $(list_py "${TMP}/${rel}"); do
+    if ! diff -u "${rel}/${f}" "${TMP}/${rel}/${f}" >"${TMP}/py.diff" 2>&1; then
+      fail=1
+      echo "check-generated: Python stub ${rel}/${f} is stale:" >&2
+      head -n 40 "${TMP}/py.diff" >&2
+    fi
+  done
 done
 
 # The protobuf runtime must not be older than the gencode, nor grpcio older than the

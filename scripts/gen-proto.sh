@@ -3,10 +3,16 @@
 #
 #   Go:     clients/go/gen/orpheus/tts/v1/{tts.pb.go,tts_grpc.pb.go}
 #           via `buf generate` with the LOCAL pinned plugins in .tools/bin (buf.gen.yaml)
+#           clients/go/gen/orpheus/admin/v1/{admin.pb.go,admin_grpc.pb.go} (the Go module
+#           carries the admin stubs too: a package of its own, no client code around it)
 #   Python: clients/python/src/orpheus_tts_client/proto/v1/{tts_pb2.py,tts_pb2.pyi,tts_pb2_grpc.py}
 #           and a copy of proto/orpheus/tts/v1/*.proto (shipped in the client wheel)
 #           (imports as orpheus_tts_client.proto.v1.tts_pb2; the proto package and the
-#           descriptor's file name stay orpheus.tts.v1 / orpheus/tts/v1/tts.proto on the wire)
+#           descriptor's file name stay orpheus.tts.v1 / orpheus/tts/v1/tts.proto on the wire);
+#           orpheus_svc/proto/admin/v1/{admin_pb2.py,admin_pb2.pyi,admin_pb2_grpc.py} and a
+#           copy of proto/orpheus/admin/v1/*.proto: the admin API (orpheus.admin.v1) belongs to
+#           the server, which serves it; the Python client does not carry it (operators call
+#           it with grpcurl through reflection, docs/lora.md)
 #           via `python -m grpc_tools.protoc` from a PINNED grpcio-tools (below) in its own
 #           throwaway venv, so the stubs do not follow whatever grpcio-tools the dev venv has.
 #
@@ -50,37 +56,50 @@ cd "${ROOT}"
 # (clean: true removes stale files there first). Local plugins are found on PATH.
 PATH="${TOOLS}:${PATH}" "${BUF}" generate --template buf.gen.yaml -o "${OUT_ROOT}"
 
-# Python: protoc writes orpheus/tts/v1/*_pb2*.py under a scratch dir (the proto path root is
-# proto/, which keeps the descriptor's file name orpheus/tts/v1/tts.proto); the files move to
-# orpheus_tts_client/proto/v1/ and the generated cross-file imports (and the module name the
-# message classes report, which pickling imports) are rewritten to match:
-# the top-level name `orpheus` belongs to an unrelated PyPI distribution.
+# Python: protoc writes orpheus/<api>/v1/*_pb2*.py under a scratch dir (the proto path root
+# is proto/, which keeps the descriptor's file name, e.g. orpheus/tts/v1/tts.proto); the files
+# move to their Python package and the generated cross-file imports (and the module name the
+# message classes report, which pickling imports) are rewritten to match: the top-level name
+# `orpheus` belongs to an unrelated PyPI distribution.
+#   orpheus.tts.*    -> orpheus_tts_client.proto.*   (the client distribution)
+#   orpheus.admin.*  -> orpheus_svc.proto.admin.*    (the server distribution)
 PY_PKG="${OUT_ROOT}/clients/python/src/orpheus_tts_client/proto"
+ADMIN_PKG="${OUT_ROOT}/orpheus_svc/proto/admin"
 SCRATCH="$(mktemp -d)"
 trap 'rm -rf "${SCRATCH}"' EXIT
 mapfile -t PROTOS < <(cd proto && find . -name '*.proto' | sed 's|^\./||' | LC_ALL=C sort)
 (cd proto && "${GEN_VENV}/bin/python" -m grpc_tools.protoc -I. \
   --python_out="${SCRATCH}" --pyi_out="${SCRATCH}" --grpc_python_out="${SCRATCH}" "${PROTOS[@]}")
-for vdir in "${SCRATCH}"/orpheus/tts/*/; do
-  v="$(basename "${vdir}")"
-  mkdir -p "${PY_PKG}/${v}"
-  rm -f "${PY_PKG}/${v}"/*_pb2.py "${PY_PKG}/${v}"/*_pb2.pyi "${PY_PKG}/${v}"/*_pb2_grpc.py \
-    "${PY_PKG}/${v}"/*.proto
-  # The contract itself ships beside its stubs (package data of the client wheel), so an
-  # installed client can hand it to grpcurl -proto or another language's generator.
-  cp proto/orpheus/tts/"${v}"/*.proto "${PY_PKG}/${v}/"
-  for f in "${vdir}"*_pb2.py "${vdir}"*_pb2.pyi "${vdir}"*_pb2_grpc.py; do
-    [[ -e "${f}" ]] || continue
-    sed -e 's/^from orpheus\.tts\./from orpheus_tts_client.proto./' \
-        -e 's/^import orpheus\.tts\./import orpheus_tts_client.proto./' \
-        -e "s/^\(_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, '\)orpheus\.tts\./\1orpheus_tts_client.proto./" \
-        "${f}" >"${PY_PKG}/${v}/$(basename "${f}")"
-  done
-  # Package marker (kept if already present: it is hand-kept, not compared).
-  [[ -f "${PY_PKG}/${v}/__init__.py" ]] \
-    || echo '"""Generated protobuf/gRPC stubs for orpheus.tts.'"${v}"' (see proto/; scripts/gen-proto.sh)."""' >"${PY_PKG}/${v}/__init__.py"
-done
-[[ -f "${PY_PKG}/__init__.py" ]] \
-  || echo '"""Generated protobuf/gRPC stubs for the orpheus.tts API (see proto/; scripts/gen-proto.sh)."""' >"${PY_PKG}/__init__.py"
 
-echo "gen-proto: Go -> ${OUT_ROOT}/clients/go/gen, Python -> ${PY_PKG}"
+# place API DEST MODULE: the stubs of proto/orpheus/API/<version>/ into DEST/<version>/, with
+# `orpheus.API.` rewritten to `MODULE.` (a Python module path ending in a dot-free name).
+place() {
+  local api="$1" dest="$2" module="$3" vdir v f
+  for vdir in "${SCRATCH}"/orpheus/"${api}"/*/; do
+    v="$(basename "${vdir}")"
+    mkdir -p "${dest}/${v}"
+    rm -f "${dest}/${v}"/*_pb2.py "${dest}/${v}"/*_pb2.pyi "${dest}/${v}"/*_pb2_grpc.py \
+      "${dest}/${v}"/*.proto
+    # The contract itself ships beside its stubs (package data of the wheel), so an
+    # installed package can hand it to grpcurl -proto or another language's generator.
+    cp proto/orpheus/"${api}"/"${v}"/*.proto "${dest}/${v}/"
+    for f in "${vdir}"*_pb2.py "${vdir}"*_pb2.pyi "${vdir}"*_pb2_grpc.py; do
+      [[ -e "${f}" ]] || continue
+      sed -e "s/^from orpheus\.${api}\./from ${module}./" \
+          -e "s/^import orpheus\.${api}\./import ${module}./" \
+          -e "s/^\(_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, '\)orpheus\.${api}\./\1${module}./" \
+          "${f}" >"${dest}/${v}/$(basename "${f}")"
+    done
+    # Package marker (kept if already present: it is hand-kept, not compared).
+    [[ -f "${dest}/${v}/__init__.py" ]] \
+      || echo '"""Generated protobuf/gRPC stubs for orpheus.'"${api}.${v}"' (see proto/; scripts/gen-proto.sh)."""' >"${dest}/${v}/__init__.py"
+  done
+  [[ -f "${dest}/__init__.py" ]] \
+    || echo '"""Generated protobuf/gRPC stubs for the orpheus.'"${api}"' API (see proto/; scripts/gen-proto.sh)."""' >"${dest}/__init__.py"
+}
+place tts "${PY_PKG}" orpheus_tts_client.proto
+place admin "${ADMIN_PKG}" orpheus_svc.proto.admin
+[[ -f "${OUT_ROOT}/orpheus_svc/proto/__init__.py" ]] \
+  || echo '"""Generated protobuf/gRPC stubs of the APIs the server owns (see proto/; scripts/gen-proto.sh)."""' >"${OUT_ROOT}/orpheus_svc/proto/__init__.py"
+
+echo "gen-proto: Go -> ${OUT_ROOT}/clients/go/gen, Python -> ${PY_PKG}, ${ADMIN_PKG}"

@@ -47,9 +47,10 @@ from orpheus_svc.config import Config
 from orpheus_svc.core.scheduler import PriorityFn
 from orpheus_svc.engine.watchdog import StallPolicy
 from orpheus_svc.runtime import build_runtime
-from orpheus_svc.security import KeyFileError
+from orpheus_svc.security import ADMIN, KeyFileError
 
 from orpheus_svc.server import eventloop
+from orpheus_svc.server.admin import add_admin_service
 from orpheus_svc.server.auth import ApiKeyInterceptor, AuthCollector, AuthGuard
 from orpheus_svc.server.engine_guard import EngineGuard, StallGauge
 from orpheus_svc.server.logs import configure_logging
@@ -140,8 +141,16 @@ class Server:
         self.grpc = grpc.aio.server(options=options, interceptors=interceptors)
         add_tts_servicer(TTSServicer(self.state), self.grpc)  # parses requests at the edge
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
+        services = [SERVICE_NAME, health.SERVICE_NAME]
+        # The admin service (LoRA adapters while serving, docs/lora.md) exists only when a
+        # key may call it: keys with the admin scope at start-up. Not even registered
+        # otherwise. A split front-end registers it to refuse each call, saying why.
+        self.admin_keys = self.auth.store.names_with(ADMIN) if self.auth is not None else []
+        if self.admin_keys:
+            services.append(add_admin_service(self.state, self.grpc,
+                                              split=frontend is not None))
         if config.server.reflection:
-            add_reflection((SERVICE_NAME, health.SERVICE_NAME), self.grpc)  # v1 and v1alpha
+            add_reflection(services, self.grpc)  # v1 and v1alpha
         if frontend is not None and frontend.index == 0 and frontend.shared is not None:
             self.metrics.registry.register(FrontendDeaths(frontend.shared.deaths))
         self.port = 0
@@ -180,6 +189,7 @@ class Server:
                  event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
                  tls=self.tls is not None, mtls=bool(s.tls_client_ca_file),
                  api_keys=self.auth.store.names() if self.auth else None,
+                 admin_service=bool(self.admin_keys),
                  metrics=f"{s.metrics_host}:{s.metrics_port + index}" if s.metrics_port else None)
 
     async def load(self) -> None:

@@ -26,6 +26,7 @@ adapter_model.safetensors), not from `target_modules`: those are the tensors PEF
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -196,4 +197,37 @@ def adapter_sources(value: Any, where: str = "model.adapters") -> tuple[AdapterS
             raise ValueError(f"{where}.{name}: expected the adapter's directory (or hub id), "
                              f"got {entry!r}")
         out.append(AdapterSource(name, entry.strip(), voices or None))
+    return tuple(out)
+
+
+def adapter_name_problem(name: Any) -> str | None:
+    """Why `name` cannot name an adapter, or None (the rule model.adapters applies)."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        return (f"adapter name {str(name)[:80]!r} must be 1 to 64 letters, digits, '_', '.' "
+                f"or '-', starting with a letter or digit (a name, never a path)")
+    return None
+
+
+def adapter_dirs(value: Any, where: str = "model.adapter_dirs") -> tuple[str, ...]:
+    """The directories adapters may be loaded from while serving (the admin service's
+    LoadAdapter, docs/lora.md): a YAML list, or "dir, dir" in the environment or a flag.
+    Each must be an absolute path (`~` expanded); ValueError naming the entry otherwise."""
+    if value is None or value == "" or value == [] or value == ():
+        return ()
+    if isinstance(value, str):
+        items: list[Any] = [p.strip() for p in value.split(",") if p.strip()]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise ValueError(f"{where}: expected a list of directories, got {value!r}")
+    out: list[str] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, str) or not item.strip():
+            raise ValueError(f"{where}[{i}]: expected a directory, got {item!r}")
+        path = item.strip()
+        expanded = os.path.expanduser(path)
+        if not os.path.isabs(expanded):
+            raise ValueError(f"{where}[{i}]: {path!r} must be an absolute directory (a "
+                             f"relative one would depend on the server's working directory)")
+        out.append(os.path.normpath(expanded))
     return tuple(out)

@@ -282,3 +282,13 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Server shutdown: free devices, stop threads, abort what still runs."""
+
+    # A backend with an adapter pool (capabilities.max_adapters > 0) also has
+    #
+    #     write_adapter(slot, adapter) -> None
+    #
+    # which rewrites pool slot `slot` in place with `adapter` (a models/adapters.py
+    # AdapterWeights: its layers' A and B and its scaling), or clears it when `adapter` is
+    # None. EngineLoop calls it on the engine thread between steps, only for a slot no row
+    # of a step reads (the runtime's adapter catalog, core/adapters.py, keeps it so);
+    # nothing is recaptured or reallocated.

@@ -3,6 +3,7 @@
 Message based on both sides, so it can move to its own process without a rewrite:
 
     submit(request) / cancel(gen_id)  ->  command queue  ->  engine thread
+    write_adapter(slot, adapter)      ->  the same queue: a LoRA pool slot rewritten between steps
     engine thread  ->  sink([Admitted | Rejected ...])     before the step's frames move on
     engine thread  ->  flusher.push_many([FramePush ...]) once per step / drop(gen_id, finish)
     flusher thread ->  sink([AudioEvent ...])              one call per decode batch
@@ -35,6 +36,7 @@ import queue
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from typing import Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
@@ -144,6 +146,14 @@ class _Cancel(NamedTuple):
     gen_id: int
 
 
+class _WriteAdapter(NamedTuple):
+    """Command: rewrite LoRA pool slot `slot` with `adapter` (None: clear it), between two
+    steps; `done` resolves once it is written (or with why it failed)."""
+    slot: int
+    adapter: object
+    done: Future
+
+
 _STOP = object()
 
 
@@ -227,6 +237,25 @@ class EngineLoop:
 
     def cancel(self, gen_id: int) -> None:
         self._commands.put(_Cancel(gen_id))
+
+    def write_adapter(self, slot: int, adapter: object | None) -> Future:
+        """Queue a rewrite of LoRA pool slot `slot` with `adapter` (a models/adapters.py
+        AdapterWeights; None clears the slot): the engine thread, which owns the device
+        state, does it between two steps (Backend.write_adapter), after every command
+        queued before it (a cancel of a generation on the slot included) and before every
+        one queued after it (a submit that uses the new adapter). Returns a Future that
+        resolves once it is written, or with the error: ValueError at once for a slot
+        outside the pool, RuntimeError when the engine failed."""
+        done: Future = Future()
+        if not 0 <= slot < self.capabilities.max_adapters:
+            done.set_exception(ValueError(
+                f"adapter slot {slot} is not one of this engine's "
+                f"{self.capabilities.max_adapters} (engine.max_adapters)"))
+        elif self.failure is not None:
+            done.set_exception(RuntimeError("the engine failed; no adapter can be written"))
+        else:
+            self._commands.put(_WriteAdapter(slot, adapter, done))
+        return done
 
     def stats(self) -> SchedulerStats:
         return self._stats
@@ -323,6 +352,8 @@ class EngineLoop:
                 return False
             if isinstance(cmd, _Submit):
                 self._admit(cmd, events)
+            elif isinstance(cmd, _WriteAdapter):
+                self._write_adapter(cmd)
             else:
                 gen = self._scheduler.cancel(cmd.gen_id, self._clock())
                 if gen is not None:  # was still waiting: ends now, it never held a slot
@@ -331,6 +362,22 @@ class EngineLoop:
                 cmd = self._commands.get_nowait()
             except queue.Empty:
                 return True
+
+    def _write_adapter(self, cmd: _WriteAdapter) -> None:
+        """A pool slot rewritten between steps (write_adapter). A FatalBackendError ends the
+        thread as a step's would; any other error fails the write alone."""
+        if not cmd.done.set_running_or_notify_cancel():
+            return
+        try:
+            self.backend.write_adapter(cmd.slot, cmd.adapter)
+        except FatalBackendError as exc:
+            cmd.done.set_exception(exc)
+            raise
+        except Exception as exc:  # noqa: BLE001 - the caller (the admin call) reports it
+            log.error("writing LoRA adapter slot %d failed", cmd.slot, exc_info=exc)
+            cmd.done.set_exception(exc)
+        else:
+            cmd.done.set_result(None)
 
     def _admit(self, cmd: _Submit, events: EventBatch) -> None:
         req = cmd.request

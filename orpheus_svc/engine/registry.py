@@ -33,7 +33,10 @@ class BuiltBackend:
     (`load_tokenizer` makes either); None when neither is known (the front-ends of a split
     topology then cannot start). codec: the backend's own codec (the sim's), None to load
     SNAC. model_dir / engine_dir: where its voices.json may be. adapters: the LoRA
-    adapters it serves, (name, voices) in pool slot order (slot = position)."""
+    adapters it serves, (name, voices) in pool slot order (slot = position), and
+    adapter_details their (directory, rank) in the same order. lora_base: the base model's
+    LlamaSpec an adapter loaded while serving is checked against (None: no shapes to
+    check, the sim)."""
 
     backend: Any
     encode: Callable[[str], list[int]]
@@ -44,6 +47,8 @@ class BuiltBackend:
     engine_dir: Path | None = None
     tokenizer: str | None = None
     adapters: tuple[tuple[str, Any], ...] = ()
+    adapter_details: tuple[tuple[str, int], ...] = ()
+    lora_base: Any = None
 
 
 def build_backend(config, device, dtype) -> BuiltBackend:

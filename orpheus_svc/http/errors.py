@@ -19,8 +19,10 @@ STATUS = {
     Status.UNAUTHENTICATED: (401, "authentication_error"),
     Status.PERMISSION_DENIED: (403, "permission_error"),
     Status.NOT_FOUND: (404, "invalid_request_error"),
+    Status.ALREADY_EXISTS: (409, "invalid_request_error"),
     Status.RESOURCE_EXHAUSTED: (429, "rate_limit_error"),
     Status.CANCELLED: (499, "cancelled"),
+    Status.UNIMPLEMENTED: (501, "server_error"),
     Status.UNAVAILABLE: (503, "server_error"),
     Status.DEADLINE_EXCEEDED: (504, "server_error"),
 }

@@ -18,6 +18,7 @@ milliseconds and changes nothing. Never a pickle (adapter_model.bin is refused).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,11 +80,13 @@ def _shape_problem(key: str, shape: tuple[int, ...], want: tuple[int, int]) -> s
 
 
 def read_adapter(path: str | Path, base: LlamaSpec | None, max_rank: int, *,
-                 voices: str | None = None) -> AdapterWeights:
+                 voices: str | VoiceRegistry | None = None) -> AdapterWeights:
     """The adapter in directory `path`, checked against the base model `base` (None: shapes
     are not checked, for a backend without weights: the sim) and against `max_rank`
     (engine.max_lora_rank). `voices`: the adapter's voices given by the caller (a voices.json
-    path or "name[:lang], ..."), else the directory's voices.json. AdapterError otherwise."""
+    path or "name[:lang], ..." from the config; a VoiceRegistry already parsed: the admin
+    service's, never a path a client chose), else the directory's voices.json. AdapterError
+    otherwise. The same checks at start-up (model.adapters) and for the admin service."""
     root = Path(path)
     if not root.is_dir():
         raise AdapterError(f"{root}: not a directory (a PEFT adapter directory holds "
@@ -159,7 +162,9 @@ def _why_not(key: str) -> str:
     return "this server applies only q, k, v, o, gate, up and down projection adapters"
 
 
-def _voices(root: Path, given: str | None) -> VoiceRegistry:
+def _voices(root: Path, given: str | VoiceRegistry | None) -> VoiceRegistry:
+    if isinstance(given, VoiceRegistry):
+        return given
     try:
         if given:
             candidate = Path(given).expanduser()
@@ -173,6 +178,62 @@ def _voices(root: Path, given: str | None) -> VoiceRegistry:
     raise AdapterError(f"{root}: the adapter brings no voices: add a {VOICES_FILE} beside it "
                        f"(docs/voices.md) or name its voice where it is loaded "
                        f"(model.adapters: {{name: {{path: ..., voices: \"name\"}}}})")
+
+
+# -- where the admin service may read adapters from (model.adapter_dirs) --------------------
+
+# Every file read_adapter may open in an adapter directory: each must resolve inside the
+# same allowed directory as the adapter directory itself.
+_READ_FILES = (CONFIG_FILE, WEIGHTS_FILE, VOICES_FILE, "adapter_model.bin")
+
+
+class AdapterPathError(AdapterError):
+    """A path the admin service may not read: `outside` True when it resolves outside every
+    model.adapter_dirs entry (PERMISSION_DENIED), False when it is no usable path at all
+    (not absolute, empty: INVALID_ARGUMENT)."""
+
+    def __init__(self, message: str, outside: bool) -> None:
+        super().__init__(message)
+        self.outside = outside
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def resolve_inside(path: str, dirs: tuple[str, ...]) -> Path:
+    """The real path of adapter directory `path` (absolute; every symlink followed, `..`
+    resolved: os.path.realpath), when it lies inside one of `dirs` (model.adapter_dirs, each
+    resolved the same way), and so does every file read_adapter may open in it (a
+    symlinked adapter_model.safetensors may not point out either). AdapterPathError
+    otherwise. Read the adapter from the path returned, never from `path`."""
+    if not isinstance(path, str) or not path.strip() or "\x00" in path:
+        raise AdapterPathError("path is empty: give the adapter's directory (absolute, inside "
+                               "model.adapter_dirs)", outside=False)
+    given = Path(path)
+    if not given.is_absolute():
+        raise AdapterPathError(f"path {path[:200]!r} is not absolute: give the adapter "
+                               f"directory's absolute path (inside model.adapter_dirs)",
+                               outside=False)
+    real = Path(os.path.realpath(given))
+    roots = [Path(os.path.realpath(d)) for d in dirs]
+    root = next((r for r in roots if _inside(real, r)), None)
+    allowed = ", ".join(str(r) for r in roots) or "none"
+    if root is None:
+        shown = f"{path[:200]!r}" + (f" resolves to {str(real)!r}, which is" if str(real) != path
+                                     else " is")
+        raise AdapterPathError(f"path {shown} outside model.adapter_dirs ({allowed}): the "
+                               f"server reads adapters only from those directories",
+                               outside=True)
+    for name in _READ_FILES:
+        f = real / name
+        if os.path.lexists(f):
+            target = Path(os.path.realpath(f))
+            if not _inside(target, root):
+                raise AdapterPathError(f"{f} resolves to {str(target)!r}, outside "
+                                       f"model.adapter_dirs ({allowed}): every file of an "
+                                       f"adapter must lie inside them", outside=True)
+    return real
 
 
 # -- the adapters model.adapters names ------------------------------------------------------
@@ -195,6 +256,11 @@ class ConfiguredAdapters:
         """(name, voices) of each adapter, in slot order (engine/registry.py BuiltBackend)."""
         return tuple((name, w.voices) for name, w in self.adapters)
 
+    @property
+    def details(self) -> tuple[tuple[str, int], ...]:
+        """(directory, rank) of each adapter, in slot order (the admin service lists them)."""
+        return tuple((str(w.path), w.spec.r) for _, w in self.adapters)
+
     def install(self, pool) -> None:
         """Each adapter into its slot of `pool` (engine/model/lora.py LoraPool)."""
         for index, (_, weights) in enumerate(self.adapters):
@@ -207,7 +273,7 @@ def read_configured_adapters(config, base: LlamaSpec | None) -> ConfiguredAdapte
     (model.adapters.<name>) or the setting (engine.max_adapters) at fault: the server does
     not start with an adapter it cannot serve exactly."""
     from orpheus_svc.config import ConfigError
-    from orpheus_svc.core.lora_config import adapter_sources
+    from orpheus_svc.core.lora_config import adapter_dirs, adapter_sources
     from orpheus_svc.hub import CheckpointNotFoundError, resolve_checkpoint
 
     e = config.engine
@@ -222,6 +288,15 @@ def read_configured_adapters(config, base: LlamaSpec | None) -> ConfiguredAdapte
         except (AdapterError, CheckpointNotFoundError) as exc:
             raise ConfigError(f"{where}: {exc}") from None
     capacity = e.max_adapters or len(read)
+    dirs = adapter_dirs(config.model.adapter_dirs)
+    if dirs and not (e.max_adapters and e.max_lora_rank):
+        raise ConfigError("model.adapter_dirs is set (adapters may be loaded while serving), "
+                          "so the adapter pool must be sized for them: set both "
+                          "engine.max_adapters and engine.max_lora_rank above 0 (now "
+                          f"{e.max_adapters} and {e.max_lora_rank})")
+    for d in dirs:
+        if not os.path.isdir(d):
+            raise ConfigError(f"model.adapter_dirs: {d} is not a directory")
     if len(read) > capacity:
         raise ConfigError(f"engine.max_adapters is {e.max_adapters}, but model.adapters names "
                           f"{len(read)} adapters")

@@ -1,6 +1,6 @@
 """Key helpers (docs/security.md):
 
-    python -m orpheus_svc.security new-key NAME [--max-concurrent N] [--per-minute N]
+    python -m orpheus_svc.security new-key NAME [--max-concurrent N] [--per-minute N] [--admin]
         prints a fresh key on stderr (give it to the caller) and its key-file entry on stdout
     python -m orpheus_svc.security hash          reads a key on stdin, prints its sha256
 """
@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("name")
     n.add_argument("--max-concurrent", type=int, default=0)
     n.add_argument("--per-minute", type=int, default=0)
+    n.add_argument("--admin", action="store_true",
+                   help="the key may call the admin service (scopes: [admin])")
     sub.add_parser("hash", help="sha256 of a key read from stdin")
     args = p.parse_args(argv)
     if args.cmd == "hash":
@@ -27,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     key = new_key()
     print(f"key (give this to the caller; it is not stored): {key}", file=sys.stderr)
-    print("- " + entry_for(args.name, key, args.max_concurrent, args.per_minute))
+    print("- " + entry_for(args.name, key, args.max_concurrent, args.per_minute,
+                           ("admin",) if args.admin else ()))
     return 0
 
 

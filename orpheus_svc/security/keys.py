@@ -12,6 +12,7 @@ Key file (server.api_keys_file, YAML or JSON), or the same document inline in se
         sha256: 9f86d081...     # hex SHA-256 of the key (python -m orpheus_svc.security new-key NAME)
         max_concurrent_sessions: 8   # 0 or absent = no limit
         sessions_per_minute: 120     # 0 or absent = no limit
+        scopes: [admin]              # optional: admin = may call orpheus.admin.v1 too
 
 The file is re-read when it changes (stat on each authentication: mtime, size, inode, so a
 Kubernetes Secret's symlink swap is seen); a file that does not parse keeps the previous keys
@@ -43,18 +44,31 @@ WRONG_KEY = ("the API key is not valid: send 'authorization: Bearer <key>' with 
              "knows")
 
 
+# What a key may do beyond synthesis (every key may synthesize, list voices, ...):
+#   admin   call the admin service (orpheus.admin.v1: load and unload LoRA adapters)
+ADMIN = "admin"
+SCOPES = frozenset({ADMIN})
+
+
 class KeyFileError(ValueError):
     """The key file or inline document is invalid; the message says where and why."""
 
 
 @dataclass(frozen=True)
 class ApiKey:
-    """One accepted key: its name, the SHA-256 of the key, and its limits (0 = none)."""
+    """One accepted key: its name, the SHA-256 of the key, its limits (0 = none) and its
+    scopes (SCOPES)."""
 
     name: str
     sha256: str
     max_concurrent_sessions: int = 0
     sessions_per_minute: int = 0
+    scopes: frozenset[str] = frozenset()
+
+    @property
+    def admin(self) -> bool:
+        """May call the admin service."""
+        return ADMIN in self.scopes
 
 
 @dataclass(frozen=True)
@@ -109,7 +123,8 @@ def parse_keys(text: str, where: str) -> dict[str, ApiKey]:
         at = f"{where}: keys[{i}]"
         if not isinstance(entry, dict):
             raise KeyFileError(f"{at}: expected a mapping with name and sha256")
-        unknown = set(entry) - {"name", "sha256", "max_concurrent_sessions", "sessions_per_minute"}
+        unknown = set(entry) - {"name", "sha256", "max_concurrent_sessions", "sessions_per_minute",
+                                "scopes"}
         if unknown:
             # 'key:' here would mean someone pasted a key in clear: say so without echoing it
             raise KeyFileError(f"{at}: unknown field(s) {', '.join(sorted(unknown))} "
@@ -126,8 +141,23 @@ def parse_keys(text: str, where: str) -> dict[str, ApiKey]:
             raise KeyFileError(f"{at} ({name}): same key as {keys[digest].name!r}")
         names.add(name)
         keys[digest] = ApiKey(name, digest, _int_field(entry, "max_concurrent_sessions", at),
-                              _int_field(entry, "sessions_per_minute", at))
+                              _int_field(entry, "sessions_per_minute", at),
+                              _scopes(entry, f"{at} ({name})"))
     return keys
+
+
+def _scopes(entry: dict, where: str) -> frozenset[str]:
+    value = entry.get("scopes")
+    if value is None:
+        return frozenset()
+    if isinstance(value, str) or not isinstance(value, list) \
+            or not all(isinstance(v, str) for v in value):
+        raise KeyFileError(f"{where}: scopes must be a list of names, e.g. [admin]")
+    unknown = sorted(set(value) - SCOPES)
+    if unknown:
+        raise KeyFileError(f"{where}: unknown scope(s) {', '.join(repr(v) for v in unknown)} "
+                           f"(known: {', '.join(sorted(SCOPES))})")
+    return frozenset(value)
 
 
 def _noop(*_args, **_kw) -> None:
@@ -202,6 +232,10 @@ class KeyStore:
 
     def names(self) -> list[str]:
         return sorted(k.name for k in self._keys.values())
+
+    def names_with(self, scope: str) -> list[str]:
+        """The names of the keys that have `scope` (e.g. ADMIN), as the store holds them now."""
+        return sorted(k.name for k in self._keys.values() if scope in k.scopes)
 
     def authenticate(self, authorization: str | None) -> AuthResult:
         """The key for an `authorization` value ('Bearer <key>'), or a refusal."""
@@ -291,8 +325,11 @@ def new_key() -> str:
 
 
 def entry_for(name: str, key: str, max_concurrent_sessions: int = 0,
-              sessions_per_minute: int = 0) -> str:
+              sessions_per_minute: int = 0, scopes: tuple[str, ...] = ()) -> str:
     """A key-file entry (YAML) for `key`, storing only its hash."""
-    return json.dumps({"name": name, "sha256": hash_key(key),
-                       "max_concurrent_sessions": max_concurrent_sessions,
-                       "sessions_per_minute": sessions_per_minute})
+    entry = {"name": name, "sha256": hash_key(key),
+             "max_concurrent_sessions": max_concurrent_sessions,
+             "sessions_per_minute": sessions_per_minute}
+    if scopes:
+        entry["scopes"] = sorted(set(scopes))
+    return json.dumps(entry)

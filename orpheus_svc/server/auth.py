@@ -3,7 +3,9 @@
 Every call but health presents `authorization: Bearer <key>`; a missing, malformed or unknown
 key ends the call with UNAUTHENTICATED before the servicer sees it. Synthesis calls
 (StreamingSynthesize, Synthesize) then take a per-key lease (KeyLimiter) held for the whole
-call; a key at its limit gets RESOURCE_EXHAUSTED naming the limit. Health is always open
+call; a key at its limit gets RESOURCE_EXHAUSTED naming the limit. The admin service
+(orpheus.admin.v1) needs a key with the admin scope: any other key gets PERMISSION_DENIED
+(an admin key may still synthesize, like any key). Health is always open
 (Kubernetes probes carry no key); reflection and GetStatus are open only when
 server.auth_open_reflection / server.auth_open_status say so. Logs name the key, never the key.
 """
@@ -23,6 +25,7 @@ _REFLECTION = ("/grpc.reflection.v1alpha.ServerReflection/", "/grpc.reflection.v
 _STATUS = "/orpheus.tts.v1.TTSService/GetStatus"
 _SESSIONS = ("/orpheus.tts.v1.TTSService/StreamingSynthesize",
              "/orpheus.tts.v1.TTSService/Synthesize")
+ADMIN_PREFIX = "/orpheus.admin.v1.AdminService/"  # every method needs the admin scope
 
 
 class AuthGuard:
@@ -88,6 +91,8 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
             log.warning("call refused", rpc=method, status="UNAUTHENTICATED", reason=result.error)
             return _same_kind(handler, _refuse(grpc.StatusCode.UNAUTHENTICATED, result.error))
         key = result.key
+        if method.startswith(ADMIN_PREFIX):
+            return self._admin(handler, method, key)
         if method not in _SESSIONS:
             return handler
         inner = _inner(handler)
@@ -106,6 +111,26 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
                 lease.release()
                 structlog.contextvars.unbind_contextvars("api_key")
         return _same_kind(handler, limited)
+
+    def _admin(self, handler, method: str, key):
+        """An admin method: refused unless `key` has the admin scope; the call's log lines
+        name the key (its name: never the key)."""
+        if not key.admin:
+            log.warning("call refused", rpc=method, status="PERMISSION_DENIED",
+                        api_key=key.name, reason="no admin scope")
+            return _same_kind(handler, _refuse(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"the API key '{key.name}' may not call the admin service: it needs the admin "
+                f"scope (scopes: [admin] in the key file, docs/security.md)"))
+        inner = _inner(handler)
+
+        async def named(request, context):
+            structlog.contextvars.bind_contextvars(api_key=key.name)
+            try:
+                return await inner(request, context)
+            finally:
+                structlog.contextvars.unbind_contextvars("api_key")
+        return _same_kind(handler, named)
 
 
 def _refuse(code, message):

@@ -58,8 +58,14 @@ def session_settings(state: ServerState, voice: str, encoding: str, sample_rate:
                      sampling: SamplingChoice, *, allow_wav: bool,
                      normalize: bool | None = None, whole: bool = False) -> SessionSettings:
     """A server call's settings, validated against the served model's voices (the English
-    ones while none is loaded); see `build_settings`."""
-    voices = state.runtime.voices if state.runtime is not None else english_registry()
+    ones while none is loaded); see `build_settings`. A voice of a LoRA adapter being
+    unloaded is refused with FAILED_PRECONDITION naming the adapter (docs/lora.md)."""
+    runtime = state.runtime
+    voices = runtime.voices if runtime is not None else english_registry()
+    if runtime is not None and voices.resolve(voice) is None:
+        refusal = runtime.voice_refusal(voice)  # its adapter is being unloaded
+        if refusal is not None:
+            raise SessionError(Status.FAILED_PRECONDITION, refusal, field="voice")
     return build_settings(state.config, voices, voice, encoding, sample_rate, sampling,
                           allow_wav=allow_wav, normalize=normalize, whole=whole)
 

@@ -127,7 +127,9 @@ class Unparseable:
 UNPARSEABLE = "request could not be parsed"
 
 
-def _tolerant(cls):
+def tolerant(cls):
+    """A request deserializer for message class `cls` that never raises: bytes that are no
+    valid message become an Unparseable (TTSService and AdminService use it)."""
     def parse(data: bytes):
         try:
             return cls.FromString(data)
@@ -142,16 +144,16 @@ def add_tts_servicer(servicer: "TTSServicer", server) -> None:
     handlers = {
         "StreamingSynthesize": grpc.stream_stream_rpc_method_handler(
             servicer.StreamingSynthesize,
-            request_deserializer=_tolerant(tts_pb2.StreamingSynthesizeRequest),
+            request_deserializer=tolerant(tts_pb2.StreamingSynthesizeRequest),
             response_serializer=tts_pb2.StreamingSynthesizeResponse.SerializeToString),
         "Synthesize": grpc.unary_stream_rpc_method_handler(
-            servicer.Synthesize, request_deserializer=_tolerant(tts_pb2.SynthesizeRequest),
+            servicer.Synthesize, request_deserializer=tolerant(tts_pb2.SynthesizeRequest),
             response_serializer=tts_pb2.SynthesizeResponse.SerializeToString),
         "ListVoices": grpc.unary_unary_rpc_method_handler(
-            servicer.ListVoices, request_deserializer=_tolerant(tts_pb2.ListVoicesRequest),
+            servicer.ListVoices, request_deserializer=tolerant(tts_pb2.ListVoicesRequest),
             response_serializer=tts_pb2.ListVoicesResponse.SerializeToString),
         "GetStatus": grpc.unary_unary_rpc_method_handler(
-            servicer.GetStatus, request_deserializer=_tolerant(tts_pb2.GetStatusRequest),
+            servicer.GetStatus, request_deserializer=tolerant(tts_pb2.GetStatusRequest),
             response_serializer=tts_pb2.GetStatusResponse.SerializeToString),
     }
     name = tts_pb2.DESCRIPTOR.services_by_name["TTSService"].full_name

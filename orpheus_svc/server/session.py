@@ -32,6 +32,7 @@ import structlog
 
 from orpheus_svc.audio.pcm import Encoder, SessionEncoder
 from orpheus_svc.config import TextConfig
+from orpheus_svc.core.adapters import AdapterRefusal
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Finish, Rejected
 from orpheus_svc.core.normalize import normalize_text
 from orpheus_svc.core.status import Status
@@ -178,6 +179,7 @@ class StreamSession:
                                       language=settings.language)
         self._segments: list[_Segment] = []
         self._by_gen: dict[int, _Segment] = {}
+        self._adapter = -1  # the LoRA pool slot run() leased for the voice (-1: base model)
         self._inbox: asyncio.Queue = asyncio.Queue()
         self._input_done = False
         self._error: SessionError | None = None
@@ -197,6 +199,14 @@ class StreamSession:
         self._audio = SessionEncoder(settings.encoding, settings.sample_rate, whole=settings.whole)
 
     async def run(self, inputs: AsyncIterator[Input]) -> AsyncIterator[Output]:
+        # The session's voice holds its LoRA adapter (if one speaks it) from here to the
+        # session's end, so an adapter unloaded meanwhile keeps its slot, and every segment
+        # its weights, until this session has all its audio (core/adapters.py).
+        try:
+            lease = self.runtime.lease_voice(self.settings.voice)
+        except AdapterRefusal as exc:  # its adapter is being unloaded: no new session
+            raise SessionError(exc.code, exc.message, field="voice") from None
+        self._adapter = -1 if lease is None else lease.slot
         loop = asyncio.get_running_loop()
         reader = asyncio.create_task(self._read(inputs))
         try:
@@ -234,6 +244,8 @@ class StreamSession:
             for seg in self._segments:
                 if seg.handle is not None:
                     seg.handle.close()  # cancels the ones that have not ended
+            if lease is not None:  # after the cancels: they reach the engine first
+                lease.release()
 
     # -- reader -----------------------------------------------------------------------------
 
@@ -323,7 +335,8 @@ class StreamSession:
             try:
                 req = self.runtime.request(self.session_id, seg.index, self.settings.voice,
                                            self._spoken(seg),
-                                           self.settings.segment_sampling(seg.index))
+                                           self.settings.segment_sampling(seg.index),
+                                           adapter=self._adapter)
             except ValueError as exc:  # e.g. control tokens spelled in the text
                 raise SessionError(Status.INVALID_ARGUMENT, f"segment {seg.index}: {exc}") from exc
             seg.t_open = time.monotonic()

@@ -161,6 +161,8 @@ def test_the_trtllm_backend_refuses_adapters_naming_the_setting(demo_adapter):
         refuse_adapters(config)
     with pytest.raises(TrtllmStartupError, match=r"^engine.max_adapters: "):
         refuse_adapters(load_config(overrides={"engine.max_adapters": 2}, environ={}))
+    with pytest.raises(TrtllmStartupError, match=r"^model.adapter_dirs: "):
+        refuse_adapters(load_config(overrides={"model.adapter_dirs": ["/adapters"]}, environ={}))
     refuse_adapters(load_config(environ={}))  # none: nothing to refuse
 
 

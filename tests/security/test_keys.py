@@ -107,3 +107,30 @@ def test_sessions_per_minute_is_a_sliding_window():
     assert lim.acquire(key)[0] is not None
     assert lim.acquire(key)[0] is None
     assert lim.snapshot()["a"]["refused"]["sessions_per_minute"] == 2
+
+
+def test_the_admin_scope_is_read_and_anything_else_refused():
+    keys = parse_keys(f"keys:\n  - {{name: ops, sha256: {hash_key('a')}, scopes: [admin]}}\n"
+                      f"  - {{name: app, sha256: {hash_key('b')}}}\n", "f")
+    by_name = {k.name: k for k in keys.values()}
+    assert by_name["ops"].admin and not by_name["app"].admin
+    store = KeyStore(inline=f'{{"keys": [{{"name": "ops", "sha256": "{hash_key("a")}", '
+                            f'"scopes": ["admin"]}}]}}')
+    assert store.names_with("admin") == ["ops"] and store.authenticate("Bearer a").key.admin
+    with pytest.raises(KeyFileError, match=r"keys\[0\] \(ops\): unknown scope\(s\) 'root'"):
+        parse_keys(f"- {{name: ops, sha256: {hash_key('a')}, scopes: [root]}}", "f")
+    with pytest.raises(KeyFileError, match="scopes must be a list"):
+        parse_keys(f"- {{name: ops, sha256: {hash_key('a')}, scopes: admin}}", "f")
+
+
+def test_new_key_makes_an_admin_entry_that_loads_back(capsys):
+    from orpheus_svc.security.__main__ import main
+
+    assert main(["new-key", "ops", "--admin"]) == 0
+    out, err = capsys.readouterr()
+    key = err.split(": ")[-1].strip()
+    (entry,) = parse_keys(out, "out").values()
+    assert entry.name == "ops" and entry.admin and entry.sha256 == hash_key(key)
+    assert main(["new-key", "app"]) == 0
+    (plain,) = parse_keys(capsys.readouterr()[0], "out").values()
+    assert not plain.admin

@@ -94,7 +94,7 @@ def test_the_runtime_takes_a_sessions_sampling_as_it_is():
 
 
 class RecordingRuntime(FakeRuntime):
-    def request(self, session_id, segment_index, voice, text, sampling=None):
+    def request(self, session_id, segment_index, voice, text, sampling=None, adapter=-1):
         self.sampling = getattr(self, "sampling", []) + [sampling]
         return GenerationRequest(session_id, segment_index, (1, 2, 3), 70, sampling)
 

@@ -17,8 +17,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "orpheus_svc"
 # Lowest first. A module may import modules of its own rank or lower, never higher.
 LAYERS: list[tuple[str, ...]] = [
     ("core",),                      # pure domain logic
-    ("hub", "security", "files", "threads", "telemetry"),  # leaf utilities: checkpoint
-                                    # lookup, API keys, file reading, OS thread names, tracing
+    ("hub", "security", "files", "threads", "telemetry", "proto"),  # leaf utilities:
+                                    # checkpoint lookup, API keys, file reading, OS thread
+                                    # names, tracing, the admin API's generated stubs
     ("audio",),                     # SNAC, flusher, encodings
     ("config",),                    # settings and their validation
     ("models",),                    # checkpoints, tokenizer, demo, voice lists

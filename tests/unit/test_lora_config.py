@@ -98,3 +98,17 @@ def test_orpheus_svc_config_prints_adapters_that_load_back(tmp_path):
     path.write_text(dump(c))
     again = load_config(path, environ={})
     assert again == c and adapter_sources(again.model.adapters)[0].voices == "nova"
+
+
+def test_adapter_dirs_forms_and_refusals():
+    from orpheus_svc.core.lora_config import adapter_dirs
+
+    assert adapter_dirs(None) == adapter_dirs("") == adapter_dirs([]) == ()
+    assert adapter_dirs("/a, /b/../c") == ("/a", "/c")
+    assert adapter_dirs(["/srv/adapters/"]) == ("/srv/adapters",)
+    with pytest.raises(ValueError, match=r"model.adapter_dirs\[0\]: 'adapters' must be an absolute"):
+        adapter_dirs("adapters")
+    with pytest.raises(ValueError, match="expected a list of directories"):
+        adapter_dirs({"a": "/a"})
+    with pytest.raises(ValueError, match=r"model.adapter_dirs\[1\]: expected a directory"):
+        adapter_dirs(["/a", 3])

@@ -107,5 +107,14 @@ class GraphBackend:
         """Nothing to free: a slot's state is rewritten by its next prefill."""
         return list(gen_ids)
 
+    def write_adapter(self, slot: int, adapter) -> None:
+        """Rewrite LoRA pool slot `slot` with `adapter` (None: clear it) in place
+        (Backend.write_adapter; engine/model/lora.py LoraPool.write)."""
+        try:
+            self.model.lora.write(slot, adapter)
+        except Exception as exc:
+            fatal_if_device_lost(exc)
+            raise
+
     def close(self) -> None:
         """Nothing to stop: graphs and buffers are freed with this object."""

@@ -15,4 +15,5 @@ def build(config, device, dtype) -> BuiltBackend:
                            prefill_rows=e.graph_prefill_rows)
     return BuiltBackend(backend, loaded.encode, loaded.model_name, is_demo=loaded.is_demo,
                         model_dir=loaded.model_dir, tokenizer=loaded.tokenizer,
-                        adapters=loaded.adapters.served)
+                        adapters=loaded.adapters.served,
+                        adapter_details=loaded.adapters.details, lora_base=loaded.model.spec)

@@ -118,6 +118,17 @@ class LoraPool:
                     adapted.add(fused)
         self.adapted[index] = frozenset(adapted)
 
+    def write(self, index: int, adapter) -> None:
+        """Slot `index` rewritten in place for an adapter loaded or unloaded while serving
+        (engine thread, between steps): `adapter` a models/adapters.py AdapterWeights, or
+        None to clear the slot. The tensors stay the same objects, so a captured step
+        reads the new weights without a recapture; on CUDA the copies are queued on the
+        stream the steps run on, so the next step sees them whole."""
+        if adapter is None:
+            self.clear(index)
+        else:
+            self.install(index, adapter.layers, adapter.spec.scaling)
+
     def clear(self, index: int) -> None:
         """Zero slot `index` (a slot that no row reads: between loads)."""
         for layer in self.a + self.b:

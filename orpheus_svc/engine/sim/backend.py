@@ -127,6 +127,9 @@ class SimBackend:
                                                 max_lora_rank=self.lora_rank)
         self._clock = clock
         self._sleep = sleep
+        # what each LoRA pool slot holds (write_adapter), as a real engine's pool would:
+        # the adapter's directory and rank; a slot not here is clear
+        self.pool: dict[int, tuple[str, int]] = {}
         # Live generations' whole token streams, one row per KV slot (`_owner`: whose
         # stream a row holds, -1: none), so a step reads every decode row's next token in
         # one array operation: the sim's host side is the simulated GPU's, not the server's,
@@ -281,6 +284,16 @@ class SimBackend:
                 if late > LATE_WAKE_S:
                     c["late_wakes"] += 1
         return StepResult(tokens=tokens, decode_tokens=decode_tokens)
+
+    def write_adapter(self, slot: int, adapter) -> None:
+        """Backend.write_adapter: the sim keeps no weights, only what each slot holds
+        (`pool`), so an adapter can be loaded and unloaded while it serves."""
+        if not 0 <= slot < self.capabilities.max_adapters:
+            raise IndexError(f"adapter slot {slot} outside 0..{self.capabilities.max_adapters - 1}")
+        if adapter is None:
+            self.pool.pop(slot, None)
+        else:
+            self.pool[slot] = (str(adapter.path), adapter.spec.r)
 
     def _lora_seconds(self, plan: StepPlan) -> float:
         """The modelled LoRA cost of a step: its distinct adapters and the tokens on them."""

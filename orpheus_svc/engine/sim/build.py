@@ -35,6 +35,9 @@ def build_sim_backend(config) -> tuple[SimBackend, Callable[[str], list[int]], S
                          faults=faults, max_adapters=adapters.capacity,
                          lora_rank=adapters.rank)
     backend.adapters = adapters.served
+    for slot, (_, weights) in enumerate(adapters.adapters):  # what a real pool holds now
+        backend.pool[slot] = (str(weights.path), weights.spec.r)
+    backend.adapter_details = adapters.details
     codec = SimCodec(profile, seed=e.seed or 0, faults=bool(faults.codec_error)) \
         if e.sim_codec else None
     backend.codec = codec  # its counters join stats() (the benchmark's sim stats file)
@@ -51,4 +54,5 @@ def build(config, device=None, dtype=None) -> BuiltBackend:
     engine.sim_codec is false, its codec."""
     backend, encode, codec = build_sim_backend(config)
     return BuiltBackend(backend, encode, f"sim:{config.engine.sim_profile}", codec=codec,
-                        tokenizer="sim", adapters=backend.adapters)
+                        tokenizer="sim", adapters=backend.adapters,
+                        adapter_details=backend.adapter_details)

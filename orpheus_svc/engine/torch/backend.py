@@ -63,6 +63,15 @@ class TorchBackend:
     def close(self) -> None:
         """Nothing to stop: the model is freed with this object."""
 
+    def write_adapter(self, slot: int, adapter) -> None:
+        """Rewrite LoRA pool slot `slot` with `adapter` (None: clear it) in place
+        (Backend.write_adapter; engine/model/lora.py LoraPool.write)."""
+        try:
+            self.model.lora.write(slot, adapter)
+        except Exception as exc:
+            fatal_if_device_lost(exc)
+            raise
+
     def step(self, plan: StepPlan) -> StepResult:
         try:
             with invariant_step(any(seeded(plan.prefill)) or any(seeded(plan.decode))):

@@ -103,12 +103,14 @@ ADAPTER_REFUSAL = (
 
 
 def refuse_adapters(config: Any) -> None:
-    """TrtllmStartupError naming model.adapters / engine.max_adapters when either is set:
-    an adapter voice must never be spoken silently by the base model."""
-    from orpheus_svc.core.lora_config import adapter_sources
+    """TrtllmStartupError naming model.adapters / model.adapter_dirs / engine.max_adapters
+    when one is set: an adapter voice must never be spoken silently by the base model."""
+    from orpheus_svc.core.lora_config import adapter_dirs, adapter_sources
 
     if adapter_sources(config.model.adapters):
         raise TrtllmStartupError(f"model.adapters: {ADAPTER_REFUSAL}")
+    if adapter_dirs(config.model.adapter_dirs):
+        raise TrtllmStartupError(f"model.adapter_dirs: {ADAPTER_REFUSAL}")
     if config.engine.max_adapters:
         raise TrtllmStartupError(f"engine.max_adapters: {ADAPTER_REFUSAL}")
 

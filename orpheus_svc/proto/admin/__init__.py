@@ -1,0 +1,1 @@
+"""Generated protobuf/gRPC stubs for the orpheus.admin API (see proto/; scripts/gen-proto.sh)."""
