@@ -17,7 +17,11 @@ PY=.venv/bin/python
 step() { printf '\n== %s (at %d s)\n' "$*" "${SECONDS}"; }
 
 step "pytest"
-"${PY}" -m pytest -q -p no:cacheprovider --durations=25  # the slowest tests: the budget is 15 minutes here
+# Two workers (pytest-xdist), each taking a whole test file at a time (--dist loadfile: a
+# file's module-scoped servers stay in one process): on this project's 2-core machines one
+# pytest process kept about one core busy. PYTEST_WORKERS=0 runs it in one process.
+# --durations: the slowest tests (the whole command's budget is 15 minutes here).
+"${PY}" -m pytest -q -p no:cacheprovider --durations=25 -n "${PYTEST_WORKERS:-2}" --dist loadfile
 
 step "API contract: buf lint, buf breaking vs main, generated code up to date"
 if git rev-parse --verify -q main >/dev/null; then
