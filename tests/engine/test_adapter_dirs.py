@@ -176,3 +176,42 @@ def test_an_entry_may_name_the_adapters_voices(demo_adapter, tmp_path):
     kai, kira = runtime.voices.resolve("kai"), runtime.voices.resolve("kira")
     assert (kai.adapter, kai.language, kira.adapter) == ("kai", "de", "kai")
     assert runtime.request("s", 0, "kira", "Hi.").adapter == 0
+
+
+def _offline_hub_cache(monkeypatch, root):
+    """huggingface_hub offline, its cache at `root` (HF_HOME is read at import: the
+    module's constants are pointed there too, as tests/models/test_loader.py does)."""
+    import huggingface_hub.constants as hf_constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(root))
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(root / "hub"))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    return root / "hub"
+
+
+def test_a_hub_id_adapter_is_read_from_the_hub_cache(demo_adapter, tmp_path, monkeypatch):
+    """model.adapters may name a hub id (owner/name[@revision]), resolved like model.path
+    through huggingface_hub's snapshot_download: here offline, from a cache laid out as the
+    hub client writes it (refs/<branch> -> snapshots/<commit>/files)."""
+    from orpheus_svc.models.adapters import read_configured_adapters
+
+    cache = _offline_hub_cache(monkeypatch, tmp_path / "hf")
+    repo = cache / "models--voices-org--nova-orpheus-lora"
+    main, other = "a" * 40, "b" * 40
+    shutil.copytree(demo_adapter, repo / "snapshots" / main)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(main)
+    (repo / "refs" / "v2").write_text(other)  # a revision whose snapshot is not cached
+    config = load_config(overrides={"model.adapters": {"nova-lora": "voices-org/nova-orpheus-lora"}},
+                         environ={})
+    read = read_configured_adapters(config, demo_spec())
+    [(name, weights)] = read.adapters
+    assert name == "nova-lora" and weights.voices.names == ["nova"]
+    assert weights.path == repo / "snapshots" / main
+    # what the hub cannot give is a ConfigError naming the entry and what to do
+    for ref, words in [("voices-org/nova-orpheus-lora@v2", "offline"),
+                       ("voices-org/absent-lora", "offline")]:
+        config = load_config(overrides={"model.adapters": {"nova-lora": ref}}, environ={})
+        with pytest.raises(ConfigError, match=rf"^model.adapters.nova-lora: .*{words}"):
+            read_configured_adapters(config, demo_spec())
