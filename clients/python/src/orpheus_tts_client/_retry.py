@@ -173,6 +173,13 @@ class ReplayInput:
         with self._lock:
             if not self._resume:
                 self._keep = False
+                # what the current attempt has read is needed by no replay now: dropped at
+                # once (its reader may have read everything, END included, before the
+                # server's first answer, and then never asks again)
+                read = self._next - self._base
+                if read > 0:
+                    del self._log[:read]
+                    self._base += read
 
     def segment_ended(self, text_end: int) -> None:
         """A segment ended at code point ``text_end`` (its SegmentEnd): a resumed call starts
