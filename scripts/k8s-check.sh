@@ -147,7 +147,11 @@ teardown() {
   [[ -n "${CLIENTS_PID:-}" ]] && kill "${CLIENTS_PID}" 2>/dev/null
   [[ -n "${DNS_PID:-}" ]] && kill "${DNS_PID}" 2>/dev/null
   [[ -n "${WATCH_PID:-}" ]] && kill "${WATCH_PID}" 2>/dev/null
-  [[ -n "${SLOW_PID:-}" ]] && kill "${SLOW_PID}" 2>/dev/null
+  # the background checks, and what they were running (a sleep, kubectl, a client)
+  local bg
+  for bg in "${SLOW_PID:-}" "${SESSION_PID:-}"; do
+    [[ -n "${bg}" ]] && { pkill -TERM -P "${bg}" 2>/dev/null; kill "${bg}" 2>/dev/null; }
+  done
   for pid in "${LOGF_PIDS[@]}"; do kill "${pid}" 2>/dev/null; done
   # a paused container would ignore everything but SIGKILL
   [[ -n "${STOPPED_PID:-}" ]] && kill -CONT "${STOPPED_PID}" 2>/dev/null
@@ -655,6 +659,7 @@ if want wedge; then
   sleep 30
   kill -CONT "${SPID}"; STOPPED_PID=""
   wait "${SESSION_PID}" || { cat "${WORK}/logs/paused-session.log"; die "the session across the pause failed"; }
+  SESSION_PID=""
   wait_for 60 "${POD} Ready again after the pause" bash -c "kubectl --kubeconfig '${KC}' get pod '${POD}' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
   [[ "$(restarts "${POD}")" == 0 ]] || die "a 30 s pause restarted the container"
   record "paused 30 s (SIGSTOP, SIGCONT): not restarted (restartCount 0), Ready again; a session open across the pause: $(tail -1 "${WORK}/logs/paused-session.log")"
