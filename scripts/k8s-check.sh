@@ -276,9 +276,9 @@ stop_daemon() {  # NAME: SIGTERM (SIGKILL after 10 s), waited for, and no longer
   for entry in "${PIDS[@]}"; do
     if [[ "${entry%%:*}" != "$1" ]]; then keep+=("${entry}"); continue; fi
     pid="${entry#*:}"
-    kill -TERM "${pid}" 2>/dev/null
+    kill -TERM "${pid}" 2>/dev/null || true
     for _ in $(seq 1 100); do kill -0 "${pid}" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "${pid}" 2>/dev/null
+    kill -KILL "${pid}" 2>/dev/null || true  # (set -e: it has exited by now, as a rule)
     wait "${pid}" 2>/dev/null || true
   done
   PIDS=("${keep[@]}")
