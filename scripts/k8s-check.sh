@@ -404,7 +404,9 @@ if want deploy; then
     CACHE_NOTE="imported into containerd in $((SECONDS - t1)) s (cached for later runs${DROP_NOTE})"
   fi
   CROOT_ACTIVE="${CROOT}"
-  IMAGE_LINE="image ${IMAGE_LOCAL} ($(podman image inspect "${IMAGE_LOCAL}" --format '{{.Size}}' | numfmt --to=iec)B, ID ${IMAGE_ID:0:12}): $( ((IMAGE_BUILT)) && echo "built by scripts/image-check.sh in ${IMAGE_S} s, ")${CACHE_NOTE}; as ${IMAGE_K8S}"
+  BUILT_NOTE=""
+  if ((IMAGE_BUILT)); then BUILT_NOTE="built by scripts/image-check.sh in ${IMAGE_S} s, "; fi
+  IMAGE_LINE="image ${IMAGE_LOCAL} ($(podman image inspect "${IMAGE_LOCAL}" --format '{{.Size}}' | numfmt --to=iec)B, ID ${IMAGE_ID:0:12}): ${BUILT_NOTE}${CACHE_NOTE}; as ${IMAGE_K8S}"
 fi
 t0=${SECONDS}
 
