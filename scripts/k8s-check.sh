@@ -28,7 +28,7 @@
 # etcd-server, containernetworking-plugins, conntrack, iptables, openssl, buildah, podman,
 # runc (apt-get install; see docs/deploy.md). The Kubernetes binaries are built once
 # (scripts/k8s/build-binaries.sh) into K8S_CACHE (default /var/cache/orpheus-k8s); containerd's
-# copy of the image is kept in K8S_CACHE/containerd (one image, about 11 GB: its layers in the
+# copy of the image is kept in K8S_CACHE/containerd (one image, about 12 GB: its layers in the
 # content store and unpacked), re-imported only when podman's image ID changes.
 # Env: K8S_CHECK_STEPS (default cluster,dryrun,deploy,wedge,rollout; each needs the ones
 #      before it except dryrun), KEEP_IMAGE=1 (keep the image when this script built it;
