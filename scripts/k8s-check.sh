@@ -8,26 +8,32 @@
 #      (10.244.77.0/24, no default route, no masquerade) that exists only on this machine;
 #   2. dryrun: every overlay (`kustomize build`) through `kubectl apply --dry-run=server`, and
 #      one broken render that the server must refuse;
-#   3. deploy: the image of scripts/image-check.sh imported into containerd, the cpu-demo
-#      overlay applied (scripts/k8s/overlay: imagePullPolicy Never): Ready through the gRPC
-#      readiness probe, JSON logs, non-root user, read-only root filesystem, one Synthesize;
+#   3. deploy: the image of scripts/image-check.sh in containerd (imported once per podman
+#      image ID and kept in K8S_CACHE/containerd, see "containerd's copy of the image"), the
+#      cpu-demo overlay applied (scripts/k8s/overlay: imagePullPolicy Never): Ready through the
+#      gRPC readiness probe, JSON logs, non-root user, read-only root filesystem, one Synthesize;
 #   4. wedge: the server process paused 30 s (SIGSTOP, SIGCONT) is not restarted and an open
 #      session finishes; paused for good it is restarted by the gRPC liveness probe (timed);
+#      meanwhile a slow engine step in a pod of the same spec must not trip its liveness;
 #   5. rollout: clients streaming through `kubectl rollout restart` (2 replicas) over a
 #      dns:/// target that follows the headless Service (scripts/k8s/headless_dns.py stands
 #      in for CoreDNS): every session finished or resumed, none failed; the PDB refuses a
 #      second eviction.
 #   Everything is torn down on every exit path (processes by cgroup, mounts, network
-#   namespaces, the bridge, cgroups, iptables chains the kubelet added) and checked.
+#   namespaces, the bridge, cgroups, iptables chains the kubelet added) and checked; the
+#   cached containerd root is put back as the import left it (its metadata restored, all the
+#   run added to it removed) and checked against the listing taken then.
 #
 # Run by scripts/test.sh when ORPHEUS_K8S_CHECK=1. Needs root and Debian's containerd,
 # etcd-server, containernetworking-plugins, conntrack, iptables, openssl, buildah, podman,
 # runc (apt-get install; see docs/deploy.md). The Kubernetes binaries are built once
-# (scripts/k8s/build-binaries.sh) into K8S_CACHE (default /var/cache/orpheus-k8s).
+# (scripts/k8s/build-binaries.sh) into K8S_CACHE (default /var/cache/orpheus-k8s); containerd's
+# copy of the image is kept in K8S_CACHE/containerd (one image, about 12 GB: its layers in the
+# content store and unpacked), re-imported only when podman's image ID changes.
 # Env: K8S_CHECK_STEPS (default cluster,dryrun,deploy,wedge,rollout; each needs the ones
 #      before it except dryrun), KEEP_IMAGE=1 (keep the image when this script built it;
 #      K8S_REMOVE_IMAGE=1: remove it even if it was there, as scripts/test.sh asks after its
-#      image check),
+#      image check; containerd's cached copy goes with it, as no later run could use it),
 #      K8S_CHECK_RESULTS (default bench/results/k8s-check.txt), ROLLOUT_CLIENTS (4).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,6 +50,7 @@ BRIDGE=orpk8s0
 POD_SUBNET=10.244.77.0/24
 NODE_IP=10.244.77.1  # the bridge's own address (see the CNI config below)
 NODE=orpheus-k8s
+K8S_CACHE_DIR="${K8S_CACHE:-/var/cache/orpheus-k8s}"
 T_START=${SECONDS}
 say() { printf 'k8s-check [%4d s]: %s\n' "$((SECONDS - T_START))" "$*"; }
 record() { printf '%s\n' "$*" >>"${WORK}/results.txt"; say "$*"; }
@@ -71,6 +78,7 @@ printf '# scripts/k8s-check.sh, %s, on %s CPU cores (%s), measured\n' "$(date -u
 PIDS=()              # name:pid of the daemons, in start order
 LOGF_PIDS=()         # kubectl logs -f of the pods a rollout replaces
 IMAGE_BUILT=0
+CROOT_USED=0         # 1 while containerd's root is the cache's (and we hold its lock, fd 9)
 ls /run/netns 2>/dev/null | sort >"${WORK}/netns.before" || true
 ls /run/containerd/s 2>/dev/null | sort >"${WORK}/shim-sockets.before" || true
 RUN_CONTAINERD_EXISTED=0; [[ -d /run/containerd ]] && RUN_CONTAINERD_EXISTED=1
@@ -88,15 +96,62 @@ nft_tables() { { nft list tables 2>/dev/null || true; } | sort; }
 nft_tables >"${WORK}/nft-tables.before"
 
 cgroup_pids() { find /sys/fs/cgroup/pids/"${CG}" -name cgroup.procs -exec cat {} + 2>/dev/null || true; }
+our_mounts() {  # targets of the mounts on or of anything under WORK (or the cache's root, in use)
+  findmnt -rn -o TARGET,OPTIONS | awk -v w="${WORK}/" -v c="${CROOT}/" -v u="${CROOT_USED}" \
+    'index($0, w) || (u == 1 && index($0, c)) {print $1}' | sort -u
+}
+
+# containerd's copy of the image, kept between runs as the Kubernetes build is (importing the
+# 5.7 GB image took about 150 s of every run, and deleting containerd's copy at teardown up to
+# 98 s). The cache (K8S_CACHE/containerd) holds containerd's root only: content store, unpacked
+# snapshots, metadata; its state, socket, runc root and everything of the cluster stay under
+# WORK. It is filled by a containerd of its own (no CRI plugin), started again once so that
+# its start-up garbage collection drops what only the import's lease held, then stopped; the
+# two metadata databases and a listing of the root (down to each snapshot's directory) are
+# kept as "golden" and the key (podman's image ID, both names, containerd's version) written
+# last. A run starts on that root; its teardown restores both databases and removes every path
+# the listing does not have (the containers' snapshots, CRI's files, the pause image), then
+# compares: anything else fails the check and drops the cache. One run at a time (flock).
+CCACHE="${K8S_CACHE_DIR}/containerd"
+CROOT="${CCACHE}/root"
+GOLDEN="${CCACHE}/golden"
+CLOCK="${K8S_CACHE_DIR}/containerd.lock"
+META_DB=io.containerd.metadata.v1.bolt/meta.db
+SNAP_DB=io.containerd.snapshotter.v1.overlayfs/metadata.db
+croot_listing() {
+  find "${CROOT}" -path "${CROOT}/io.containerd.snapshotter.v1.overlayfs/snapshots/*/*" -prune \
+    -o -printf '%y %p\n' | LC_ALL=C sort
+}
+croot_mounts() {  # mounts on or of anything under the cached root (overlays list it in lowerdir)
+  findmnt -rn -o TARGET,OPTIONS | grep -F "${CROOT}/" || true
+}
+croot_clean() {  # the root exactly as the import left it
+  cmp -s "${GOLDEN}/meta.db" "${CROOT}/${META_DB}" && cmp -s "${GOLDEN}/metadata.db" "${CROOT}/${SNAP_DB}" \
+    && LC_ALL=C cmp -s "${GOLDEN}/listing" <(croot_listing)
+}
+croot_reset() {  # only with containerd stopped and nothing mounted from the root
+  [[ -s "${GOLDEN}/listing" && -z "$(croot_mounts)" ]] || return 1
+  cp -p "${GOLDEN}/meta.db" "${CROOT}/${META_DB}" && cp -p "${GOLDEN}/metadata.db" "${CROOT}/${SNAP_DB}" \
+    || return 1
+  LC_ALL=C comm -13 "${GOLDEN}/listing" <(croot_listing) | cut -d' ' -f2- | sort -r \
+    | while read -r m; do rm -rf --one-file-system "${m}"; done
+  croot_clean
+}
 
 teardown() {
   local rc=$?
   set +e
   trap - EXIT INT TERM
+  local t_down=${SECONDS}
   say "teardown (exit ${rc})"
   [[ -n "${CLIENTS_PID:-}" ]] && kill "${CLIENTS_PID}" 2>/dev/null
   [[ -n "${DNS_PID:-}" ]] && kill "${DNS_PID}" 2>/dev/null
   [[ -n "${WATCH_PID:-}" ]] && kill "${WATCH_PID}" 2>/dev/null
+  # the background checks, and what they were running (a sleep, kubectl, a client)
+  local bg
+  for bg in "${SLOW_PID:-}" "${SESSION_PID:-}"; do
+    [[ -n "${bg}" ]] && { pkill -TERM -P "${bg}" 2>/dev/null; kill "${bg}" 2>/dev/null; }
+  done
   for pid in "${LOGF_PIDS[@]}"; do kill "${pid}" 2>/dev/null; done
   # a paused container would ignore everything but SIGKILL
   [[ -n "${STOPPED_PID:-}" ]] && kill -CONT "${STOPPED_PID}" 2>/dev/null
@@ -118,9 +173,10 @@ teardown() {
     kill -KILL ${left} 2>/dev/null
     sleep 0.1
   done
-  # mounts under our directory (overlay root filesystems, kubelet volumes), deepest first
+  # mounts under our directory (overlay root filesystems, kubelet volumes) or of the cached
+  # containerd root (an overlay's lowerdir, an import's temporary mount), deepest first
   local m
-  findmnt -rn -o TARGET | grep -F "${WORK}/" | sort -r | while read -r m; do umount -l "${m}"; done
+  our_mounts | sort -r | while read -r m; do umount -l "${m}"; done
   # network namespaces and shim sockets made while we ran; then our bridge
   comm -13 "${WORK}/netns.before" <(ls /run/netns 2>/dev/null | sort) | grep '^cni-' \
     | while read -r m; do ip netns delete "${m}"; done
@@ -155,23 +211,43 @@ teardown() {
       [[ -d "${h}${CG}" ]] && find "${h}${CG}" -depth -type d -exec rmdir {} + 2>/dev/null
     done
   done
+  local leftover="" drop_cache=0
   if [[ ( "${IMAGE_BUILT}" == 1 || "${K8S_REMOVE_IMAGE:-}" == 1 ) && "${KEEP_IMAGE:-}" != 1 ]]; then
-    podman rmi -f "${IMAGE_LOCAL}" >/dev/null 2>&1
+    podman rmi -f "${IMAGE_LOCAL}" >/dev/null 2>&1 9>&-
+    drop_cache=1  # its ID was the cache's key: no later run could use containerd's copy
+  fi
+  # containerd's cached root: back as the import left it (containerd is gone by now: it was
+  # in our cgroup), or dropped (a fill that did not finish, a root that cannot be put back)
+  if [[ "${CROOT_USED}" == 1 ]]; then
+    if [[ -n "$(cgroup_pids)" || -n "$(croot_mounts)" ]]; then
+      leftover+=" containerd-cache-in-use"  # not touched while anything may still use it
+    elif [[ ! -s "${CCACHE}/key" || "${drop_cache}" == 1 ]]; then
+      rm -rf --one-file-system "${CCACHE}"
+    elif ! croot_reset; then
+      leftover+=" containerd-cache-changed"
+      rm -rf --one-file-system "${CCACHE}"
+    fi
   fi
   # what is left must be nothing
-  local leftover=""
   [[ -n "$(cgroup_pids)" ]] && leftover+=" processes"
-  findmnt -rn -o TARGET | grep -qF "${WORK}/" && leftover+=" mounts"
+  pgrep -f "^containerd --config ${WORK}/" >/dev/null && leftover+=" containerd"
+  [[ -n "$(our_mounts)" ]] && leftover+=" mounts"
   ip link show "${BRIDGE}" >/dev/null 2>&1 && leftover+=" bridge"
   ls -d /sys/fs/cgroup/*/"${CG}" >/dev/null 2>&1 && leftover+=" cgroups"
   [[ -n "$(comm -13 "${WORK}/netns.before" <(ls /run/netns 2>/dev/null | sort))" ]] && leftover+=" netns"
   [[ -n "$(comm -13 "${WORK}/chains.before" <(iptables_chains))" ]] && leftover+=" iptables-chains"
   [[ -d /run/containerd && "${RUN_CONTAINERD_EXISTED}" == 0 ]] && leftover+=" /run/containerd"
-  if [[ -s "${WORK}/results.txt" && "${rc}" == 0 ]]; then
+  if [[ "${CROOT_USED}" == 1 ]]; then  # no process of ours may still hold the cache's lock
+    exec 9>&-
+    flock -n "${CLOCK}" true || leftover+=" processes-holding-${CLOCK}"
+  fi
+  if [[ -s "${WORK}/results.txt" && "${rc}" == 0 && -z "${leftover}" ]]; then
+    printf 'teardown %d s, nothing left behind; the whole check %d s\n' "$((SECONDS - t_down))" \
+      "$((SECONDS - T_START))" >>"${WORK}/results.txt"
     mkdir -p "$(dirname "${RESULTS}")"
     cp "${WORK}/results.txt" "${RESULTS}"
   fi
-  if [[ "${rc}" != 0 && -d "${WORK}/logs" ]]; then
+  if [[ ( "${rc}" != 0 || -n "${leftover}" ) && -d "${WORK}/logs" ]]; then
     local keep="/var/tmp/orpheus-k8s-logs-${WORK##*-}"
     cp -r "${WORK}/logs" "${keep}" 2>/dev/null && say "logs kept in ${keep}"
   fi
@@ -179,7 +255,8 @@ teardown() {
   if [[ -n "${leftover}" ]]; then
     say "LEFT BEHIND:${leftover}"; rc=1
   else
-    say "torn down: no process, mount, network namespace, bridge or cgroup left"
+    say "torn down in $((SECONDS - t_down)) s: no process, mount, network namespace, bridge or cgroup left$( \
+      ((CROOT_USED)) && [[ -s "${CCACHE}/key" ]] && echo "; containerd's cached root as the import left it")"
   fi
   exit "${rc}"
 }
@@ -193,6 +270,18 @@ start() {
   (echo "${BASHPID}" >"/sys/fs/cgroup/pids/${CG}/daemons/cgroup.procs" && exec "$@") \
     >"${WORK}/logs/${name}.log" 2>&1 &
   PIDS+=("${name}:$!")
+}
+stop_daemon() {  # NAME: SIGTERM (SIGKILL after 10 s), waited for, and no longer watched by alive
+  local entry pid keep=()
+  for entry in "${PIDS[@]}"; do
+    if [[ "${entry%%:*}" != "$1" ]]; then keep+=("${entry}"); continue; fi
+    pid="${entry#*:}"
+    kill -TERM "${pid}" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "${pid}" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "${pid}" 2>/dev/null || true  # (set -e: it has exited by now, as a rule)
+    wait "${pid}" 2>/dev/null || true
+  done
+  PIDS=("${keep[@]}")
 }
 alive() {
   local entry
@@ -211,6 +300,45 @@ wait_for() {
   done
 }
 k() { kubectl --kubeconfig "${KC}" "$@"; }
+# containerd's config: ROOT STATE SOCKET [fill]. "fill" is the cache's importer: no CRI plugin,
+# debug logs (its garbage collection is waited for in them).
+containerd_config() {
+  local extra=""
+  [[ "${4:-}" == fill ]] && extra=', "io.containerd.grpc.v1.cri"'
+  cat <<EOF
+version = 2
+root = "$1"
+state = "$2"
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp"${extra}]
+[grpc]
+  address = "$3"
+[ttrpc]
+  address = "$3.ttrpc"
+EOF
+  if [[ "${4:-}" == fill ]]; then printf '[debug]\n  level = "debug"\n'; return; fi
+  cat <<EOF
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.10"
+  # this VM's bounding set lacks CAP_SYS_RESOURCE: runc may not lower oom_score_adj
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "${WORK}/cni/net.d"
+    max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "${WORK}/containerd/runc"
+EOF
+}
 
 # --- 1. the cluster -------------------------------------------------------------------
 t0=${SECONDS}
@@ -223,6 +351,64 @@ for h in /sys/fs/cgroup/*/; do
     done
   fi
 done
+
+# The image, and containerd's copy of it, before any daemon of the cluster starts (the
+# cluster does not idle through an image build, and the copy must be there for containerd).
+CROOT_ACTIVE="${WORK}/containerd/root"  # without the deploy step, nothing of the cache is used
+if want deploy; then
+  t1=${SECONDS}
+  if ! podman image exists "${IMAGE_LOCAL}"; then
+    say "no ${IMAGE_LOCAL}: building it (scripts/image-check.sh, KEEP_IMAGE=1)"
+    KEEP_IMAGE=1 scripts/image-check.sh
+    IMAGE_BUILT=1
+  fi
+  IMAGE_S=$((SECONDS - t1))
+  IMAGE_ID="$(podman image inspect "${IMAGE_LOCAL}" --format '{{.Id}}')"
+  CKEY="${IMAGE_ID} ${IMAGE_LOCAL} ${IMAGE_K8S} containerd $(containerd --version | cut -d' ' -f3) overlayfs"
+  mkdir -p "${K8S_CACHE_DIR}"
+  exec 9>"${CLOCK}"
+  flock -n 9 || die "${CLOCK} is held: another k8s check (or a process left by one) uses ${CCACHE}"
+  [[ -z "$(croot_mounts)" ]] || die "mounts of ${CROOT} left by an earlier run: $(croot_mounts)"
+  CROOT_USED=1
+  t1=${SECONDS}
+  CACHE_FIX=""
+  if [[ "$(cat "${CCACHE}/key" 2>/dev/null)" == "${CKEY}" ]] \
+      && { croot_clean || { croot_reset && CACHE_FIX=" (put back first: an earlier run had not)"; }; }; then
+    CACHE_NOTE="containerd's copy kept from a run at $(date -u -r "${CCACHE}/key" +%Y-%m-%dT%H:%MZ), checked against its listing in $((SECONDS - t1)) s${CACHE_FIX}"
+  else
+    # a different image (or none, or a copy that cannot be put back): the old copy goes first
+    DROP_NOTE=""
+    if [[ -e "${CCACHE}" ]]; then
+      rm -rf --one-file-system "${CCACHE}"
+      DROP_NOTE=", the old copy dropped in $((SECONDS - t1)) s"
+    fi
+    t1=${SECONDS}
+    mkdir -p "${CROOT}" "${GOLDEN}"
+    FSOCK="${WORK}/containerd/fill.sock"
+    containerd_config "${CROOT}" "${WORK}/containerd/fill-state" "${FSOCK}" fill >"${WORK}/containerd/fill.toml"
+    start containerd-fill containerd --config "${WORK}/containerd/fill.toml"
+    wait_for 30 "containerd (the image's import)" ctr --address "${FSOCK}" version
+    podman save --format docker-archive "${IMAGE_LOCAL}" 9>&- \
+      | ctr --address "${FSOCK}" --namespace k8s.io images import - >/dev/null
+    ctr --address "${FSOCK}" --namespace k8s.io images tag "${IMAGE_LOCAL}" "${IMAGE_K8S}" >/dev/null
+    stop_daemon containerd-fill
+    # started once more: its start-up garbage collection removes the blobs only the import's
+    # lease held, so what is kept is what every later start of containerd finds and keeps
+    start containerd-gc containerd --config "${WORK}/containerd/fill.toml"
+    wait_for 30 "containerd's garbage collection" grep -q 'msg="garbage collected"' "${WORK}/logs/containerd-gc.log"
+    stop_daemon containerd-gc
+    cp -p "${CROOT}/${META_DB}" "${GOLDEN}/meta.db"
+    cp -p "${CROOT}/${SNAP_DB}" "${GOLDEN}/metadata.db"
+    croot_listing >"${GOLDEN}/listing"
+    printf '%s\n' "${CKEY}" >"${CCACHE}/key"
+    CACHE_NOTE="imported into containerd in $((SECONDS - t1)) s (cached for later runs${DROP_NOTE})"
+  fi
+  CROOT_ACTIVE="${CROOT}"
+  BUILT_NOTE=""
+  if ((IMAGE_BUILT)); then BUILT_NOTE="built by scripts/image-check.sh in ${IMAGE_S} s, "; fi
+  IMAGE_LINE="image ${IMAGE_LOCAL} ($(podman image inspect "${IMAGE_LOCAL}" --format '{{.Size}}' | numfmt --to=iec)B, ID ${IMAGE_ID:0:12}): ${BUILT_NOTE}${CACHE_NOTE}; as ${IMAGE_K8S}"
+fi
+t0=${SECONDS}
 
 PKI="${WORK}/pki"
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=orpheus-k8s-ca \
@@ -254,36 +440,7 @@ start etcd etcd --name orpheus-k8s --data-dir "${WORK}/etcd" \
   --listen-peer-urls "http://127.0.0.1:${ETCD_PEER}" --initial-advertise-peer-urls "http://127.0.0.1:${ETCD_PEER}" \
   --initial-cluster "orpheus-k8s=http://127.0.0.1:${ETCD_PEER}"
 
-cat >"${WORK}/containerd/config.toml" <<EOF
-version = 2
-root = "${WORK}/containerd/root"
-state = "${WORK}/containerd/state"
-disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp"]
-[grpc]
-  address = "${SOCK}"
-[ttrpc]
-  address = "${SOCK}.ttrpc"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "registry.k8s.io/pause:3.10"
-  # this VM's bounding set lacks CAP_SYS_RESOURCE: runc may not lower oom_score_adj
-  restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "${WORK}/cni/net.d"
-    max_conf_num = 1
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "${WORK}/containerd/runc"
-EOF
+containerd_config "${CROOT_ACTIVE}" "${WORK}/containerd/state" "${SOCK}" >"${WORK}/containerd/config.toml"
 # Pods on a bridge of their own: no default route and no masquerade, so a pod reaches
 # nothing but this machine (the kubelet's probes and the check's clients reach it). The
 # bridge is made here, with the gateway address, because that address is also the node's:
@@ -389,18 +546,9 @@ fi
 if ! want deploy; then exit 0; fi
 
 # --- 3. the cpu-demo overlay, for real --------------------------------------------------
-t0=${SECONDS}
-if ! podman image exists "${IMAGE_LOCAL}"; then
-  say "no ${IMAGE_LOCAL}: building it (scripts/image-check.sh, KEEP_IMAGE=1)"
-  KEEP_IMAGE=1 scripts/image-check.sh
-  IMAGE_BUILT=1
-fi
-IMAGE_S=$((SECONDS - t0))
-t0=${SECONDS}
-podman save --format docker-archive "${IMAGE_LOCAL}" | "${CTR[@]}" images import - >/dev/null
-"${CTR[@]}" images tag "${IMAGE_LOCAL}" "${IMAGE_K8S}" >/dev/null
-IMPORT_S=$((SECONDS - t0))
-record "image ${IMAGE_LOCAL} ($(podman image inspect "${IMAGE_LOCAL}" --format '{{.Size}}' | numfmt --to=iec)B): $( ((IMAGE_BUILT)) && echo "built by scripts/image-check.sh in ${IMAGE_S} s, ")imported into containerd as ${IMAGE_K8S} in ${IMPORT_S} s"
+"${CTR[@]}" images ls -q >"${WORK}/images.txt"
+grep -qx "${IMAGE_K8S}" "${WORK}/images.txt" || die "containerd has no ${IMAGE_K8S}"
+record "${IMAGE_LINE}"
 
 kustomize build scripts/k8s/overlay >"${WORK}/deploy.yaml"
 t0=${SECONDS}
@@ -480,36 +628,9 @@ container_pid() {  # host pid of the pod's server process
   "${CTR[@]}" tasks ls | awk -v id="${id}" '$1 == id {print $2}'
 }
 restarts() { k get pod "$1" -o jsonpath='{.status.containerStatuses[0].restartCount}'; }
-if want wedge; then
-  # SIGSTOP from inside the pod cannot stop the server: it is the pid namespace's init, which
-  # never receives SIGSTOP from its own namespace. Sent from the host it stops it.
-  SPID="$(container_pid "${POD}")"
-  [[ -n "${SPID}" ]] || die "no host pid for ${POD}"
-  "${DEV_PY}" scripts/k8s/session_probe.py "${POD_IP}:50051" >"${WORK}/logs/paused-session.log" 2>&1 &
-  SESSION_PID=$!
-  sleep 1  # the session is under way (its first audio comes within a second or two)
-  kill -STOP "${SPID}"; STOPPED_PID="${SPID}"
-  say "server of ${POD} (host pid ${SPID}) stopped for 30 s"
-  sleep 30
-  kill -CONT "${SPID}"; STOPPED_PID=""
-  wait "${SESSION_PID}" || { cat "${WORK}/logs/paused-session.log"; die "the session across the pause failed"; }
-  wait_for 60 "${POD} Ready again after the pause" bash -c "kubectl --kubeconfig '${KC}' get pod '${POD}' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
-  [[ "$(restarts "${POD}")" == 0 ]] || die "a 30 s pause restarted the container"
-  record "paused 30 s (SIGSTOP, SIGCONT): not restarted (restartCount 0), Ready again; a session open across the pause: $(tail -1 "${WORK}/logs/paused-session.log")"
-
-  kill -STOP "${SPID}"; STOPPED_PID="${SPID}"
-  t_stop=${SECONDS}
-  say "server of ${POD} stopped for good: waiting for the liveness probe"
-  wait_for 300 "restart by the liveness probe" bash -c "[[ \"\$(kubectl --kubeconfig '${KC}' get pod '${POD}' -o jsonpath='{.status.containerStatuses[0].restartCount}')\" -ge 1 ]]"
-  RESTART_S=$((SECONDS - t_stop))
-  STOPPED_PID=""
-  kill -0 "${SPID}" 2>/dev/null && die "the stopped process (host pid ${SPID}) is still there"
-  wait_for 300 "${POD} Ready after the restart" bash -c "kubectl --kubeconfig '${KC}' get pod '${POD}' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
-  READY_AGAIN_S=$((SECONDS - t_stop))
-  LAST="$(k get pod "${POD}" -o jsonpath='{.status.containerStatuses[0].lastState.terminated.reason} (exit {.status.containerStatuses[0].lastState.terminated.exitCode})')"
-  UNHEALTHY="$(k get events --field-selector "involvedObject.name=${POD},reason=Unhealthy" -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | grep -i liveness | sed -n 1p | cut -c1-90)"
-  record "wedged for good (SIGSTOP): restarted by the liveness probe ${RESTART_S} s after the stop (last state ${LAST}), Ready again at ${READY_AGAIN_S} s; event: ${UNHEALTHY}"
-
+# The slow engine step (run in the background while the wedged pod waits for its liveness probe:
+# another pod, and the wait is the kubelet's, so the two overlap without touching each other).
+slow_step_check() {
   # A slow engine step: the same pod spec with the sim backend and the fault slow_step
   # (every step holding seed 4242 takes 25 s longer): health NOT_SERVING 2 s into the stall,
   # the call ends UNAVAILABLE at engine_stall_timeout_seconds (10 s), the step ends at 25 s,
@@ -524,8 +645,45 @@ if want wedge; then
   [[ "${SLOW_RESTARTS}" == 0 ]] || die "a 25 s engine step restarted the container"
   NOT_READY="$(k get events --field-selector involvedObject.name=orpheus-slow-step,reason=Unhealthy -o jsonpath='{range .items[*]}{.message} x{.count}{"\n"}{end}' | grep -c -i readiness || true)"
   LIVE_FAILS="$(k get events --field-selector involvedObject.name=orpheus-slow-step,reason=Unhealthy -o jsonpath='{range .items[*]}{.message} x{.count}{"\n"}{end}' | grep -i liveness | sed -n 's/.* x\([0-9]*\)$/\1/p' | paste -sd+ | bc 2>/dev/null || echo 0)"
-  record "slow engine step (sim backend, slow_step 25 s): the call ended '${CALL}'; restartCount 0 and Ready again $((SECONDS - t_slow)) s after the call began; liveness failures seen: ${LIVE_FAILS:-0} (of 6), readiness failure events: ${NOT_READY}"
+  echo "slow engine step (sim backend, slow_step 25 s): the call ended '${CALL}'; restartCount 0 and Ready again $((SECONDS - t_slow)) s after the call began; liveness failures seen: ${LIVE_FAILS:-0} (of 6), readiness failure events: ${NOT_READY}" >"${WORK}/slow-step.line"
   k delete pod orpheus-slow-step --grace-period=1 --wait=false >/dev/null
+}
+if want wedge; then
+  # SIGSTOP from inside the pod cannot stop the server: it is the pid namespace's init, which
+  # never receives SIGSTOP from its own namespace. Sent from the host it stops it.
+  SPID="$(container_pid "${POD}")"
+  [[ -n "${SPID}" ]] || die "no host pid for ${POD}"
+  "${DEV_PY}" scripts/k8s/session_probe.py "${POD_IP}:50051" >"${WORK}/logs/paused-session.log" 2>&1 &
+  SESSION_PID=$!
+  sleep 1  # the session is under way (its first audio comes within a second or two)
+  kill -STOP "${SPID}"; STOPPED_PID="${SPID}"
+  say "server of ${POD} (host pid ${SPID}) stopped for 30 s"
+  sleep 30
+  kill -CONT "${SPID}"; STOPPED_PID=""
+  wait "${SESSION_PID}" || { cat "${WORK}/logs/paused-session.log"; die "the session across the pause failed"; }
+  SESSION_PID=""
+  wait_for 60 "${POD} Ready again after the pause" bash -c "kubectl --kubeconfig '${KC}' get pod '${POD}' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  [[ "$(restarts "${POD}")" == 0 ]] || die "a 30 s pause restarted the container"
+  record "paused 30 s (SIGSTOP, SIGCONT): not restarted (restartCount 0), Ready again; a session open across the pause: $(tail -1 "${WORK}/logs/paused-session.log")"
+
+  kill -STOP "${SPID}"; STOPPED_PID="${SPID}"
+  t_stop=${SECONDS}
+  say "server of ${POD} stopped for good: waiting for the liveness probe (the slow step meanwhile)"
+  slow_step_check >"${WORK}/logs/slow-step.log" 2>&1 &
+  SLOW_PID=$!
+  wait_for 300 "restart by the liveness probe" bash -c "[[ \"\$(kubectl --kubeconfig '${KC}' get pod '${POD}' -o jsonpath='{.status.containerStatuses[0].restartCount}')\" -ge 1 ]]"
+  RESTART_S=$((SECONDS - t_stop))
+  STOPPED_PID=""
+  kill -0 "${SPID}" 2>/dev/null && die "the stopped process (host pid ${SPID}) is still there"
+  wait_for 300 "${POD} Ready after the restart" bash -c "kubectl --kubeconfig '${KC}' get pod '${POD}' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  READY_AGAIN_S=$((SECONDS - t_stop))
+  LAST="$(k get pod "${POD}" -o jsonpath='{.status.containerStatuses[0].lastState.terminated.reason} (exit {.status.containerStatuses[0].lastState.terminated.exitCode})')"
+  UNHEALTHY="$(k get events --field-selector "involvedObject.name=${POD},reason=Unhealthy" -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | grep -i liveness | sed -n 1p | cut -c1-90)"
+  record "wedged for good (SIGSTOP): restarted by the liveness probe ${RESTART_S} s after the stop (last state ${LAST}), Ready again at ${READY_AGAIN_S} s; event: ${UNHEALTHY}"
+
+  wait "${SLOW_PID}" || { cat "${WORK}/logs/slow-step.log"; die "the slow engine step check failed"; }
+  SLOW_PID=""
+  record "$(cat "${WORK}/slow-step.line")"
 fi
 
 # --- 5. a rolling update under streaming clients ----------------------------------------
