@@ -75,10 +75,11 @@ for c in "${CASES[@]}"; do
   esac
 done
 
-# The cases run at once (most of each is pip waiting on the index and unpacking wheels;
-# one after another they took about two minutes of the test command), each into its own
-# log, printed whole in case order once all have ended. COMPAT_SERIAL=1 runs them in turn.
-if [[ "${COMPAT_SERIAL:-}" == 1 || ${#CASES[@]} -eq 1 ]]; then
+# One case after another by default. COMPAT_PARALLEL=1 runs them at once (about 60 s less),
+# each into its own log printed in case order at the end; but run at once, grpc.aio's
+# timing-sensitive resume tests failed twice in four clean-clone runs (a lost status, lost
+# last messages), so the test command keeps them serial.
+if [[ "${COMPAT_PARALLEL:-}" != 1 || ${#CASES[@]} -eq 1 ]]; then
   for c in "${CASES[@]}"; do one_case "${c}"; done
 else
   declare -A PIDS
