@@ -6,8 +6,10 @@
 #      localhost/orpheus-base:bookworm-py3.11 (kept and reused; REBUILD_BASE=1 redoes it);
 #   2. the two wheels, `python -m build --wheel`, and a build context holding exactly what
 #      deploy/docker/Dockerfile.cpu copies (scripts/release/docker_context.py);
-#   3. `buildah bud` of Dockerfile.cpu with PYTHON_IMAGE=the base and torch from PyPI
+#   3. `buildah bud --layers` of Dockerfile.cpu with PYTHON_IMAGE=the base and torch from PyPI
 #      (TORCH_INDEX_URL=https://pypi.org/simple: the CPU wheel index is not reachable here);
+#      its stage "deps" (torch and the pins) tagged localhost/orpheus-svc-deps:cpu and kept,
+#      so a later build adds only the wheels' layers (REBUILD_DEPS=1 builds it afresh);
 #   4. `podman run` with a read-only root filesystem (a tmpfs on /tmp, as the Kubernetes pod
 #      has): health SERVING, the container's user not root, its root filesystem refusing a
 #      write, one Synthesize from the Python client outside it, a clean stop on SIGTERM;
@@ -29,6 +31,7 @@ TORCH_INDEX_URL="${TORCH_INDEX_URL:-https://pypi.org/simple}"
 BASE="localhost/orpheus-base:bookworm-py3.11"
 VERSION="$(sed -n 's/^__version__ = "\(.*\)"/\1/p' orpheus_svc/__init__.py)"
 TAG="localhost/orpheus-svc:${VERSION}-cpu"
+DEPS="localhost/orpheus-svc-deps:cpu"  # the image's dependency layers, kept between builds
 NAME="orpheus-image-check-$$"
 WORK="$(mktemp -d /var/tmp/orpheus-image-XXXX)"
 # This sandbox: crun cannot run in hybrid cgroup mode, and the runtime may not raise
@@ -82,17 +85,38 @@ say "base ${BASE}: $(podman run --rm "${LIMITS[@]}" --runtime "${PODMAN_RUNTIME:
 "${DEV_PY}" scripts/release/docker_context.py deploy/docker/Dockerfile.cpu "${WORK}/dist" "${WORK}/ctx-cpu"
 "${DEV_PY}" scripts/release/docker_context.py deploy/docker/Dockerfile "${WORK}/dist" "${WORK}/ctx-gpu"
 
-# 3. the CPU image
+# 3. the CPU image, in layers (Dockerfile.cpu): its stage "deps" (torch and the pinned
+# dependencies, 5.9 of the image's 6.1 GB) tagged DEPS and kept, as the base is, so that the
+# next build reuses it from the layer cache and builds only our wheels' layers; it is built
+# again when its inputs change (the base, requirements-cpu.txt, the torch arguments) or with
+# REBUILD_DEPS=1 (or REBUILD_BASE=1).
 t0=${SECONDS}
-buildah bud --isolation chroot --network host --pull=never --layers=false \
-  -f "${ROOT}/deploy/docker/Dockerfile.cpu" --build-arg "PYTHON_IMAGE=${BASE}" \
-  --build-arg "TORCH_INDEX_URL=${TORCH_INDEX_URL}" -t "${TAG}" "${WORK}/ctx-cpu" \
-  >"${WORK}/bud.log" 2>&1 || { tail -40 "${WORK}/bud.log"; exit 1; }
+BUD=(buildah bud --isolation chroot --network host --pull=never --layers
+  -f "${ROOT}/deploy/docker/Dockerfile.cpu" --build-arg "PYTHON_IMAGE=${BASE}"
+  --build-arg "TORCH_INDEX_URL=${TORCH_INDEX_URL}")
+NO_CACHE=()
+[[ "${REBUILD_DEPS:-}" == 1 || "${REBUILD_BASE:-}" == 1 ]] && NO_CACHE=(--no-cache)
+DEPS_BEFORE="$(podman image inspect "${DEPS}" --format '{{.Id}}' 2>/dev/null || true)"
+"${BUD[@]}" "${NO_CACHE[@]}" --target deps -t "${DEPS}" "${WORK}/ctx-cpu" >"${WORK}/bud.log" 2>&1 \
+  || { tail -40 "${WORK}/bud.log"; exit 1; }
+DEPS_ID="$(podman image inspect "${DEPS}" --format '{{.Id}}')"
+DEPS_S=$((SECONDS - t0))
+if [[ "${DEPS_ID}" == "${DEPS_BEFORE}" ]]; then DEPS_NOTE="deps ${DEPS_ID:0:12} reused"
+else DEPS_NOTE="deps ${DEPS_ID:0:12} built in ${DEPS_S} s"; fi
+"${BUD[@]}" -t "${TAG}" "${WORK}/ctx-cpu" >>"${WORK}/bud.log" 2>&1 || { tail -40 "${WORK}/bud.log"; exit 1; }
+# the final image must stand on the deps just tagged (a cache miss would rebuild torch unseen)
+"${DEV_PY}" - "$(podman image inspect "${DEPS}" --format '{{json .RootFS.Layers}}')" \
+  "$(podman image inspect "${TAG}" --format '{{json .RootFS.Layers}}')" <<'PY' || exit 1
+import json, sys
+deps, final = (json.loads(a) for a in sys.argv[1:3])
+if final[:len(deps)] != deps or len(final) <= len(deps):
+    sys.exit(f"image-check: the image's layers do not start with its deps stage's: {deps} {final}")
+PY
 BUILD_S=$((SECONDS - t0))
 SIZE_B="$(podman image inspect "${TAG}" --format '{{.Size}}')"
 SIZE="$(numfmt --to=iec --suffix=B "${SIZE_B}")"
 STORE="$(du -sh /var/lib/containers/storage 2>/dev/null | cut -f1)"
-say "built ${TAG} in ${BUILD_S} s: ${SIZE} (container storage now ${STORE})"
+say "built ${TAG} in ${BUILD_S} s (${DEPS_NOTE}): ${SIZE} in $(podman image inspect "${TAG}" --format '{{len .RootFS.Layers}}') layers (container storage now ${STORE})"
 
 # 4. run it: read-only root, /tmp a tmpfs (HOME and caches there, as in deploy/k8s)
 PORT="$("${DEV_PY}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
@@ -116,5 +140,6 @@ say "ran as uid ${UIDS}, read-only root, SERVING + Synthesize in ${SERVING_S} s,
 "${DEV_PY}" scripts/release/record_image_check.py docs/deploy.md \
   "date=$(date -u +%Y-%m-%d)" "version=${VERSION}" "base_s=${BASE_S}" "build_s=${BUILD_S}" \
   "size=${SIZE}" "size_bytes=${SIZE_B}" "uid=${UIDS}" "serving_s=${SERVING_S}" \
-  "storage=${STORE}" "torch=from ${TORCH_INDEX_URL}" "tools=$(buildah --version | cut -d' ' -f1-3), $(podman --version)"
+  "storage=${STORE}" "torch=from ${TORCH_INDEX_URL}" "deps=${DEPS_NOTE}" \
+  "layers=$(podman image inspect "${TAG}" --format '{{len .RootFS.Layers}}')" "tools=$(buildah --version | cut -d' ' -f1-3), $(podman --version)"
 say "OK (docs/deploy.md updated)"

@@ -8,8 +8,8 @@
 #      (10.244.77.0/24, no default route, no masquerade) that exists only on this machine;
 #   2. dryrun: every overlay (`kustomize build`) through `kubectl apply --dry-run=server`, and
 #      one broken render that the server must refuse;
-#   3. deploy: the image of scripts/image-check.sh in containerd (imported once per podman
-#      image ID and kept in K8S_CACHE/containerd, see "containerd's copy of the image"), the
+#   3. deploy: the image of scripts/image-check.sh in containerd (kept in K8S_CACHE/containerd;
+#      a new image imports only the layers containerd lacks: "containerd's copy"), the
 #      cpu-demo overlay applied (scripts/k8s/overlay: imagePullPolicy Never): Ready through the
 #      gRPC readiness probe, JSON logs, non-root user, read-only root filesystem, one Synthesize;
 #   4. wedge: the server process paused 30 s (SIGSTOP, SIGCONT) is not restarted and an open
@@ -29,11 +29,11 @@
 # runc (apt-get install; see docs/deploy.md). The Kubernetes binaries are built once
 # (scripts/k8s/build-binaries.sh) into K8S_CACHE (default /var/cache/orpheus-k8s); containerd's
 # copy of the image is kept in K8S_CACHE/containerd (one image, about 12 GB: its layers in the
-# content store and unpacked), re-imported only when podman's image ID changes.
+# content store and unpacked); a new image (podman's image ID) brings only its new layers.
 # Env: K8S_CHECK_STEPS (default cluster,dryrun,deploy,wedge,rollout; each needs the ones
 #      before it except dryrun), KEEP_IMAGE=1 (keep the image when this script built it;
 #      K8S_REMOVE_IMAGE=1: remove it even if it was there, as scripts/test.sh asks after its
-#      image check; containerd's cached copy goes with it, as no later run could use it),
+#      image check; containerd's cached copy stays: the next image shares its deps layers),
 #      K8S_CHECK_RESULTS (default bench/results/k8s-check.txt), ROLLOUT_CLIENTS (4).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -112,6 +112,11 @@ our_mounts() {  # targets of the mounts on or of anything under WORK (or the cac
 # last. A run starts on that root; its teardown restores both databases and removes every path
 # the listing does not have (the containers' snapshots, CRI's files, the pause image), then
 # compares: anything else fails the check and drops the cache. One run at a time (flock).
+# A new image of the same names (a rebuild: Dockerfile.cpu's layers put torch and the pins
+# first) is imported into that root, put back first, as an OCI archive of only the blobs
+# containerd lacks (scripts/k8s/oci_delta.py: a few MB when only our wheels changed), and the
+# restart's garbage collection drops the old image's own layers; the golden copies are taken
+# anew.
 CCACHE="${K8S_CACHE_DIR}/containerd"
 CROOT="${CCACHE}/root"
 GOLDEN="${CCACHE}/golden"
@@ -211,17 +216,17 @@ teardown() {
       [[ -d "${h}${CG}" ]] && find "${h}${CG}" -depth -type d -exec rmdir {} + 2>/dev/null
     done
   done
-  local leftover="" drop_cache=0
+  local leftover=""
   if [[ ( "${IMAGE_BUILT}" == 1 || "${K8S_REMOVE_IMAGE:-}" == 1 ) && "${KEEP_IMAGE:-}" != 1 ]]; then
+    # containerd's copy stays: the next build's image shares all but its wheels' layers
     podman rmi -f "${IMAGE_LOCAL}" >/dev/null 2>&1 9>&-
-    drop_cache=1  # its ID was the cache's key: no later run could use containerd's copy
   fi
   # containerd's cached root: back as the import left it (containerd is gone by now: it was
   # in our cgroup), or dropped (a fill that did not finish, a root that cannot be put back)
   if [[ "${CROOT_USED}" == 1 ]]; then
     if [[ -n "$(cgroup_pids)" || -n "$(croot_mounts)" ]]; then
       leftover+=" containerd-cache-in-use"  # not touched while anything may still use it
-    elif [[ ! -s "${CCACHE}/key" || "${drop_cache}" == 1 ]]; then
+    elif [[ ! -s "${CCACHE}/key" ]]; then
       rm -rf --one-file-system "${CCACHE}"
     elif ! croot_reset; then
       leftover+=" containerd-cache-changed"
@@ -364,7 +369,8 @@ if want deploy; then
   fi
   IMAGE_S=$((SECONDS - t1))
   IMAGE_ID="$(podman image inspect "${IMAGE_LOCAL}" --format '{{.Id}}')"
-  CKEY="${IMAGE_ID} ${IMAGE_LOCAL} ${IMAGE_K8S} containerd $(containerd --version | cut -d' ' -f3) overlayfs"
+  CKEY_TAIL="${IMAGE_LOCAL} ${IMAGE_K8S} containerd $(containerd --version | cut -d' ' -f3) overlayfs"
+  CKEY="${IMAGE_ID} ${CKEY_TAIL}"
   mkdir -p "${K8S_CACHE_DIR}"
   exec 9>"${CLOCK}"
   flock -n 9 || die "${CLOCK} is held: another k8s check (or a process left by one) uses ${CCACHE}"
@@ -376,32 +382,53 @@ if want deploy; then
       && { croot_clean || { croot_reset && CACHE_FIX=" (put back first: an earlier run had not)"; }; }; then
     CACHE_NOTE="containerd's copy kept from a run at $(date -u -r "${CCACHE}/key" +%Y-%m-%dT%H:%MZ), checked against its listing in $((SECONDS - t1)) s${CACHE_FIX}"
   else
-    # a different image (or none, or a copy that cannot be put back): the old copy goes first
-    DROP_NOTE=""
-    if [[ -e "${CCACHE}" ]]; then
+    # A rebuilt image (same names, same containerd): the kept root, put back as the last
+    # import left it, takes only the layers it lacks (the wheels' layers of a rebuild that
+    # reused the deps stage: scripts/k8s/oci_delta.py), and its restart's garbage collection
+    # drops what only the old image used. Anything else (no cache, another containerd or
+    # names, a root that cannot be put back) starts from an empty root.
+    FROM_NOTE="into an empty root"
+    if [[ -s "${CCACHE}/key" && "$(cut -d' ' -f2- "${CCACHE}/key")" == "${CKEY_TAIL}" ]] \
+        && { croot_clean || croot_reset; }; then
+      FROM_NOTE="into the root kept for image $(cut -c1-12 "${CCACHE}/key")"
+    elif [[ -e "${CCACHE}" ]]; then
       rm -rf --one-file-system "${CCACHE}"
-      DROP_NOTE=", the old copy dropped in $((SECONDS - t1)) s"
+      FROM_NOTE+=" (the old copy dropped in $((SECONDS - t1)) s)"
     fi
+    rm -f "${CCACHE}/key"  # written again last: a fill that does not finish drops the cache
     t1=${SECONDS}
     mkdir -p "${CROOT}" "${GOLDEN}"
     FSOCK="${WORK}/containerd/fill.sock"
     containerd_config "${CROOT}" "${WORK}/containerd/fill-state" "${FSOCK}" fill >"${WORK}/containerd/fill.toml"
     start containerd-fill containerd --config "${WORK}/containerd/fill.toml"
     wait_for 30 "containerd (the image's import)" ctr --address "${FSOCK}" version
+    ctr --address "${FSOCK}" --namespace k8s.io content ls -q >"${WORK}/containerd/held.txt"
     podman save --format docker-archive "${IMAGE_LOCAL}" 9>&- \
-      | ctr --address "${FSOCK}" --namespace k8s.io images import - >/dev/null
-    ctr --address "${FSOCK}" --namespace k8s.io images tag "${IMAGE_LOCAL}" "${IMAGE_K8S}" >/dev/null
+      | "${DEV_PY}" scripts/k8s/oci_delta.py "${WORK}/containerd/held.txt" "${IMAGE_LOCAL}" "${IMAGE_K8S}" \
+        2>"${WORK}/logs/oci_delta.log" \
+      | ctr --address "${FSOCK}" --namespace k8s.io images import - >/dev/null \
+      || { cat "${WORK}/logs/oci_delta.log"; die "the image's import into containerd failed"; }
+    ctr --address "${FSOCK}" --namespace k8s.io images check >"${WORK}/containerd/check.txt"
+    for n in "${IMAGE_LOCAL}" "${IMAGE_K8S}"; do
+      grep -E "^${n} .* complete .* true *$" "${WORK}/containerd/check.txt" >/dev/null \
+        || { cat "${WORK}/containerd/check.txt"; die "containerd's ${n} is not complete and unpacked"; }
+    done
     stop_daemon containerd-fill
     # started once more: its start-up garbage collection removes the blobs only the import's
-    # lease held, so what is kept is what every later start of containerd finds and keeps
+    # lease (or only the image before this one) held, so what is kept is what every later
+    # start of containerd finds and keeps
     start containerd-gc containerd --config "${WORK}/containerd/fill.toml"
     wait_for 30 "containerd's garbage collection" grep -q 'msg="garbage collected"' "${WORK}/logs/containerd-gc.log"
+    ctr --address "${FSOCK}" --namespace k8s.io images check >"${WORK}/containerd/check.txt"
+    [[ "$(grep -c ' complete .* true *$' "${WORK}/containerd/check.txt")" == 2 \
+       && "$(wc -l <"${WORK}/containerd/check.txt")" == 3 ]] \
+      || { cat "${WORK}/containerd/check.txt"; die "containerd's images after its garbage collection are not the two names, whole"; }
     stop_daemon containerd-gc
     cp -p "${CROOT}/${META_DB}" "${GOLDEN}/meta.db"
     cp -p "${CROOT}/${SNAP_DB}" "${GOLDEN}/metadata.db"
     croot_listing >"${GOLDEN}/listing"
     printf '%s\n' "${CKEY}" >"${CCACHE}/key"
-    CACHE_NOTE="imported into containerd in $((SECONDS - t1)) s (cached for later runs${DROP_NOTE})"
+    CACHE_NOTE="imported ${FROM_NOTE} in $((SECONDS - t1)) s: $(sed -n 's/^oci_delta: //p' "${WORK}/logs/oci_delta.log" | cut -d';' -f1) (cached for later runs)"
   fi
   CROOT_ACTIVE="${CROOT}"
   BUILT_NOTE=""
