@@ -270,7 +270,7 @@ trap teardown EXIT
 # build in the background, in a session of their own, while the image is built and imported
 # (mostly disk and network): a cold run pays for the longer of the two, not their sum. Nothing
 # before the cluster's daemons needs them. The teardown stops a build still running.
-T_BUILD=${SECONDS}
+T_BUILD_EPOCH="$(date +%s)"
 setsid scripts/k8s/build-binaries.sh >"${WORK}/logs/k8s-build.out" 2>"${WORK}/logs/k8s-build.log" &
 BUILD_PID=$!
 trap 'exit 130' INT TERM
@@ -447,7 +447,8 @@ wait "${BUILD_PID}" || { tail -30 "${WORK}/logs/k8s-build.log"; BUILD_PID=""; di
 BUILD_PID=""
 BIN="$(tail -1 "${WORK}/logs/k8s-build.out")"
 [[ -x "${BIN}/kubelet" ]] || die "the Kubernetes build named no binaries: ${BIN}"
-BUILD_S=$((SECONDS - T_BUILD)); BUILD_WAIT_S=$((SECONDS - T_WAIT))
+# the build's own time: its output (the binaries' directory) is written as it ends
+BUILD_S=$(($(stat -c %Y "${WORK}/logs/k8s-build.out") - T_BUILD_EPOCH)); BUILD_WAIT_S=$((SECONDS - T_WAIT))
 export PATH="${BIN}:${PATH}"  # our kubectl, not Debian's
 t0=${SECONDS}
 
@@ -564,7 +565,7 @@ start kubelet kubelet --config "${WORK}/kubelet/config.yaml" --kubeconfig "${KC}
 wait_for 120 "node Ready" bash -c "kubectl --kubeconfig '${KC}' get node '${NODE}' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
 wait_for 60 "default ServiceAccount" k get serviceaccount default
 CLUSTER_S=$((SECONDS - t0))
-record "Kubernetes $(kubectl version --client -o json | "${DEV_PY}" -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') (built ${BUILD_S} s$( ((BUILD_S < 5)) && echo ', cached'; ((BUILD_S >= 5)) && echo " beside the image, ${BUILD_WAIT_S} s waited for after it")), containerd $(containerd --version | cut -d' ' -f3), etcd $(etcd --version | sed -n 's/etcd Version: //p'), $(runc --version | sed -n 1p)"
+record "Kubernetes $(kubectl version --client -o json | "${DEV_PY}" -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') (built ${BUILD_S} s$( ((BUILD_S < 5)) && echo ', cached'; ((BUILD_S >= 5)) && echo " beside the image; ${BUILD_WAIT_S} s waited for after it")), containerd $(containerd --version | cut -d' ' -f3), etcd $(etcd --version | sed -n 's/etcd Version: //p'), $(runc --version | sed -n 1p)"
 record "cluster: API server ready ${CLUSTER_API_S} s, node Ready ${CLUSTER_S} s after the first daemon started"
 
 # --- 2. server-side dry run of every overlay --------------------------------------------
