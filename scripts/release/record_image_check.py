@@ -20,9 +20,8 @@ def render(v: dict[str, str]) -> str:
         "",
         "| Step | Result |",
         "|---|---|",
-        f"| base image (debootstrap bookworm + Python 3.11, `buildah from scratch`) | "
-        f"{v['base_s']} s (0 when reused: it was) |" if v["base_s"] == "0" else
-        f"{v['base_s']} s (0 when reused) |",
+        "| base image (debootstrap bookworm + Python 3.11, `buildah from scratch`) | "
+        + ("reused (0 s) |" if v["base_s"] == "0" else f"{v['base_s']} s (0 when reused) |"),
         f"| `buildah bud --layers` of `Dockerfile.cpu`, torch {v.get('torch', 'from PyPI')} | "
         f"**{v['build_s']} s** ({v.get('deps', 'deps stage not recorded')}) |",
         f"| image size | **{v['size']}** ({v['size_bytes']} bytes) in {v.get('layers', '?')} layers |",

@@ -66,3 +66,22 @@ def test_the_image_installs_the_wheels_not_the_checkout(name):
     assert not {"orpheus_svc", "clients/python", "pyproject.toml", "."} & set(sources)
     assert re.search(r"COPY dist/\*\.whl /tmp/wheels/", text)
     assert re.search(r"pip install --no-cache-dir --no-deps /tmp/wheels/\*\.whl", text)
+
+
+_rspec = importlib.util.spec_from_file_location(
+    "record_image_check", ROOT / "scripts" / "release" / "record_image_check.py")
+record_image_check = importlib.util.module_from_spec(_rspec)
+_rspec.loader.exec_module(record_image_check)
+
+
+@pytest.mark.parametrize("base_s, shown", [("90", "| 90 s (0 when reused) |"), ("0", "| reused (0 s) |")])
+def test_the_image_check_record_keeps_every_row_whole(base_s, shown):
+    values = {"date": "2026-11-27", "version": "0.1.0", "tools": "buildah 1", "base_s": base_s,
+              "build_s": "177", "deps": "deps abc built in 171 s", "size": "5.7GB",
+              "size_bytes": "1", "layers": "7", "uid": "10001", "serving_s": "10", "storage": "5.8G"}
+    lines = record_image_check.render(values).splitlines()
+    table = [line for line in lines if line.startswith("|")]
+    assert all(line.endswith("|") and line.count("|") == 3 for line in table), table
+    assert any(line.startswith("| base image (debootstrap") and line.endswith(shown) for line in table)
+    assert any("**177 s** (deps abc built in 171 s)" in line for line in table)
+    assert any("in 7 layers" in line for line in table)
