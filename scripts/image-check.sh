@@ -89,13 +89,20 @@ say "base ${BASE}: $(podman run --rm "${LIMITS[@]}" --runtime "${PODMAN_RUNTIME:
 # dependencies, 5.9 of the image's 6.1 GB) tagged DEPS and kept, as the base is, so that the
 # next build reuses it from the layer cache and builds only our wheels' layers; it is built
 # again when its inputs change (the base, requirements-cpu.txt, the torch arguments) or with
-# REBUILD_DEPS=1 (or REBUILD_BASE=1).
+# REBUILD_DEPS=1 (or REBUILD_BASE=1). Then the image must stand on that stage's layers.
 t0=${SECONDS}
 BUD=(buildah bud --isolation chroot --network host --pull=never --layers
   -f "${ROOT}/deploy/docker/Dockerfile.cpu" --build-arg "PYTHON_IMAGE=${BASE}"
   --build-arg "TORCH_INDEX_URL=${TORCH_INDEX_URL}")
 NO_CACHE=()
-[[ "${REBUILD_DEPS:-}" == 1 || "${REBUILD_BASE:-}" == 1 ]] && NO_CACHE=(--no-cache)
+if [[ "${REBUILD_DEPS:-}" == 1 ]]; then
+  # The old deps stage goes first, with the image on it: `--no-cache` alone rebuilds the
+  # stage, but the final build's layer cache may still pick the old stage's layers (seen: the
+  # check below failed). REBUILD_BASE=1 needs none of this: a new base misses the cache.
+  podman rmi -f "${TAG}" "${DEPS}" >/dev/null 2>&1 || true
+  podman image prune -f >/dev/null
+  NO_CACHE=(--no-cache)
+fi
 DEPS_BEFORE="$(podman image inspect "${DEPS}" --format '{{.Id}}' 2>/dev/null || true)"
 "${BUD[@]}" "${NO_CACHE[@]}" --target deps -t "${DEPS}" "${WORK}/ctx-cpu" >"${WORK}/bud.log" 2>&1 \
   || { tail -40 "${WORK}/bud.log"; exit 1; }
@@ -110,7 +117,8 @@ else DEPS_NOTE="deps ${DEPS_ID:0:12} built in ${DEPS_S} s"; fi
 import json, sys
 deps, final = (json.loads(a) for a in sys.argv[1:3])
 if final[:len(deps)] != deps or len(final) <= len(deps):
-    sys.exit(f"image-check: the image's layers do not start with its deps stage's: {deps} {final}")
+    sys.exit(f"image-check: the image's layers do not start with its deps stage's: {deps} {final} "
+             "(an older deps stage in the layer cache, held by another image? REBUILD_DEPS=1)")
 PY
 BUILD_S=$((SECONDS - t0))
 SIZE_B="$(podman image inspect "${TAG}" --format '{{.Size}}')"
