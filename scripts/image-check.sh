@@ -100,7 +100,7 @@ if [[ "${REBUILD_DEPS:-}" == 1 ]]; then
   # stage, but the final build's layer cache may still pick the old stage's layers (seen: the
   # check below failed). REBUILD_BASE=1 needs none of this: a new base misses the cache.
   podman rmi -f "${TAG}" "${DEPS}" >/dev/null 2>&1 || true
-  podman image prune -f >/dev/null
+  podman image prune -f >/dev/null 2>&1 || true  # (its intermediate images, now dangling)
   NO_CACHE=(--no-cache)
 fi
 DEPS_BEFORE="$(podman image inspect "${DEPS}" --format '{{.Id}}' 2>/dev/null || true)"

@@ -145,9 +145,12 @@ teardown() {
   local t_down=${SECONDS}
   say "teardown (exit ${rc})"
   [[ -n "${CLIENTS_PID:-}" ]] && kill "${CLIENTS_PID}" 2>/dev/null
-  # a Kubernetes build still running: its whole session (go and its compilers)
-  if [[ -n "${BUILD_PID:-}" ]] && kill -0 "${BUILD_PID}" 2>/dev/null; then
+  # a Kubernetes build still running: its whole session (go and its compilers), waited for
+  # until none of it is left (the PID checked to be still the build's, not a reused one)
+  if [[ -n "${BUILD_PID:-}" ]] && grep -qs build-binaries "/proc/${BUILD_PID}/cmdline"; then
     kill -TERM -- "-${BUILD_PID}" 2>/dev/null; wait "${BUILD_PID}" 2>/dev/null
+    for _ in $(seq 1 100); do pgrep -g "${BUILD_PID}" >/dev/null || break; sleep 0.1; done
+    pkill -KILL -g "${BUILD_PID}" 2>/dev/null
   fi
   [[ -n "${DNS_PID:-}" ]] && kill "${DNS_PID}" 2>/dev/null
   [[ -n "${WATCH_PID:-}" ]] && kill "${WATCH_PID}" 2>/dev/null
@@ -417,7 +420,8 @@ if want deploy; then
       || { cat "${WORK}/logs/oci_delta.log"; die "the image's import into containerd failed"; }
     ctr --address "${FSOCK}" --namespace k8s.io images check >"${WORK}/containerd/check.txt"
     for n in "${IMAGE_LOCAL}" "${IMAGE_K8S}"; do
-      grep -E "^${n} .* complete .* true *$" "${WORK}/containerd/check.txt" >/dev/null \
+      awk -v n="${n}" '$1 == n && / complete / && $NF == "true" {f = 1} END {exit !f}' \
+        "${WORK}/containerd/check.txt" \
         || { cat "${WORK}/containerd/check.txt"; die "containerd's ${n} is not complete and unpacked"; }
     done
     stop_daemon containerd-fill

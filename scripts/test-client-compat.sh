@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Proves that the Python client installs and works beside the voice-agent frameworks and across
 # the protobuf/grpcio range that clients/python/pyproject.toml declares. Each case gets a FRESH
-# virtual environment (under a temp dir, removed afterwards), installs ./clients/python (not
-# editable: what a user gets) with the named packages, prints the protobuf/grpcio it resolved,
+# virtual environment (under a temp dir, removed afterwards), installs the wheel of
+# ./clients/python (built once: what a user gets) with the named packages, prints the
+# protobuf/grpcio it resolved,
 # and runs the client tests (tests/clients, against the in-process fake server) there:
 #
 #   low      protobuf==5.26.1, grpcio==1.63.2   the declared lower bounds (gencode versions)
-#   pipecat  ./clients/python[pipecat] + current pipecat-ai[tracing]   (pipecat needs protobuf<7;
+#   pipecat  the wheel[pipecat] + current pipecat-ai[tracing]   (pipecat needs protobuf<7;
 #            its tracing extra: the turn's trace continues into the call, tests/plugins)
-#   livekit  ./clients/python[livekit] + current livekit-agents
+#   livekit  the wheel[livekit] + current livekit-agents
 #
 # With ORPHEUS_SERVER_ADDR set (scripts/test.sh sets it to its live demo server), the pipecat
 # and livekit cases also run their plugin tests (tests/plugins) against that server, with
@@ -26,7 +27,24 @@ CASES=("$@")
 [[ ${#CASES[@]} -gt 0 ]] || CASES=(low pipecat livekit)
 
 WORK="$(mktemp -d -t orpheus-compat-XXXX)"
-trap 'rm -rf "${WORK}"' EXIT
+declare -A PIDS
+# installs still running (an early exit, Ctrl-C) are stopped before their directory goes
+stop_all() {
+  set +e  # (pkill finding nothing must not end the trap under set -e)
+  local pid
+  for pid in "${PIDS[@]}"; do pkill -TERM -P "${pid}" 2>/dev/null; kill "${pid}" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "${WORK}"
+}
+trap stop_all EXIT
+trap 'exit 130' INT TERM
+
+# The client's wheel, built once: the cases install that file (a user installs a wheel), and
+# three pip processes building ./clients/python at once would share its build/ and
+# egg-info directories in the checkout.
+echo "== client compat: the wheel of ./clients/python"
+"${PYTHON}" -m pip wheel --quiet --disable-pip-version-check --no-deps ./clients/python -w "${WORK}/wheel"
+WHEEL="$(ls "${WORK}"/wheel/orpheus_tts_client-*.whl)"
 
 # A case in two parts: its venv (made and installed into: network and disk, little CPU), then
 # its tests. The venvs of all cases are made at once; the tests run one case after another,
@@ -71,10 +89,10 @@ print("   resolved:", ", ".join(found))'
 
 one_install() {
   case "$1" in
-    low)     install_case low "./clients/python" "protobuf==5.26.1" "grpcio==1.63.2" "grpcio-health-checking==1.63.2" ;;
-    pipecat) install_case pipecat "./clients/python[pipecat]" "pipecat-ai[tracing]" \
+    low)     install_case low "${WHEEL}" "protobuf==5.26.1" "grpcio==1.63.2" "grpcio-health-checking==1.63.2" ;;
+    pipecat) install_case pipecat "${WHEEL}[pipecat]" "pipecat-ai[tracing]" \
                opentelemetry-exporter-otlp-proto-grpc ;;
-    livekit) install_case livekit "./clients/python[livekit]" ;;
+    livekit) install_case livekit "${WHEEL}[livekit]" ;;
   esac
 }
 for c in "${CASES[@]}"; do
@@ -87,7 +105,6 @@ done
 # The installs at once, each into its own log (printed in case order); COMPAT_SERIAL=1 makes
 # them one after another. COMPAT_PARALLEL=1 also runs the tests at once (about 20 s less
 # again, with the flakes above).
-declare -A PIDS
 failed=()
 if [[ "${COMPAT_SERIAL:-}" == 1 || ${#CASES[@]} -eq 1 ]]; then
   for c in "${CASES[@]}"; do one_install "${c}"; done
@@ -99,6 +116,7 @@ else
   for c in "${CASES[@]}"; do
     if ! wait "${PIDS[${c}]}"; then failed+=("${c}"); fi
   done
+  PIDS=()  # all reaped: nothing for stop_all to signal
   for c in "${CASES[@]}"; do cat "${WORK}/${c}-install.log"; done
   if [[ ${#failed[@]} -gt 0 ]]; then
     echo "client compat: install FAILED (${failed[*]})" >&2
@@ -115,6 +133,7 @@ else
   for c in "${CASES[@]}"; do
     if ! wait "${PIDS[${c}]}"; then failed+=("${c}"); fi
   done
+  PIDS=()  # all reaped: nothing for stop_all to signal
   for c in "${CASES[@]}"; do cat "${WORK}/${c}.log"; done
   if [[ ${#failed[@]} -gt 0 ]]; then
     echo "client compat: FAILED (${failed[*]})" >&2

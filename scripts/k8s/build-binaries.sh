@@ -16,6 +16,11 @@ BIN="${CACHE}/bin"
 CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 have_all() { for c in "${CMDS[@]}" pause; do [[ -x "${BIN}/${c}" ]] || return 1; done; }
 if have_all; then echo "${BIN}"; exit 0; fi
+# one build at a time (two k8s checks at once: the second waits, then finds the binaries)
+mkdir -p "${CACHE}"
+exec 8>"${CACHE}/build.lock"
+flock 8
+if have_all; then echo "${BIN}"; exit 0; fi
 
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod GOCACHE="${CACHE}/gocache"
 WRAP="${CACHE}/wrapper"
