@@ -232,6 +232,10 @@ teardown() {
       rm -rf --one-file-system "${CCACHE}"
     elif ! croot_reset; then
       leftover+=" containerd-cache-changed"
+      {  # what differs, for the kept logs: golden listing (<) against the root now (>)
+        LC_ALL=C diff "${GOLDEN}/listing" <(croot_listing) | head -300
+        cmp "${GOLDEN}/meta.db" "${CROOT}/${META_DB}"; cmp "${GOLDEN}/metadata.db" "${CROOT}/${SNAP_DB}"
+      } >"${WORK}/logs/containerd-cache-diff.txt" 2>&1
       rm -rf --one-file-system "${CCACHE}"
     fi
   fi
