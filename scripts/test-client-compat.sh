@@ -105,39 +105,32 @@ done
 # The installs at once, each into its own log (printed in case order); COMPAT_SERIAL=1 makes
 # them one after another. COMPAT_PARALLEL=1 also runs the tests at once (about 20 s less
 # again, with the flakes above).
-failed=()
-if [[ "${COMPAT_SERIAL:-}" == 1 || ${#CASES[@]} -eq 1 ]]; then
-  for c in "${CASES[@]}"; do one_install "${c}"; done
-else
+# at_once FUNCTION WHAT: FUNCTION for every case at once, each into its own log (printed in
+# case order); exits naming the cases that failed
+at_once() {
+  local fn="$1" what="$2" c failed=()
   for c in "${CASES[@]}"; do
-    ( one_install "${c}" ) >"${WORK}/${c}-install.log" 2>&1 &
+    ( "${fn}" "${c}" ) >"${WORK}/${c}-${fn}.log" 2>&1 &
     PIDS[${c}]=$!
   done
   for c in "${CASES[@]}"; do
     if ! wait "${PIDS[${c}]}"; then failed+=("${c}"); fi
   done
   PIDS=()  # all reaped: nothing for stop_all to signal
-  for c in "${CASES[@]}"; do cat "${WORK}/${c}-install.log"; done
+  for c in "${CASES[@]}"; do cat "${WORK}/${c}-${fn}.log"; done
   if [[ ${#failed[@]} -gt 0 ]]; then
-    echo "client compat: install FAILED (${failed[*]})" >&2
+    echo "client compat: ${what} FAILED (${failed[*]})" >&2
     exit 1
   fi
+}
+if [[ "${COMPAT_SERIAL:-}" == 1 || ${#CASES[@]} -eq 1 ]]; then
+  for c in "${CASES[@]}"; do one_install "${c}"; done
+else
+  at_once one_install install
 fi
 if [[ "${COMPAT_PARALLEL:-}" != 1 || ${#CASES[@]} -eq 1 ]]; then
   for c in "${CASES[@]}"; do echo "== client compat: ${c}: tests"; test_case "${c}"; done
 else
-  for c in "${CASES[@]}"; do
-    ( test_case "${c}" ) >"${WORK}/${c}.log" 2>&1 &
-    PIDS[${c}]=$!
-  done
-  for c in "${CASES[@]}"; do
-    if ! wait "${PIDS[${c}]}"; then failed+=("${c}"); fi
-  done
-  PIDS=()  # all reaped: nothing for stop_all to signal
-  for c in "${CASES[@]}"; do cat "${WORK}/${c}.log"; done
-  if [[ ${#failed[@]} -gt 0 ]]; then
-    echo "client compat: FAILED (${failed[*]})" >&2
-    exit 1
-  fi
+  at_once test_case tests
 fi
 echo "client compat: OK (${CASES[*]})"
