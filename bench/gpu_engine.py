@@ -305,7 +305,7 @@ def eager_time(backend, b: int, context: int, steps: int) -> float:
                         seed=s + 1, prefill=False, num_generated=i + 1,
                         last_token=audio_token_id(pos % 7, (s * 31 + i) % 4096), position=pos,
                         frame_position=(pos + 1) % 7, stop_allowed=False) for s in range(b)]
-        backend.step(SimpleNamespace(prefill=(), decode=rows))
+        backend.step(StepPlan(0, decode=rows))
     for _ in range(2):
         one()
     _sync(device)

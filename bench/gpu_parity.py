@@ -31,7 +31,7 @@ def teacher_forced(eager_model, runner, steps: int = 200, rows: int = 8, seed: i
     from orpheus_svc.engine.model.sampling import constrained_logits
 
     gmodel, dev = runner.model, runner.model.device
-    attend = runner._attend[rows]
+    attend = runner._attend[rows, False]
     slots = list(range(rows))
     rng = np.random.default_rng(seed)
     with torch.inference_mode():

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from orpheus_svc.core.generation import SamplingParams
-from orpheus_svc.core.step import StepRow
+from orpheus_svc.core.step import StepPlan, StepRow
 from orpheus_svc.core.tokens import AUDIO_BASE, FRAME_SECONDS, FRAME_TOKENS, audio_token_id
 
 REALTIME_STEP_MS = FRAME_SECONDS / FRAME_TOKENS * 1000  # 12.19 ms: one row at real time
@@ -274,7 +274,7 @@ def _stepper(backend, b: int, context: int, start: int = 0):
     def one_step():
         i = next(k)
         rows = [_row(s, i, context, sampling) for s in range(b)]
-        backend.step(SimpleNamespace(prefill=(), decode=rows))
+        backend.step(StepPlan(0, decode=rows))
     return one_step
 
 

@@ -79,6 +79,7 @@ class BatchState:
         self.max_tokens = np.zeros(n, np.int64)
         self.prompt_len = np.zeros(n, np.int64)
         self.adapter = np.full(n, -1, np.int64)  # the request's LoRA adapter slot
+        self.seeded = np.zeros(n, bool)  # the request's session gave a seed
         # per slot, for the rows' snapshot: the frozen request and the seed
         self.requests: list = [None] * n
         self.seeds: list[int] = [0] * n
@@ -99,6 +100,7 @@ class BatchState:
         self.max_tokens[slot] = req.max_tokens
         self.prompt_len[slot] = len(req.prompt_ids)
         self.adapter[slot] = req.adapter
+        self.seeded[slot] = req.sampling.seed is not None
         self.requests[slot] = req
         self.seeds[slot] = seed
 
@@ -164,7 +166,7 @@ class BatchState:
             requests = seeds = ()
         return DecodeRows(self.gen_id[slots], np.array(slots, np.int64), n, last,
                           self.prompt_len[slots] + n - 1, position, stop_allowed, requests,
-                          seeds, self.adapter[slots])
+                          seeds, self.adapter[slots], self.seeded[slots])
 
     def advance(self, slots: np.ndarray, tokens: np.ndarray) -> Advanced:
         """Feed one token to each row of `slots` (distinct slots, attached rows).

@@ -61,24 +61,30 @@ class DecodeRows:
     reads the arrays (the sim backend); one that works row by row iterates, or indexes, and
     gets StepRows (built once, on first use). `position` is the KV index of `last_token`;
     `adapter` each row's LoRA adapter slot (its request's, -1 = the base model), so a
-    batch-minded backend needs no Python per row for it either."""
+    batch-minded backend needs no Python per row for it either; `seeded` whether the
+    row's session gave a seed (its bits must not depend on the batch: StepPlan.by_seed)."""
 
     __slots__ = ("gen_ids", "slots", "num_generated", "last_token", "position",
-                 "frame_position", "stop_allowed", "requests", "seeds", "adapter", "_rows")
+                 "frame_position", "stop_allowed", "requests", "seeds", "adapter", "seeded",
+                 "_rows")
 
     def __init__(self, gen_ids: np.ndarray, slots: np.ndarray, num_generated: np.ndarray,
                  last_token: np.ndarray, position: np.ndarray, frame_position: np.ndarray,
                  stop_allowed: np.ndarray, requests: Sequence["GenerationRequest"],
-                 seeds: Sequence[int], adapter: np.ndarray | None = None) -> None:
+                 seeds: Sequence[int], adapter: np.ndarray | None = None,
+                 seeded: np.ndarray | None = None) -> None:
         if adapter is None:
             adapter = np.array([r.adapter for r in requests], np.int64) if len(requests) \
                 else np.full(len(gen_ids), -1, np.int64)
+        if seeded is None:
+            seeded = np.array([r.sampling.seed is not None for r in requests], bool) \
+                if len(requests) else np.zeros(len(gen_ids), bool)
         arrays = (gen_ids, slots, num_generated, last_token, position, frame_position,
-                  stop_allowed, adapter)
+                  stop_allowed, adapter, seeded)
         for a in arrays:
             a.flags.writeable = False
         (self.gen_ids, self.slots, self.num_generated, self.last_token, self.position,
-         self.frame_position, self.stop_allowed, self.adapter) = arrays
+         self.frame_position, self.stop_allowed, self.adapter, self.seeded) = arrays
         self.requests = tuple(requests)
         self.seeds = tuple(seeds)
         self._rows: tuple[StepRow, ...] | None = None
@@ -118,7 +124,8 @@ class DecodeRows:
                                              self.last_token, self.position,
                                              self.frame_position, self.stop_allowed)),
                           [self.requests[i] for i in idx.tolist()],
-                          [self.seeds[i] for i in idx.tolist()], self.adapter[idx])
+                          [self.seeds[i] for i in idx.tolist()], self.adapter[idx],
+                          self.seeded[idx])
 
     def __len__(self) -> int:
         return len(self.gen_ids)
@@ -190,6 +197,32 @@ class StepPlan:
         """The same step with only the rows at these indices of prefill and decode."""
         return StepPlan(self.step, tuple(self.prefill[i] for i in prefill),
                         self.decode.take(decode))
+
+    def by_seed(self) -> list["SeedPart"]:
+        """The step as the parts a backend computes apart: the rows whose session gave a
+        seed (computed batch-invariant: engine/model/invariant.py) and the others (the fast
+        path), each part only if it has rows, seeded first; an empty step is one unseeded
+        part. A step of one kind is itself, unsplit (decode_index None)."""
+        pre = [r.request.sampling.seed is not None for r in self.prefill]
+        dec = self.decode.seeded
+        n_seeded = sum(pre) + int(dec.sum())
+        if n_seeded in (0, self.num_rows):
+            return [SeedPart(self, n_seeded > 0, None)]
+        parts = []
+        for seeded in (True, False):
+            index = np.flatnonzero(dec == seeded)
+            parts.append(SeedPart(self.part([i for i, s in enumerate(pre) if s == seeded],
+                                            index), seeded, index))
+        return parts
+
+
+class SeedPart(NamedTuple):
+    """One part of StepPlan.by_seed: its rows as a plan, whether they are the seeded ones,
+    and where its decode rows sit in the whole plan's decode rows (None: the whole plan)."""
+
+    plan: StepPlan
+    seeded: bool
+    decode_index: np.ndarray | None
 
 
 @dataclass

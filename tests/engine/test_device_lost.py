@@ -5,7 +5,7 @@ out-of-memory error and ordinary errors stay row errors (issue 36)."""
 import pytest
 import torch
 
-from orpheus_svc.core.step import FatalBackendError
+from orpheus_svc.core.step import FatalBackendError, StepPlan
 from orpheus_svc.engine.model.device import device_lost, fatal_if_device_lost
 
 
@@ -33,9 +33,9 @@ def test_the_torch_backend_raises_a_lost_device_as_fatal(monkeypatch):
 
     backend = TorchBackend.__new__(TorchBackend)
 
-    def boom(plan):
+    def boom(plan, seeded):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
     monkeypatch.setattr(backend, "_step", boom, raising=False)
-    plan = type("Plan", (), {"prefill": (), "decode": ()})()
+    plan = StepPlan(0)
     with pytest.raises(FatalBackendError):
         backend.step(plan)

@@ -210,14 +210,16 @@ def test_the_decode_step_has_no_host_sync_or_data_dependent_shape():
     check that the captured step would be the whole step: prompt rows and a new prompt's
     sampling state included (issue 32)."""
     from orpheus_svc.engine.graph.step import decode_step
+    from orpheus_svc.engine.model.invariant import invariant_step
     backend = _graph()
     runner = backend.runner
     _drive(backend, [_request(0, 3)])
-    torch._dynamo.reset()
-    step = torch.compile(decode_step, backend="eager", fullgraph=True)
-    with torch.inference_mode():
-        step(runner.model, runner.state, runner.ints[:, :2], runner.floats[:, :2],
-             runner._attend[2], runner.out[:2])
+    for invariant in (False, True):  # the unseeded step and the seeded rows' step
+        torch._dynamo.reset()
+        step = torch.compile(decode_step, backend="eager", fullgraph=True)
+        with torch.inference_mode(), invariant_step(invariant):
+            step(runner.model, runner.state, runner.ints[:, :2], runner.floats[:, :2],
+                 runner._attend[2, invariant], runner.out[:2])
 
 
 def test_fp8_weights_are_rowwise_e4m3_within_their_rounding():

@@ -23,7 +23,9 @@ grid (so a CUDA graph can hold them whatever the lengths):
 
 Work per row is proportional to its length (plus SPLITS x BLOCK_N at most), not to
 max_seq_len; SPLITS is chosen per batch bucket so that small batches still spread over the
-multiprocessors (splits_for).
+multiprocessors (splits_for). A row's chunks, and so the order its keys are summed in,
+follow its length and SPLITS alone: the seeded rows' step (engine/model/invariant.py) uses
+INVARIANT_SPLITS in every bucket, so a row's bits do not depend on the bucket it lands in.
 
 `decode_attention_reference` is the same function in plain torch (a masked softmax over the
 whole slot): the CPU path, and the check of the kernel (on a GPU, and on the CPU through
@@ -43,6 +45,7 @@ log = logging.getLogger(__name__)
 BLOCK_N = 64      # keys per inner iteration
 GROUP_PAD = 16    # query rows per program (tl.dot needs >= 16)
 MAX_SPLITS = 16
+INVARIANT_SPLITS = 8  # every bucket's seeded step: enough to spread a lone row (splits_for)
 
 
 def splits_for(batch: int, kv_heads: int, multiprocessors: int) -> int:

@@ -30,7 +30,6 @@ from orpheus_svc.engine.graph.clock import StepClock, StepMark
 from orpheus_svc.engine.graph.rows import PrefillRow
 from orpheus_svc.engine.graph.runner import GraphRunner, Launch
 from orpheus_svc.engine.model.device import fatal_if_device_lost
-from orpheus_svc.engine.model.invariant import invariant_step
 from orpheus_svc.engine.model.sampling import int64_bits
 from orpheus_svc.engine.model.llama import SlotLlama
 
@@ -58,34 +57,29 @@ class GraphBackend:
             max_adapters=model.lora.capacity if model.lora else 0,
             max_lora_rank=model.lora.rank if model.lora else 0)
 
-    def launch(self, plan: StepPlan) -> tuple[tuple[int, ...], Launch, StepMark]:
-        prefill = [PrefillRow(r.slot, r.request.prompt_ids, r.request.sampling.temperature,
-                              r.request.sampling.top_p, r.request.sampling.repetition_penalty,
-                              int(int64_bits([r.seed])[0]), r.frame_position, r.stop_allowed,
-                              r.num_generated, r.request.sampling.seed is not None,
-                              r.request.adapter)
-                   for r in plan.prefill]
-        d = plan.decode
-        decode = None
-        if len(d):
-            decode = np.stack([d.slots, d.position, d.frame_position,
-                               d.stop_allowed.astype(np.int64), d.num_generated, d.adapter])
+    def launch(self, plan: StepPlan) -> tuple[tuple[int, ...], np.ndarray | None, Launch,
+                                              StepMark]:
+        """Queue the step: its seeded rows and its others as parts of their own
+        (StepPlan.by_seed), the seeded ones batch-invariant (GraphRunner.launch_parts)."""
+        split = plan.by_seed()
+        parts = [(_prefill_rows(p.plan), _decode_rows(p.plan.decode), p.seeded)
+                 for p in split]
+        # where each collected decode id goes in plan.decode's order (None: the same order)
+        order = None if len(split) == 1 else np.concatenate([p.decode_index for p in split])
         ahead = self._in_flight > 0  # launched before the step before it was read
-        seeded = (any(r.invariant for r in prefill)
-                  or any(q.sampling.seed is not None for q in d.requests))
         mark = self.clock.begin(ahead)
         try:
-            with invariant_step(seeded):  # the CPU path's matmuls (engine/model/invariant.py)
-                launched = self.runner.launch(prefill, decode)
+            launched = self.runner.launch_parts(parts)
         except Exception as exc:
             fatal_if_device_lost(exc)  # a poisoned CUDA context fails every later step
             raise
         self.clock.launched(mark)
         self._in_flight += 1
-        return tuple(r.gen_id for r in plan.prefill), launched, mark
+        prefill_ids = tuple(r.gen_id for p in split for r in p.plan.prefill)
+        return prefill_ids, order, launched, mark
 
     def collect(self, launched: tuple[tuple[int, ...], Launch, StepMark]) -> StepResult:
-        prefill_ids, launch, mark = launched
+        prefill_ids, order, launch, mark = launched
         t0 = time.perf_counter()
         self._in_flight -= 1
         try:
@@ -97,6 +91,8 @@ class GraphBackend:
         now = time.monotonic()
         if now - self.clock.times.started >= TIMING_LOG_S:
             log.info(self.clock.times.report(now))
+        if order is not None and len(decode):
+            decode = decode[np.argsort(order)]
         return StepResult(tokens={g: (int(t),) for g, t in zip(prefill_ids, first)},
                           decode_tokens=decode if launch.num_decode else None)
 
@@ -118,3 +114,21 @@ class GraphBackend:
 
     def close(self) -> None:
         """Nothing to stop: graphs and buffers are freed with this object."""
+
+
+def _prefill_rows(plan: StepPlan) -> list[PrefillRow]:
+    """The plan's new prompts as the runner's rows (rows.py)."""
+    return [PrefillRow(r.slot, r.request.prompt_ids, r.request.sampling.temperature,
+                       r.request.sampling.top_p, r.request.sampling.repetition_penalty,
+                       int(int64_bits([r.seed])[0]), r.frame_position, r.stop_allowed,
+                       r.num_generated, r.request.sampling.seed is not None,
+                       r.request.adapter)
+            for r in plan.prefill]
+
+
+def _decode_rows(d) -> np.ndarray | None:
+    """The plan's decode rows as the runner's [6, n] array (rows.py step_rows)."""
+    if not len(d):
+        return None
+    return np.stack([d.slots, d.position, d.frame_position, d.stop_allowed.astype(np.int64),
+                     d.num_generated, d.adapter])

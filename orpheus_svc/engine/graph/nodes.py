@@ -87,7 +87,7 @@ def _count(runner, bucket: int, fused: bool) -> Counter:
     from orpheus_svc.engine.graph.step import decode_step
 
     mode = _Counting()
-    ops, attend = TorchOps, runner._attend[bucket]
+    ops, attend = TorchOps, runner._attend[bucket, False]
     if fused:
         ops = type("CountedFusedOps", (), {
             name: staticmethod(_Kernel(mode, getattr(TorchOps, name), n, f"fused.{name}"))

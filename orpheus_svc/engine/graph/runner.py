@@ -30,12 +30,14 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from orpheus_svc.engine.graph.attention import (DecodeAttention, decode_attention_reference,
-                                                splits_for, triton_kernel_works)
+from orpheus_svc.engine.graph.attention import (INVARIANT_SPLITS, DecodeAttention,
+                                                decode_attention_reference, splits_for,
+                                                triton_kernel_works)
 from orpheus_svc.engine.graph.buckets import batch_buckets, bucket_for
 from orpheus_svc.engine.graph.rows import INPUT_ROWS, PARAM_ROWS, PrefillRow, step_rows
 from orpheus_svc.engine.graph.fused import TorchOps, TritonOps, triton_ops_work
 from orpheus_svc.engine.graph.step import MakeLora, SlotState, decode_step
+from orpheus_svc.engine.model.invariant import invariant_step
 from orpheus_svc.engine.model.llama import SlotLlama
 from orpheus_svc.engine.model.lora import LoraRows, gather_expand, gather_shrink
 
@@ -51,6 +53,7 @@ class Launch:
     num_decode: int
     event: object | None  # torch.cuda.Event, None off CUDA (the work is done already)
     prefill_last: np.ndarray | None = None  # each prefill's last row (its first audio id)
+    decode_at: np.ndarray | None = None  # the decode rows' rows (None: the first num_decode)
 
 
 class GraphRunner:
@@ -92,12 +95,12 @@ class GraphRunner:
         # Host side, two turns (a step in flight keeps its own): a step holds at most
         # max_batch decode rows and, beside them, prefill_rows prompt tokens or one whole
         # prompt of up to max_seq_len; each chunk's staging has a region of its own (its H2D
-        # copy may still be reading it when the next chunk is packed), so the staging is one
-        # bucket wider than the rows.
+        # copy may still be reading it when the next chunk is packed), so the staging is a
+        # bucket wider than the rows for each part's last chunk (launch_parts).
         rows = max_batch + max(prefill_rows, model.max_seq_len)
-        self._staging = [(torch.zeros((len(INPUT_ROWS), rows + width), dtype=torch.long,
+        self._staging = [(torch.zeros((len(INPUT_ROWS), rows + 2 * width), dtype=torch.long,
                                       pin_memory=cuda),
-                          torch.ones((len(PARAM_ROWS), rows + width), dtype=torch.float32,
+                          torch.ones((len(PARAM_ROWS), rows + 2 * width), dtype=torch.float32,
                                      pin_memory=cuda)) for _ in range(2)]
         self._host_out = [torch.zeros((rows,), dtype=torch.long, pin_memory=cuda)
                           for _ in range(2)]
@@ -105,15 +108,21 @@ class GraphRunner:
         self._turn = 0
         spec = model.spec
         sms = torch.cuda.get_device_properties(device).multi_processor_count if cuda else 8
+        # (bucket, invariant) -> attention: the seeded rows' step splits every row's keys
+        # the same way whatever the bucket (INVARIANT_SPLITS); the reference attends over
+        # the whole slot, whose span no batch-mate moves
         self._attend = {}
         for b in self.buckets:
-            if self.kernel == "triton":
-                self._attend[b] = DecodeAttention(
-                    b, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim,
-                    splits_for(b, spec.num_key_value_heads, sms), device, model.dtype)
-            else:
-                self._attend[b] = decode_attention_reference
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+            for invariant in (False, True):
+                if self.kernel == "triton":
+                    splits = INVARIANT_SPLITS if invariant else splits_for(
+                        b, spec.num_key_value_heads, sms)
+                    self._attend[b, invariant] = DecodeAttention(
+                        b, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim,
+                        splits, device, model.dtype)
+                else:
+                    self._attend[b, invariant] = decode_attention_reference
+        self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}
         self.capture_s = 0.0
         self.capture_bytes = 0
         if graphs:
@@ -141,9 +150,14 @@ class GraphRunner:
         return lambda adapter: LoraRows.indexed(pool, adapter, gather_shrink, gather_expand)
 
     @torch.inference_mode()
-    def _run(self, bucket: int) -> None:
-        decode_step(self.model, self.state, self.ints[:, :bucket], self.floats[:, :bucket],
-                    self._attend[bucket], self.out[:bucket], self.ops, self._make_lora)
+    def _run(self, bucket: int, invariant: bool = False) -> None:
+        """One step of `bucket` rows on the static buffers; `invariant`: the seeded rows'
+        step, whose every row's bits are its own (engine/model/invariant.py: fixed-shape
+        GEMMs, an attention split that does not follow the bucket)."""
+        with invariant_step(invariant):
+            decode_step(self.model, self.state, self.ints[:, :bucket], self.floats[:, :bucket],
+                        self._attend[bucket, invariant], self.out[:bucket], self.ops,
+                        self._make_lora)
 
     def capture(self) -> None:
         """One CUDA graph per bucket, into one memory pool (module docstring)."""
@@ -161,51 +175,69 @@ class GraphRunner:
         self.floats.copy_(torch.from_numpy(fpad))
         side = torch.cuda.Stream(dev)
         for b in reversed(self.buckets):
-            side.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(side):
-                for _ in range(2):  # Triton compiles, cuBLAS plans: before the capture
-                    self._run(b)
-            torch.cuda.current_stream(dev).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self._run(b)
-            self.graphs[b] = graph
+            for invariant in (False, True):
+                side.wait_stream(torch.cuda.current_stream(dev))
+                with torch.cuda.stream(side):
+                    for _ in range(2):  # Triton compiles, cuBLAS plans: before the capture
+                        self._run(b, invariant)
+                torch.cuda.current_stream(dev).wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    self._run(b, invariant)
+                self.graphs[b, invariant] = graph
         torch.cuda.synchronize(dev)
         self.capture_s = time.perf_counter() - t0
         self.capture_bytes = torch.cuda.memory_reserved(dev) - reserved0
-        log.info("graph engine: captured %d decode graphs (buckets %s) in %.1f s; %.0f MiB "
-                 "reserved for them", len(self.graphs), self.buckets, self.capture_s,
+        log.info("graph engine: captured %d decode graphs (buckets %s, each unseeded and "
+                 "seeded) in %.1f s; %.0f MiB reserved for them", len(self.graphs),
+                 self.buckets, self.capture_s,
                  self.capture_bytes / 2**20)
 
     # -- the step -------------------------------------------------------------------------
 
-    def launch(self, prefill: Sequence[PrefillRow], decode: np.ndarray | None) -> Launch:
+    def launch(self, prefill: Sequence[PrefillRow], decode: np.ndarray | None,
+               invariant: bool = False) -> Launch:
         """Queue one step: decode rows as a [5, n] int64 array (slots, pos, fpos, stop_ok,
-        counter) and new prompts (rows.py), all in the captured step: one replay per chunk of
-        at most `capacity` rows. Returns at once on CUDA. (Timed from outside: clock.py.)"""
+        counter; [6, n] with the adapter) and new prompts (rows.py), all in the captured
+        step: one replay per chunk of at most `capacity` rows. Returns at once on CUDA.
+        `invariant`: every row's bits are its own (_run). (Timed from outside: clock.py.)"""
+        return self.launch_parts([(prefill, decode, invariant)])
+
+    def launch_parts(self, parts: Sequence[tuple[Sequence[PrefillRow], np.ndarray | None,
+                                                 bool]]) -> Launch:
+        """launch() of one step made of parts (prefill, decode, invariant), one after
+        another on the device, each with chunks of its own: a step's seeded rows and its
+        others (core/step.py StepPlan.by_seed). collect() gives the ids part by part."""
         cuda = self.device.type == "cuda"
         turn = self._turn
         self._turn ^= 1
         if self._events[turn] is not None:
             self._events[turn].synchronize()  # the step before last: collected already
-        rows = step_rows(decode, prefill)
         ints, floats = self._staging[turn]
         host = self._host_out[turn]
-        at = 0  # each chunk's own staging region
+        at = 0    # each chunk's own staging region
+        base = 0  # the part's first row in host
+        decode_at, prefill_last, num_prefill = [], [], 0
         with torch.inference_mode():
-            for lo, hi in rows.chunks(self.capacity):
-                bucket = bucket_for(self.buckets, hi - lo)
-                rows.pack(ints.numpy()[:, at:at + bucket], floats.numpy()[:, at:at + bucket],
-                          lo, hi, bucket, self.state.dummy)
-                self.ints[:, :bucket].copy_(ints[:, at:at + bucket], non_blocking=True)
-                self.floats[:, :bucket].copy_(floats[:, at:at + bucket], non_blocking=True)
-                graph = self.graphs.get(bucket)
-                if graph is not None:
-                    graph.replay()
-                else:
-                    self._run(bucket)
-                host[lo:hi].copy_(self.out[:hi - lo], non_blocking=True)
-                at += bucket
+            for prefill, decode, invariant in parts:
+                rows = step_rows(decode, prefill)
+                for lo, hi in rows.chunks(self.capacity):
+                    bucket = bucket_for(self.buckets, hi - lo)
+                    rows.pack(ints.numpy()[:, at:at + bucket], floats.numpy()[:, at:at + bucket],
+                              lo, hi, bucket, self.state.dummy)
+                    self.ints[:, :bucket].copy_(ints[:, at:at + bucket], non_blocking=True)
+                    self.floats[:, :bucket].copy_(floats[:, at:at + bucket], non_blocking=True)
+                    graph = self.graphs.get((bucket, invariant))
+                    if graph is not None:
+                        graph.replay()
+                    else:
+                        self._run(bucket, invariant)
+                    host[base + lo:base + hi].copy_(self.out[:hi - lo], non_blocking=True)
+                    at += bucket
+                decode_at.append(np.arange(base, base + rows.decode))
+                prefill_last.append(base + rows.prefill_last)
+                num_prefill += len(prefill)
+                base += rows.count
         event = None
         if cuda:
             # blocking: the engine thread sleeps until the step is done instead of spinning
@@ -213,7 +245,10 @@ class GraphRunner:
             event = torch.cuda.Event(blocking=True, enable_timing=True)
             event.record()
         self._events[turn] = event
-        return Launch(turn, len(prefill), rows.decode, event, rows.prefill_last)
+        one = len(parts) == 1
+        return Launch(turn, num_prefill, sum(len(d) for d in decode_at), event,
+                      prefill_last[0] if one else np.concatenate(prefill_last),
+                      None if one else np.concatenate(decode_at))
 
     def collect(self, launch: Launch) -> tuple[np.ndarray, np.ndarray]:
         """(prefill ids, decode ids) of a launched step, waiting for it if need be."""
@@ -221,4 +256,6 @@ class GraphRunner:
             launch.event.synchronize()
         host = self._host_out[launch.turn].numpy()
         first = host[launch.prefill_last] if launch.num_prefill else host[:0]
-        return first.copy(), host[:launch.num_decode].copy()
+        decode = host[:launch.num_decode] if launch.decode_at is None \
+            else host[launch.decode_at]
+        return first.copy(), decode.copy()

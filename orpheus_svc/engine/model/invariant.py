@@ -1,36 +1,47 @@
-"""Batch invariance: a row's bits do not depend on the rows that share its step (issue 33).
+"""Batch invariance: a row's bits do not depend on the rows that share its step.
 
 A seeded session must give the same audio whether it runs alone or beside 200 others. Its
 sampler is already per row (a counter-based uniform keyed by seed and token index), so what
 can move its tokens is the arithmetic before it: a kernel whose order of summation depends
-on the batch. Measured on the CPU (torch 2.15, MKL and oneDNN, 2 threads; docs/api.md,
-"Seeds"), for one row's result:
+on the batch. Each piece is made invariant by construction, never by trusting which kernel
+a library picks for a shape on one processor:
 
-* GEMM (x @ W.T, every linear layer and the LM head): MKL computes rows in blocks of 4,
-  and a row in a block of 4 gets the same bits whatever M is and wherever the block lies;
-  a row in a tail of 1-3 rows (M = 1 is even a GEMV) takes another kernel and other bits.
-  So every matmul pads its rows to a multiple of GEMM_ROW_BLOCK (`rows_matmul`): at most
-  three zero rows, a copy of the input only when M is not a multiple already.
-  `gemm_rows_invariant()` checks the property on the machine it runs on (the torch backend
-  logs it at start-up, the tests assert it).
+* GEMM (x @ W.T: every linear layer, the LM head, the stop logit, LoRA): a BLAS chooses its
+  kernel, and so each row's order of summation, by the call's shape. MKL on one processor
+  keeps a row's bits in every call whose M is a multiple of 4, and on another (AVX-512 with
+  AMX) changes them from 9 rows up. So inside an invariant step `rows_matmul` never hands
+  the BLAS a shape that depends on the batch: it copies the rows into one fresh buffer of
+  blocks of GEMM_ROW_BLOCK rows (zero rows pad the last) and multiplies each block in a
+  call of its own. Every call then has the one shape [GEMM_ROW_BLOCK, K] x [K, N] for its
+  weight, its operands at the same alignment, so the library runs the same kernel on
+  every block whatever M is; a GEMM computes each output row from its own input row (no
+  sum crosses rows), so a row's bits are a function of its own values alone.
+  GEMM_ROW_BLOCK is chosen by cost (bench/invariance_cost.py): per-call overhead makes
+  small blocks dear (4-row calls cost a 64-row step 4-10x the GEMM time), large ones make a
+  lone seeded row pay for rows it does not have; 16 costs the demo model's whole step
+  x0.9-1.3 against the unblocked one.
 * Attention (torch's SDPA on the CPU, its flash kernel): a batch attends over
   max(position) + 1 keys, which its batch-mates decide, and a row's output changes with
   that span even where the extra keys are masked: the kernel walks the keys in blocks of
   min(span, 512), so the span moves the block edges. With a span that is a multiple of 512
   (or the slot's whole length) the edges are fixed: a row's blocks are the same, and the
   blocks past its length are fully masked, which adds exact zeros to the online softmax.
-  So a step with an invariant row attends over its span rounded up to SPAN_BLOCK
-  (`attention_span`); measured the same bits for 1 to 79 rows, spans 512 to 2048, K/V read
-  through a view or gathered.
+  The kernel computes each (row, head) by itself, with inner GEMMs whose shapes come from
+  the query length and the key block alone. So an invariant step attends over its span
+  rounded up to SPAN_BLOCK (`attention_span`).
 * Prefill: the same for the prompt length a batch is padded to. Invariant prompts are
   prefilled in groups padded to their own length rounded up to PROMPT_BLOCK.
-* RMSNorm, softmax, top-k, sort, cumsum, elementwise ops: per row already (measured).
+* RMSNorm, softmax, top-k, sort, cumsum, elementwise ops: each row's reduction is its own
+  (ATen reduces a row in one thread, split only across rows).
 
-Which rows pay: invariance is kept for steps that hold a row whose session gave a seed
-(only they can ask for the same audio twice): the backend runs such a step inside
-`invariant_step()`. An unseeded step takes exactly the path it took before (padding a
-single row to four made the CPU's batch-1 step 45% slower: MKL's GEMV beats its GEMM). On CUDA cuBLAS chooses its
-kernel by shape and none of this holds; docs/api.md says where seeds hold.
+Which rows pay: only rows whose session gave a seed (only they can ask for the same audio
+twice). A backend computes a step's seeded rows and its other rows as two parts
+(core/step.py StepPlan.by_seed): the seeded part inside `invariant_step()`, the other on
+exactly the path an unseeded step always takes. `gemm_rows_invariant()` is a self-check of
+this module (tests/engine/test_batch_invariance.py runs it under every CPU kernel path the
+machine has): it must pass everywhere, and a failure is a bug here, not a property of the
+machine. On CUDA the graph engine keeps the same rule with kernels of its own
+(engine/graph/invariant.py).
 """
 
 from __future__ import annotations
@@ -41,7 +52,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-GEMM_ROW_BLOCK = 4  # MKL's row block: a row in a full block keeps its bits (module docstring)
+GEMM_ROW_BLOCK = 16  # rows per GEMM call in an invariant step (module docstring)
 SPAN_BLOCK = 512    # torch's CPU flash attention walks keys in blocks of 512 (docstring)
 PROMPT_BLOCK = 32   # an invariant prompt is padded to its length rounded up to this
 
@@ -65,16 +76,20 @@ def padding_rows() -> bool:
 
 
 def rows_matmul(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
-    """x [M, K] @ w_t [K, N]; inside invariant_step, on the CPU, with M padded to a multiple
-    of GEMM_ROW_BLOCK (module docstring), so that a row's result does not depend on how
-    many rows came with it or where it sits among them."""
-    m = x.shape[0]
-    rows = max(GEMM_ROW_BLOCK, -(-m // GEMM_ROW_BLOCK) * GEMM_ROW_BLOCK)
-    if rows == m or x.device.type != "cpu" or not _INVARIANT.get():
+    """x [M, K] @ w_t [K, N]; inside invariant_step, on the CPU, as GEMM calls of exactly
+    GEMM_ROW_BLOCK rows each (the last padded with zero rows), each on a block of one fresh
+    copy of x (the same alignment every time), so that a row's result does not depend on
+    how many rows came with it or where it sits among them (module docstring)."""
+    if x.device.type != "cpu" or not _INVARIANT.get():
         return x @ w_t
-    padded = x.new_zeros((rows, x.shape[1]))
-    padded[:m] = x
-    return (padded @ w_t)[:m]
+    m, k = x.shape
+    blocks = -(-m // GEMM_ROW_BLOCK)
+    padded = x.new_zeros((blocks, GEMM_ROW_BLOCK, k))
+    padded.view(-1, k)[:m] = x
+    out = x.new_empty((blocks, GEMM_ROW_BLOCK, w_t.shape[1]))
+    for b in range(blocks):
+        torch.mm(padded[b], w_t, out=out[b])
+    return out.view(-1, w_t.shape[1])[:m]
 
 
 def round_up(n: int, block: int, cap: int) -> int:
@@ -108,21 +123,24 @@ def prompt_groups(lengths: Sequence[int], invariant: Sequence[bool] | None, cap:
 def gemm_rows_invariant(device: torch.device | str = "cpu",
                         dtype: torch.dtype = torch.float32, k: int = 256, n: int = 96,
                         seed: int = 0) -> bool:
-    """Does a row of rows_matmul get the same bits for every batch size, at every place in
-    the batch, on this machine? Tries M = 1 .. 24 (every place) and 33, 64 and 257 rows
-    (first, middle, last), with random batch-mates; one column (the stop logit) too."""
+    """The self-check of rows_matmul (module docstring): does a row get the same bits for
+    every batch size, at every place in the batch? Tries M = 1 .. 2 x GEMM_ROW_BLOCK + 8
+    (every place), 64 (every place) and 257 rows (first, middle, last and the edges of a
+    block), with random batch-mates; one column (the stop logit) too."""
     with invariant_step():
         return _probe(device, dtype, k, n, seed)
 
 
 def _probe(device, dtype, k: int, n: int, seed: int) -> bool:
     gen = torch.Generator().manual_seed(seed)
+    small = range(1, 2 * GEMM_ROW_BLOCK + 9)
+    edges = (0, GEMM_ROW_BLOCK - 1, GEMM_ROW_BLOCK, 128, 255, 256)
     for cols in (n, 1):
         w_t = torch.randn((cols, k), generator=gen).to(device, dtype).T
         row = torch.randn((1, k), generator=gen).to(device, dtype)
         want = rows_matmul(row, w_t)[0]
-        for m in (*range(1, 25), 33, 64, 257):
-            for at in (range(m) if m <= 24 else (0, m // 2, m - 1)):
+        for m in (*small, 64, 257):
+            for at in (range(m) if m <= 64 else edges):
                 x = torch.randn((m, k), generator=gen).to(device, dtype)
                 x[at] = row[0]
                 if not torch.equal(rows_matmul(x, w_t)[at], want):

@@ -11,30 +11,13 @@ import torch
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult, StepRow
 
 from orpheus_svc.engine.model.device import fatal_if_device_lost
-from orpheus_svc.engine.model.invariant import gemm_rows_invariant, invariant_step
+from orpheus_svc.engine.model.invariant import invariant_step
 from orpheus_svc.engine.model.llama import SlotLlama
 from orpheus_svc.engine.model.sampling import RowParams, SeenAudio, apply_repetition_penalty, constrained_logits, sample_rows
 
 log = logging.getLogger(__name__)
 
 _MASK64 = (1 << 64) - 1
-
-
-def seeded(rows: Sequence[StepRow]) -> list[bool]:
-    """Which rows' sessions gave a seed: their bits must not depend on the batch
-    (engine/model/invariant.py); the others take the fast path."""
-    return [r.request.sampling.seed is not None for r in rows]
-
-
-def check_batch_invariance(model: SlotLlama) -> bool:
-    """Does this machine keep a seeded row's bits whatever its batch (engine/model/
-    invariant.py)? Logs a warning when it does not; the builder calls it at start-up."""
-    if model.device.type != "cpu" or gemm_rows_invariant(dtype=model.dtype):
-        return True
-    log.warning("this machine's GEMM gives a row other bits in other batches even padded "
-                "to blocks of 4 rows (engine/model/invariant.py): a seeded session's audio "
-                "may differ when other sessions run beside it")
-    return False
 
 
 def adapters_of(rows: Sequence[StepRow]) -> list[int] | None:
@@ -73,35 +56,48 @@ class TorchBackend:
             raise
 
     def step(self, plan: StepPlan) -> StepResult:
+        """The step's seeded rows and its other rows as two forwards (StepPlan.by_seed):
+        the seeded ones batch-invariant (engine/model/invariant.py), the others on the
+        fast path, so neither kind changes what the other computes."""
         try:
-            with invariant_step(any(seeded(plan.prefill)) or any(seeded(plan.decode))):
-                return self._step(plan)
+            tokens: dict[int, list[int]] = {}
+            chosen = []
+            for part, seeded, _ in plan.by_seed():
+                with invariant_step(seeded):
+                    rows, ids = self._step(part, seeded)
+                chosen.append((rows, ids))
+                tokens.update((r.gen_id, [t]) for r, t in zip(rows, ids))
+            for rows, ids in chosen:  # only once every part has its tokens (retry_safe)
+                self.seen.mark([r.slot for r in rows], ids)
+            return StepResult(tokens=tokens)
         except Exception as exc:
             fatal_if_device_lost(exc)  # a poisoned CUDA context fails every later step
             raise
 
-    def _step(self, plan: StepPlan) -> StepResult:
+    def _step(self, plan: StepPlan, seeded: bool) -> tuple[tuple[StepRow, ...], list[int]]:
+        """The part's rows (prefill first, then decode in slot order) and their tokens."""
         parts = []
         if plan.prefill:
             self.seen.reset([r.slot for r in plan.prefill])
             parts.append(self.model.prefill([r.slot for r in plan.prefill],
                                             [r.request.prompt_ids for r in plan.prefill],
-                                            seeded(plan.prefill), adapters_of(plan.prefill)))
+                                            [seeded] * len(plan.prefill),
+                                            adapters_of(plan.prefill)))
         decode = sorted(plan.decode, key=lambda r: r.slot)  # contiguous slots read K/V as views
         if decode:
             parts.append(self.model.decode([r.slot for r in decode],
                                            [r.last_token for r in decode],
-                                           [r.position for r in decode], seeded(decode),
-                                           adapters_of(decode)))
+                                           [r.position for r in decode],
+                                           [seeded] * len(decode), adapters_of(decode)))
         rows = plan.prefill + tuple(decode)
         if not rows:
-            return StepResult()
+            return (), []
         hidden = parts[0] if len(parts) == 1 else torch.cat(parts)
-        tokens = self.sample(rows, hidden)
-        return StepResult(tokens={r.gen_id: [t] for r, t in zip(rows, tokens)})
+        return rows, self.sample(rows, hidden)
 
     @torch.inference_mode()
     def sample(self, rows: Sequence[StepRow], hidden: torch.Tensor) -> list[int]:
+        """The rows' tokens from their final hidden states (their seen marks unchanged)."""
         slots = [r.slot for r in rows]
         params = RowParams(
             positions=[r.frame_position for r in rows],
@@ -117,6 +113,4 @@ class TorchBackend:
         penalty = torch.as_tensor(params.repetition_penalty, dtype=torch.float32,
                                   device=logits.device)
         logits = apply_repetition_penalty(logits, self.seen.rows(slots, params.positions), penalty)
-        tokens = sample_rows(logits, params)
-        self.seen.mark(slots, tokens)
-        return tokens
+        return sample_rows(logits, params)  # step() marks them seen

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from orpheus_svc.engine.model.load import load_slot_llama
 from orpheus_svc.engine.registry import BuiltBackend
-from orpheus_svc.engine.torch.backend import TorchBackend, check_batch_invariance
+from orpheus_svc.engine.torch.backend import TorchBackend
 
 
 def build(config, device, dtype) -> BuiltBackend:
     loaded = load_slot_llama(config, device, dtype)
-    check_batch_invariance(loaded.model)
     return BuiltBackend(TorchBackend(loaded.model), loaded.encode, loaded.model_name,
                         is_demo=loaded.is_demo, model_dir=loaded.model_dir,
                         tokenizer=loaded.tokenizer,
