@@ -1,8 +1,8 @@
-"""What batch invariance costs the torch backend on the CPU (issue 33): one decode step of B
-rows, all unseeded (the fast path), all seeded (invariant: own spans) and half of each,
-alternated in one run so that the ratios compare like with like. A step with a seeded row
-runs as TorchBackend.step runs it: inside invariant_step (matmul rows padded to blocks of 4)
-and attending over a span rounded up to 512 keys.
+"""What batch invariance costs the torch backend on the CPU: one decode step of B rows as
+TorchBackend.step runs it (forward and token choice), all unseeded (the fast path), all
+seeded and half of each (both batch-invariant, every row: 16-row GEMM calls, the span
+rounded up to 512 keys; StepPlan.seeded), alternated in one run so that the ratios compare
+like with like.
 
     PYTHONPATH=. python bench/invariance_cost.py [--json out.json] [--reps 30]
 
@@ -10,6 +10,7 @@ Models: the demo (hidden 64, 2 layers: the server's CPU default) and a wider one
 512, 8 layers, 8/2 heads), random weights, float32, KV slot pool of 512 positions; rows sit
 at random positions 100..500 (a segment's prompt plus its audio so far). Prefill is not
 timed (a step's prefill rows are a small share; invariant prompts run in their own group).
+The repetition penalty's seen marks are put back after each step, so every step repeats.
 """
 
 from __future__ import annotations
@@ -17,14 +18,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import platform
 import random
 import statistics
 import time
 
 import torch
 
-from orpheus_svc.engine.model.invariant import invariant_step
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
+from orpheus_svc.core.step import StepPlan, StepRow
+from orpheus_svc.engine.model import invariant
 from orpheus_svc.engine.model.llama import SlotLlama
+from orpheus_svc.engine.torch.backend import TorchBackend
 from orpheus_svc.models.demo import demo_spec, random_state_dict
 
 SEQ = 512
@@ -41,35 +46,45 @@ def _model(wide: bool) -> SlotLlama:
                      max_seq_len=SEQ, dtype=torch.float32)
 
 
-def _time_step(model, slots, tokens, positions, invariant, reps) -> list[float]:
+def _plan(rng: random.Random, b: int, seeded) -> StepPlan:
+    """b decode rows at random positions; row s seeded where seeded[s]."""
+    rows = []
+    for s in range(b):
+        pos = rng.randrange(100, 500)
+        req = GenerationRequest(f"b{s}", 0, (128259, 128000, 40, 128009), 4000,
+                                SamplingParams(seed=s if seeded[s] else None))
+        rows.append(StepRow(s, s, req, s, False, pos - 3, 128266 + (pos % 7) * 4096 + s,
+                            pos, pos % 7, pos % 7 == 0))
+    return StepPlan(0, decode=rows)
+
+
+def _time_step(backend, plan, reps) -> list[float]:
+    seen = backend.seen.seen.clone()
     out = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        with invariant_step(any(invariant)):  # as TorchBackend.step runs it
-            model.decode(slots, tokens, positions, invariant)
+        backend.step(plan)
         out.append((time.perf_counter() - t0) * 1000)
+        backend.seen.seen.copy_(seen)
     return out
 
 
-def run(reps: int) -> dict:
-    rng = random.Random(0)
+def run(reps: int, sizes=(1, 8, 32, 64)) -> dict:
     results = {}
     for wide in (False, True):
-        model = _model(wide)
+        backend = TorchBackend(_model(wide))
         name = "wide" if wide else "demo"
-        for b in (1, 7, 32, 64):
-            slots = list(range(b))
-            tokens = [rng.randrange(128266, 156940) for _ in slots]
-            positions = [rng.randrange(100, 500) for _ in slots]
+        for b in sizes:
             variants = {"unseeded": [False] * b, "seeded": [True] * b,
-                        "half": [i % 2 == 0 for i in slots]}
+                        "half": [i % 2 == 0 for i in range(b)]}
+            plans = {k: _plan(random.Random(b), b, v) for k, v in variants.items()}
             times = {k: [] for k in variants}
             for _ in range(3):  # warm-up
-                for inv in variants.values():
-                    _time_step(model, slots, tokens, positions, inv, 1)
+                for plan in plans.values():
+                    _time_step(backend, plan, 1)
             for _ in range(reps // 5):  # alternate in small blocks: the same window for each
-                for k, inv in variants.items():
-                    times[k] += _time_step(model, slots, tokens, positions, inv, 5)
+                for k, plan in plans.items():
+                    times[k] += _time_step(backend, plan, 5)
             med = {k: statistics.median(v) for k, v in times.items()}
             results[f"{name}/b{b}"] = {
                 "step_ms_median": {k: round(v, 3) for k, v in med.items()},
@@ -87,8 +102,17 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--json")
     args = ap.parse_args()
-    doc = {"what": "torch backend decode step on the CPU, unseeded vs seeded rows (issue 33)",
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        pass
+    doc = {"what": "torch backend decode step on the CPU, unseeded vs seeded rows",
            "torch": torch.__version__, "threads": torch.get_num_threads(),
+           "cpu": platform.processor() or platform.machine(),
+           "capability": torch.backends.cpu.get_cpu_capability(),
+           "amx": " amx_tile" in flags, "gemm_row_block": invariant.GEMM_ROW_BLOCK,
            "results": run(args.reps)}
     if args.json:
         with open(args.json, "w") as f:

@@ -62,7 +62,7 @@ class DecodeRows:
     gets StepRows (built once, on first use). `position` is the KV index of `last_token`;
     `adapter` each row's LoRA adapter slot (its request's, -1 = the base model), so a
     batch-minded backend needs no Python per row for it either; `seeded` whether the
-    row's session gave a seed (its bits must not depend on the batch: StepPlan.by_seed)."""
+    row's session gave a seed (its bits must not depend on the batch: StepPlan.seeded)."""
 
     __slots__ = ("gen_ids", "slots", "num_generated", "last_token", "position",
                  "frame_position", "stop_allowed", "requests", "seeds", "adapter", "seeded",
@@ -198,31 +198,12 @@ class StepPlan:
         return StepPlan(self.step, tuple(self.prefill[i] for i in prefill),
                         self.decode.take(decode))
 
-    def by_seed(self) -> list["SeedPart"]:
-        """The step as the parts a backend computes apart: the rows whose session gave a
-        seed (computed batch-invariant: engine/model/invariant.py) and the others (the fast
-        path), each part only if it has rows, seeded first; an empty step is one unseeded
-        part. A step of one kind is itself, unsplit (decode_index None)."""
-        pre = [r.request.sampling.seed is not None for r in self.prefill]
-        dec = self.decode.seeded
-        n_seeded = sum(pre) + int(dec.sum())
-        if n_seeded in (0, self.num_rows):
-            return [SeedPart(self, n_seeded > 0, None)]
-        parts = []
-        for seeded in (True, False):
-            index = np.flatnonzero(dec == seeded)
-            parts.append(SeedPart(self.part([i for i, s in enumerate(pre) if s == seeded],
-                                            index), seeded, index))
-        return parts
-
-
-class SeedPart(NamedTuple):
-    """One part of StepPlan.by_seed: its rows as a plan, whether they are the seeded ones,
-    and where its decode rows sit in the whole plan's decode rows (None: the whole plan)."""
-
-    plan: StepPlan
-    seeded: bool
-    decode_index: np.ndarray | None
+    @property
+    def seeded(self) -> bool:
+        """Does a row's session give a seed? Then the backend computes the whole step
+        batch-invariant (engine/model/invariant.py), every row of it."""
+        return (any(r.request.sampling.seed is not None for r in self.prefill)
+                or bool(self.decode.seeded.any()))
 
 
 @dataclass

@@ -57,29 +57,23 @@ class GraphBackend:
             max_adapters=model.lora.capacity if model.lora else 0,
             max_lora_rank=model.lora.rank if model.lora else 0)
 
-    def launch(self, plan: StepPlan) -> tuple[tuple[int, ...], np.ndarray | None, Launch,
-                                              StepMark]:
-        """Queue the step: its seeded rows and its others as parts of their own
-        (StepPlan.by_seed), the seeded ones batch-invariant (GraphRunner.launch_parts)."""
-        split = plan.by_seed()
-        parts = [(_prefill_rows(p.plan), _decode_rows(p.plan.decode), p.seeded)
-                 for p in split]
-        # where each collected decode id goes in plan.decode's order (None: the same order)
-        order = None if len(split) == 1 else np.concatenate([p.decode_index for p in split])
+    def launch(self, plan: StepPlan) -> tuple[tuple[int, ...], Launch, StepMark]:
+        """Queue the step; one that holds a seeded row runs batch-invariant, every row of
+        it (StepPlan.seeded; GraphRunner._run)."""
         ahead = self._in_flight > 0  # launched before the step before it was read
         mark = self.clock.begin(ahead)
         try:
-            launched = self.runner.launch_parts(parts)
+            launched = self.runner.launch(_prefill_rows(plan), _decode_rows(plan.decode),
+                                          invariant=plan.seeded)
         except Exception as exc:
             fatal_if_device_lost(exc)  # a poisoned CUDA context fails every later step
             raise
         self.clock.launched(mark)
         self._in_flight += 1
-        prefill_ids = tuple(r.gen_id for p in split for r in p.plan.prefill)
-        return prefill_ids, order, launched, mark
+        return tuple(r.gen_id for r in plan.prefill), launched, mark
 
     def collect(self, launched: tuple[tuple[int, ...], Launch, StepMark]) -> StepResult:
-        prefill_ids, order, launch, mark = launched
+        prefill_ids, launch, mark = launched
         t0 = time.perf_counter()
         self._in_flight -= 1
         try:
@@ -91,8 +85,6 @@ class GraphBackend:
         now = time.monotonic()
         if now - self.clock.times.started >= TIMING_LOG_S:
             log.info(self.clock.times.report(now))
-        if order is not None and len(decode):
-            decode = decode[np.argsort(order)]
         return StepResult(tokens={g: (int(t),) for g, t in zip(prefill_ids, first)},
                           decode_tokens=decode if launch.num_decode else None)
 

@@ -53,7 +53,6 @@ class Launch:
     num_decode: int
     event: object | None  # torch.cuda.Event, None off CUDA (the work is done already)
     prefill_last: np.ndarray | None = None  # each prefill's last row (its first audio id)
-    decode_at: np.ndarray | None = None  # the decode rows' rows (None: the first num_decode)
 
 
 class GraphRunner:
@@ -95,12 +94,12 @@ class GraphRunner:
         # Host side, two turns (a step in flight keeps its own): a step holds at most
         # max_batch decode rows and, beside them, prefill_rows prompt tokens or one whole
         # prompt of up to max_seq_len; each chunk's staging has a region of its own (its H2D
-        # copy may still be reading it when the next chunk is packed), so the staging is a
-        # bucket wider than the rows for each part's last chunk (launch_parts).
+        # copy may still be reading it when the next chunk is packed), so the staging is one
+        # bucket wider than the rows.
         rows = max_batch + max(prefill_rows, model.max_seq_len)
-        self._staging = [(torch.zeros((len(INPUT_ROWS), rows + 2 * width), dtype=torch.long,
+        self._staging = [(torch.zeros((len(INPUT_ROWS), rows + width), dtype=torch.long,
                                       pin_memory=cuda),
-                          torch.ones((len(PARAM_ROWS), rows + 2 * width), dtype=torch.float32,
+                          torch.ones((len(PARAM_ROWS), rows + width), dtype=torch.float32,
                                      pin_memory=cuda)) for _ in range(2)]
         self._host_out = [torch.zeros((rows,), dtype=torch.long, pin_memory=cuda)
                           for _ in range(2)]
@@ -108,7 +107,7 @@ class GraphRunner:
         self._turn = 0
         spec = model.spec
         sms = torch.cuda.get_device_properties(device).multi_processor_count if cuda else 8
-        # (bucket, invariant) -> attention: the seeded rows' step splits every row's keys
+        # (bucket, invariant) -> attention: a seeded step splits every row's keys
         # the same way whatever the bucket (INVARIANT_SPLITS); the reference attends over
         # the whole slot, whose span no batch-mate moves
         self._attend = {}
@@ -151,9 +150,9 @@ class GraphRunner:
 
     @torch.inference_mode()
     def _run(self, bucket: int, invariant: bool = False) -> None:
-        """One step of `bucket` rows on the static buffers; `invariant`: the seeded rows'
-        step, whose every row's bits are its own (engine/model/invariant.py: fixed-shape
-        GEMMs, an attention split that does not follow the bucket)."""
+        """One step of `bucket` rows on the static buffers; `invariant`: a step that holds a
+        seeded row, whose every row's bits are its own (engine/model/invariant.py:
+        fixed-shape GEMMs, an attention split that does not follow the bucket)."""
         with invariant_step(invariant):
             decode_step(self.model, self.state, self.ints[:, :bucket], self.floats[:, :bucket],
                         self._attend[bucket, invariant], self.out[:bucket], self.ops,
@@ -201,43 +200,29 @@ class GraphRunner:
         counter; [6, n] with the adapter) and new prompts (rows.py), all in the captured
         step: one replay per chunk of at most `capacity` rows. Returns at once on CUDA.
         `invariant`: every row's bits are its own (_run). (Timed from outside: clock.py.)"""
-        return self.launch_parts([(prefill, decode, invariant)])
-
-    def launch_parts(self, parts: Sequence[tuple[Sequence[PrefillRow], np.ndarray | None,
-                                                 bool]]) -> Launch:
-        """launch() of one step made of parts (prefill, decode, invariant), one after
-        another on the device, each with chunks of its own: a step's seeded rows and its
-        others (core/step.py StepPlan.by_seed). collect() gives the ids part by part."""
         cuda = self.device.type == "cuda"
         turn = self._turn
         self._turn ^= 1
         if self._events[turn] is not None:
             self._events[turn].synchronize()  # the step before last: collected already
+        rows = step_rows(decode, prefill)
         ints, floats = self._staging[turn]
         host = self._host_out[turn]
-        at = 0    # each chunk's own staging region
-        base = 0  # the part's first row in host
-        decode_at, prefill_last, num_prefill = [], [], 0
+        at = 0  # each chunk's own staging region
         with torch.inference_mode():
-            for prefill, decode, invariant in parts:
-                rows = step_rows(decode, prefill)
-                for lo, hi in rows.chunks(self.capacity):
-                    bucket = bucket_for(self.buckets, hi - lo)
-                    rows.pack(ints.numpy()[:, at:at + bucket], floats.numpy()[:, at:at + bucket],
-                              lo, hi, bucket, self.state.dummy)
-                    self.ints[:, :bucket].copy_(ints[:, at:at + bucket], non_blocking=True)
-                    self.floats[:, :bucket].copy_(floats[:, at:at + bucket], non_blocking=True)
-                    graph = self.graphs.get((bucket, invariant))
-                    if graph is not None:
-                        graph.replay()
-                    else:
-                        self._run(bucket, invariant)
-                    host[base + lo:base + hi].copy_(self.out[:hi - lo], non_blocking=True)
-                    at += bucket
-                decode_at.append(np.arange(base, base + rows.decode))
-                prefill_last.append(base + rows.prefill_last)
-                num_prefill += len(prefill)
-                base += rows.count
+            for lo, hi in rows.chunks(self.capacity):
+                bucket = bucket_for(self.buckets, hi - lo)
+                rows.pack(ints.numpy()[:, at:at + bucket], floats.numpy()[:, at:at + bucket],
+                          lo, hi, bucket, self.state.dummy)
+                self.ints[:, :bucket].copy_(ints[:, at:at + bucket], non_blocking=True)
+                self.floats[:, :bucket].copy_(floats[:, at:at + bucket], non_blocking=True)
+                graph = self.graphs.get((bucket, invariant))
+                if graph is not None:
+                    graph.replay()
+                else:
+                    self._run(bucket, invariant)
+                host[lo:hi].copy_(self.out[:hi - lo], non_blocking=True)
+                at += bucket
         event = None
         if cuda:
             # blocking: the engine thread sleeps until the step is done instead of spinning
@@ -245,10 +230,7 @@ class GraphRunner:
             event = torch.cuda.Event(blocking=True, enable_timing=True)
             event.record()
         self._events[turn] = event
-        one = len(parts) == 1
-        return Launch(turn, num_prefill, sum(len(d) for d in decode_at), event,
-                      prefill_last[0] if one else np.concatenate(prefill_last),
-                      None if one else np.concatenate(decode_at))
+        return Launch(turn, len(prefill), rows.decode, event, rows.prefill_last)
 
     def collect(self, launch: Launch) -> tuple[np.ndarray, np.ndarray]:
         """(prefill ids, decode ids) of a launched step, waiting for it if need be."""
@@ -256,6 +238,4 @@ class GraphRunner:
             launch.event.synchronize()
         host = self._host_out[launch.turn].numpy()
         first = host[launch.prefill_last] if launch.num_prefill else host[:0]
-        decode = host[:launch.num_decode] if launch.decode_at is None \
-            else host[launch.decode_at]
-        return first.copy(), decode.copy()
+        return first.copy(), host[:launch.num_decode].copy()

@@ -34,14 +34,16 @@ a library picks for a shape on one processor:
 * RMSNorm, softmax, top-k, sort, cumsum, elementwise ops: each row's reduction is its own
   (ATen reduces a row in one thread, split only across rows).
 
-Which rows pay: only rows whose session gave a seed (only they can ask for the same audio
-twice). A backend computes a step's seeded rows and its other rows as two parts
-(core/step.py StepPlan.by_seed): the seeded part inside `invariant_step()`, the other on
-exactly the path an unseeded step always takes. `gemm_rows_invariant()` is a self-check of
-this module (tests/engine/test_batch_invariance.py runs it under every CPU kernel path the
+Which steps pay: only those holding a row whose session gave a seed (only such a session
+can ask for the same audio twice). The backend runs such a step inside `invariant_step()`,
+every row of it (core/step.py StepPlan.seeded): computing its seeded and unseeded rows
+apart cost more (two forwards and token choices: x1.2-2.1 on the CPU, and on a GPU the
+weights read twice) than the invariant path costs the unseeded rows. An unseeded step
+takes exactly the path it always took. `gemm_rows_invariant()` is a self-check of this
+module (tests/engine/test_invariance_everywhere.py runs it under every CPU kernel path the
 machine has): it must pass everywhere, and a failure is a bug here, not a property of the
 machine. On CUDA the graph engine keeps the same rule with kernels of its own
-(engine/graph/invariant.py).
+(engine/model/fixed_gemm.py, and engine/graph/attention.py's INVARIANT_SPLITS).
 """
 
 from __future__ import annotations

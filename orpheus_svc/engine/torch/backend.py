@@ -56,26 +56,19 @@ class TorchBackend:
             raise
 
     def step(self, plan: StepPlan) -> StepResult:
-        """The step's seeded rows and its other rows as two forwards (StepPlan.by_seed):
-        the seeded ones batch-invariant (engine/model/invariant.py), the others on the
-        fast path, so neither kind changes what the other computes."""
+        """A step that holds a seeded row runs batch-invariant, every row of it
+        (StepPlan.seeded; engine/model/invariant.py); any other on the fast path."""
         try:
-            tokens: dict[int, list[int]] = {}
-            chosen = []
-            for part, seeded, _ in plan.by_seed():
-                with invariant_step(seeded):
-                    rows, ids = self._step(part, seeded)
-                chosen.append((rows, ids))
-                tokens.update((r.gen_id, [t]) for r, t in zip(rows, ids))
-            for rows, ids in chosen:  # only once every part has its tokens (retry_safe)
-                self.seen.mark([r.slot for r in rows], ids)
-            return StepResult(tokens=tokens)
+            with invariant_step(plan.seeded):
+                rows, tokens = self._step(plan, plan.seeded)
+            self.seen.mark([r.slot for r in rows], tokens)  # once the step has its tokens
+            return StepResult(tokens={r.gen_id: [t] for r, t in zip(rows, tokens)})
         except Exception as exc:
             fatal_if_device_lost(exc)  # a poisoned CUDA context fails every later step
             raise
 
     def _step(self, plan: StepPlan, seeded: bool) -> tuple[tuple[StepRow, ...], list[int]]:
-        """The part's rows (prefill first, then decode in slot order) and their tokens."""
+        """The step's rows (prefill first, then decode in slot order) and their tokens."""
         parts = []
         if plan.prefill:
             self.seen.reset([r.slot for r in plan.prefill])
