@@ -20,7 +20,9 @@ Sections (each its own key; one that fails records its error and the rest go on)
   steps      per weight variant (DTYPES: bf16, bf16 without the fused kernels, fp8 rowwise
              and tensorwise) and batch: the graph step (launch + read, one at a time), the
              run-ahead period (next step launched before this one is read), the graph's
-             device time alone, and the eager reference step; the paper floor
+             device time alone, and the eager reference step; the paper floor; the same
+             step seeded (its batch-invariant graphs), and one seeded row's logits bits
+             across the buckets
   fp8        fp8 against bf16 on the same weights: logits error after a prefill, token
              agreement over the parity run (random weights: see the note in the JSON)
   hf         transformers' LlamaForCausalLM (Orpheus-3B config, bf16, random init),
@@ -262,19 +264,25 @@ def _decode_rows(b: int, k: int, context: int) -> np.ndarray:
 
 
 def graph_times(backend, b: int, context: int, steps: int) -> dict:
-    """The graph step of b rows: one at a time (launch + read), run-ahead, device alone."""
+    """The graph step of b rows: one at a time (launch + read), run-ahead, device alone;
+    and the same step seeded (engine/model/invariant.py: its own graphs), one at a time
+    and its device time alone."""
     runner, device = backend.runner, backend.model.device
     k = 0
     for _ in range(3):
         runner.collect(runner.launch([], _decode_rows(b, k, context)))
+        runner.collect(runner.launch([], _decode_rows(b, k, context), invariant=True))
         k += 1
-    times = []
-    for _ in range(steps):
+    times, seeded = [], []
+    for _ in range(steps):  # unseeded and seeded alternated: the same window for both
         t = time.perf_counter()
         runner.collect(runner.launch([], _decode_rows(b, k, context)))
         times.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        runner.collect(runner.launch([], _decode_rows(b, k, context), invariant=True))
+        seeded.append((time.perf_counter() - t) * 1000)
         k += 1
-    out = {"step_ms": _median(times)}
+    out = {"step_ms": _median(times), "seeded_step_ms": _median(seeded)}
     # run-ahead: launch k+1 before reading k (what EngineLoop does: Scheduler.schedule with the step in flight)
     _sync(device)
     t = time.perf_counter()
@@ -286,10 +294,52 @@ def graph_times(backend, b: int, context: int, steps: int) -> dict:
         pending = nxt
     runner.collect(pending)
     out["ahead_ms"] = round((time.perf_counter() - t) * 1000 / steps, 4)
-    graph = runner.graphs.get(b)
+    graph = runner.graphs.get((b, False))
     if graph is not None:  # the graph alone, replayed back to back (no host in between)
         out["device_ms"] = _time_cuda(graph.replay, device, warmup=2, repeat=steps)
+        out["seeded_device_ms"] = _time_cuda(runner.graphs[b, True].replay, device,
+                                             warmup=2, repeat=steps)
     return out
+
+
+def seeded_row_identity(runner, context: int) -> dict:
+    """One seeded row's logits across batch sizes 1 .. the slots (engine/model/invariant.py):
+    the step's own functions (decode_hidden, step_logits) run in invariant_step with the
+    runner's attention kernel at INVARIANT_SPLITS, the row at a random place among random
+    rows (other slots, other lengths). identical: its logits the same bits at every size."""
+    from orpheus_svc.engine.graph.attention import (INVARIANT_SPLITS, DecodeAttention,
+                                                    decode_attention_reference)
+    from orpheus_svc.engine.graph.step import decode_hidden, step_logits
+    from orpheus_svc.engine.model.invariant import invariant_step
+
+    model, device = runner.model, runner.device
+    spec = model.spec
+    rng = np.random.default_rng(5)
+    target, pos = 0, context - 7
+    want, moved = None, []
+    sizes = [b for b in (1, 2, 3, 5, 8, 16, 17, 33, 64, 100, 128, 256) if b <= model.num_slots]
+    for b in sizes:
+        attend = decode_attention_reference if runner.kernel != "triton" else DecodeAttention(
+            b, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim,
+            INVARIANT_SPLITS, device, model.dtype)
+        at = int(rng.integers(b))
+        slots = rng.permutation(np.arange(1, model.num_slots + 1))[:b]  # the dummy too
+        positions = rng.integers(1, context, b)
+        slots[at], positions[at] = target, pos
+        ids = rng.integers(AUDIO_BASE, AUDIO_BASE + 7 * 4096, b)
+        ids[at] = AUDIO_BASE + 17
+        t = lambda a: torch.as_tensor(a, dtype=torch.long, device=device)  # noqa: E731
+        fpos = t(positions % FRAME_TOKENS)
+        with torch.inference_mode(), invariant_step():
+            hidden = decode_hidden(model, t(ids), t(slots), t(positions), attend,
+                                   runner.ops, None)
+            logits = step_logits(model, hidden, fpos, t(positions % FRAME_TOKENS == 0))
+        row = logits[at].float().cpu()
+        if want is None:
+            want = row
+        elif not torch.equal(row, want):
+            moved.append(b)
+    return {"batch_sizes": sizes, "identical": not moved, "differs_in": moved}
 
 
 def eager_time(backend, b: int, context: int, steps: int) -> float:
@@ -406,6 +456,7 @@ def steps(device, tiny, batches, context, steps_n, bandwidth, results, dtypes=("
         # timing at context ~500: random KV in every slot
         _random_kv(model, context)
         r["graph"], r["eager_ms"], r["floor_ms"], r["floor_bytes"] = {}, {}, {}, {}
+        r["seeded_row"] = seeded_row_identity(graph.runner, context)
         for b in batches:
             r["graph"][b] = graph_times(graph, b, context, steps_n)
             r["eager_ms"][b] = eager_time(eager, b, context, max(5, steps_n // 3))
@@ -589,6 +640,7 @@ def summary(doc: dict) -> dict:
     card = doc.get("env", {}).get("card", "unknown")
     out = {"card": card if doc.get("device") == "cuda" else "cpu-dry-run",
            "step_ms": {}, "ahead_ms": {}, "device_ms": {}, "eager_step_ms": {}, "floor_ms": {},
+           "seeded_step_ms": {}, "seeded_device_ms": {}, "seeded_row_identical": {},
            "hf_tokens_per_s": doc.get("hf", {}).get("tokens_per_s"),
            "ours_tokens_per_s": None, "server": []}
     fp8 = [q for q in ("fp8", "fp8t") if st.get(q, {}).get("graph")]
@@ -612,14 +664,19 @@ def summary(doc: dict) -> dict:
         out["step_ms"][name] = {b: v["step_ms"] for b, v in g.items()}
         out["ahead_ms"][name] = {b: v["ahead_ms"] for b, v in g.items()}
         out["device_ms"][name] = {b: v.get("device_ms") for b, v in g.items()}
+        out["seeded_step_ms"][name] = {b: v.get("seeded_step_ms") for b, v in g.items()}
+        out["seeded_device_ms"][name] = {b: v.get("seeded_device_ms") for b, v in g.items()}
+        out["seeded_row_identical"][name] = (r.get("seeded_row") or {}).get("identical")
         out["eager_step_ms"][name] = r.get("eager_ms", {})
         out["floor_ms"][name] = r.get("floor_ms", {})
+    keys = ("step_ms", "ahead_ms", "device_ms", "eager_step_ms", "floor_ms", "seeded_step_ms",
+            "seeded_device_ms", "seeded_row_identical")
     if fp8 and best == "fp8t":  # name the faster one fp8, keep the other under its own name
-        for key in ("step_ms", "ahead_ms", "device_ms", "eager_step_ms", "floor_ms"):
+        for key in keys:
             out[key]["fp8_rowwise"] = out[key].pop("fp8")
             out[key]["fp8"] = out[key].pop("fp8t")
     else:
-        for key in ("step_ms", "ahead_ms", "device_ms", "eager_step_ms", "floor_ms"):
+        for key in keys:
             out[key]["fp8_tensorwise"] = out[key].pop("fp8t")
     b64 = (st.get("bf16") or {}).get("graph", {}).get(64 if doc.get("device") == "cuda" else 8)
     if b64:

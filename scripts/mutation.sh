@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Mutation testing (mutmut 3, the `dev` extra) of the modules issue 38 names: core/,
-# server/options.py, http/jsonwire.py, http/limits.py and engine/graph/buckets.py. Not part
+# server/options.py, http/jsonwire.py, http/limits.py and engine/graph/buckets.py, and of
+# engine/model/invariant.py (batch invariance on the CPU). Not part
 # of the test command (scripts/test.sh): it takes hours on two cores. RELIABILITY.md
 # ("Mutation testing") has the last run's score.
 #
-#   scripts/mutation.sh [group ...]     groups: core options jsonwire limits buckets
+#   scripts/mutation.sh [group ...]     groups: core options jsonwire limits buckets invariant
 #                                       (default: all, one after the other)
 #   MUTATION_JOBS=2                     mutants run at once (default: 1)
 #   MUTATION_SAMPLE=300                 run only this many of each group's mutants not run
@@ -52,6 +53,7 @@ declare -A MUTATE=(
   [jsonwire]="orpheus_svc/http/jsonwire.py"
   [limits]="orpheus_svc/http/limits.py"
   [buckets]="orpheus_svc/engine/graph/buckets.py"
+  [invariant]="orpheus_svc/engine/model/invariant.py"
 )
 declare -A TESTS=(
   [core]="tests/unit"
@@ -59,6 +61,7 @@ declare -A TESTS=(
   [jsonwire]="tests/http/test_jsonwire.py tests/http/test_hostile_inputs.py"
   [limits]="tests/http/test_limits_body.py tests/http/test_slow_clients.py tests/http/test_early_refusals.py tests/http/test_hostile_inputs.py"
   [buckets]="tests/engine/test_graph_buckets.py tests/engine/test_graph_backend.py"
+  [invariant]="tests/engine/test_batch_invariance.py"
 )
 # groups whose tests build something once per session that mutmut cannot credit per test
 declare -A WHOLE_MODULE=([limits]=1)
@@ -70,7 +73,7 @@ declare -A SKIP=(
   [core]="tests/unit/test_scheduler_fastpath.py::test_the_shortcut_makes_the_same_plans_as_keying_and_sorting_everything
           tests/unit/test_scheduler_parking.py::test_parking_makes_the_same_plans_as_judging_everything_every_step"
 )
-ALL=(core options jsonwire limits buckets)
+ALL=(core options jsonwire limits buckets invariant)
 
 summary() { "${PY}" "${ROOT}/scripts/mutation_stats.py" summary "${OUT}" "${ALL[@]}"; }
 

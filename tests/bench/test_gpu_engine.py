@@ -67,6 +67,13 @@ def test_the_cpu_dry_run_of_the_whole_check(tmp_path):
         assert set(summary[key]) >= {"bf16", "fp8"}
         assert set(summary[key]["bf16"]) == {"1", "8"}
     assert all(ms > 0 for ms in summary["step_ms"]["fp8"].values())
+    # issue 47: the seeded step's time beside the unseeded one, and one seeded row's bits
+    # the same at every batch size
+    assert set(summary["seeded_step_ms"]["bf16"]) == {"1", "8"}
+    assert all(ms > 0 for ms in summary["seeded_step_ms"]["fp8"].values())
+    assert summary["seeded_row_identical"]["bf16"] is True
+    assert summary["seeded_row_identical"]["fp8"] is True
+    assert doc["steps"]["bf16"]["seeded_row"]["batch_sizes"] == [1, 2, 3, 5, 8]
     assert summary["hf_tokens_per_s"] > 0 and summary["ours_tokens_per_s"] > 0
     (level,) = summary["server"]
     assert level["sessions"] == 2 and level["ok"] and "ttfb_p95_ms" in level

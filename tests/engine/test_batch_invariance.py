@@ -138,6 +138,16 @@ def test_a_gemm_whose_order_follows_m_cannot_move_a_seeded_row(monkeypatch):
         assert torch.equal(a, b)
 
 
+def test_the_self_check_fails_on_a_matmul_that_follows_the_batch(monkeypatch):
+    """The self-check can fail: with a matmul whose order of summation follows M (no fixed
+    blocks) it finds a row that moved, and on one that mixes rows too."""
+    adversary = _blas_by_shape(torch.mm)
+    monkeypatch.setattr(invariant, "rows_matmul", adversary)
+    assert not invariant.gemm_rows_invariant()
+    monkeypatch.setattr(invariant, "rows_matmul", lambda x, w_t: (x + x.mean(0)) @ w_t)
+    assert not invariant.gemm_rows_invariant()
+
+
 def test_outside_an_invariant_step_the_matmul_is_the_plain_one():
     """An unseeded step's matmuls are exactly the ones it always had (one call, no copy)."""
     gen = torch.Generator().manual_seed(1)

@@ -64,7 +64,8 @@ _INVARIANT = contextvars.ContextVar("invariant_step", default=False)
 
 @contextlib.contextmanager
 def invariant_step(on: bool = True) -> Iterator[None]:
-    """Inside: rows_matmul pads (`on`: the step holds a row that must be invariant)."""
+    """Inside (`on`: the step holds a seeded row), every row's arithmetic is its own:
+    rows_matmul's fixed-shape calls, and what asks in_invariant_step()."""
     token = _INVARIANT.set(on)
     try:
         yield
@@ -72,18 +73,22 @@ def invariant_step(on: bool = True) -> Iterator[None]:
         _INVARIANT.reset(token)
 
 
-def padding_rows() -> bool:
+def in_invariant_step() -> bool:
     """Is the current step an invariant one (invariant_step)?"""
     return _INVARIANT.get()
 
 
 def rows_matmul(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
-    """x [M, K] @ w_t [K, N]; inside invariant_step, on the CPU, as GEMM calls of exactly
-    GEMM_ROW_BLOCK rows each (the last padded with zero rows), each on a block of one fresh
-    copy of x (the same alignment every time), so that a row's result does not depend on
-    how many rows came with it or where it sits among them (module docstring)."""
-    if x.device.type != "cpu" or not _INVARIANT.get():
+    """x [M, K] @ w_t [K, N]. Inside invariant_step a row's result does not depend on how
+    many rows came with it or where it sits among them (module docstring): on CUDA through
+    fixed_gemm's one tile shape; elsewhere as GEMM calls of exactly GEMM_ROW_BLOCK rows
+    each (the last padded with zero rows), each on a block of one fresh copy of x (the
+    same alignment every time). Outside, the plain matmul."""
+    if not _INVARIANT.get():
         return x @ w_t
+    if x.device.type == "cuda":
+        from orpheus_svc.engine.model.fixed_gemm import fixed_gemm
+        return fixed_gemm(x, w_t)
     m, k = x.shape
     blocks = -(-m // GEMM_ROW_BLOCK)
     padded = x.new_zeros((blocks, GEMM_ROW_BLOCK, k))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from orpheus_svc.engine.model.invariant import rows_matmul
+from orpheus_svc.engine.model.invariant import in_invariant_step, rows_matmul
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
@@ -74,7 +74,9 @@ class Fp8Linear:
     gemm (CUDA): "rowwise" hands both scale vectors to torch._scaled_mm (CUTLASS's rowwise
     kernel); "tensorwise" multiplies the E4M3 operands with unit scales (cuBLASLt's FP8
     GEMM, bf16 out) and applies the row and column scales to the product afterwards. The
-    same function either way; which is faster is measured (BENCHMARKS.md)."""
+    same function either way; which is faster is measured (BENCHMARKS.md). In a
+    batch-invariant step (engine/model/invariant.py) the same operands and scales go
+    through fixed_gemm instead, whose tile does not follow the batch."""
 
     quantization = "fp8"
 
@@ -111,7 +113,10 @@ class Fp8Linear:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         qx, sx = quantize_rows(x2)
-        if self.on_cuda and self.gemm == "tensorwise":
+        if self.on_cuda and in_invariant_step():  # a batch-invariant step (invariant.py)
+            from orpheus_svc.engine.model.fixed_gemm import fixed_gemm
+            y = fixed_gemm(qx, self.qweight.T, sx, self.scale_row, self.out_dtype)
+        elif self.on_cuda and self.gemm == "tensorwise":
             y = torch._scaled_mm(qx, self.qweight.T, scale_a=self._one, scale_b=self._one,
                                  out_dtype=self.out_dtype, use_fast_accum=True)
             y.mul_(sx).mul_(self.scale_row)

@@ -31,7 +31,7 @@ from orpheus_svc.core.tokens import (
     END_OF_SPEECH_ID,
     FRAME_TOKENS,
 )
-from orpheus_svc.engine.model.invariant import padding_rows, rows_matmul
+from orpheus_svc.engine.model.invariant import in_invariant_step, rows_matmul
 
 STOP_COLUMN = CODES_PER_POSITION  # column index of the stop logit in a [B, 4097] row
 
@@ -106,10 +106,10 @@ def constrained_logits(hidden: torch.Tensor, lm_head: torch.Tensor,
 
 
 def stop_logits(hidden: torch.Tensor, lm_head: torch.Tensor) -> torch.Tensor:
-    """[B] float32: each row's logit of the stop id. In an invariant step on the CPU a
-    one-column GEMM, not a GEMV, so that a row's bits do not depend on its batch
+    """[B] float32: each row's logit of the stop id. In an invariant step a one-column
+    rows_matmul, not a GEMV, so that a row's bits do not depend on its batch
     (invariant.py)."""
-    if hidden.device.type != "cpu" or not padding_rows():
+    if not in_invariant_step():
         return (hidden @ lm_head[END_OF_SPEECH_ID]).float()
     stop = lm_head[END_OF_SPEECH_ID:END_OF_SPEECH_ID + 1]
     return rows_matmul(hidden, stop.T)[:, 0].float()
