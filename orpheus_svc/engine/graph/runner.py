@@ -14,8 +14,9 @@ step n+1 can be launched before step n's ids are read (run-ahead, engine/loop.py
 decode rows' input tokens are the ids step n writes into last_ids. Two sets of pinned
 buffers alternate, so a launch never overwrites what a step still in flight reads or writes.
 
-On CUDA every bucket's step is captured once at start-up into one memory pool, largest
-bucket first (the smaller ones reuse its memory); elsewhere (the CPU, or engine.cuda_graphs
+On CUDA every bucket's step is captured at start-up into one memory pool, largest bucket
+first (the smaller ones reuse its memory), twice: the unseeded step and the batch-invariant
+one that runs every step holding a seeded row (engine/model/invariant.py); elsewhere (the CPU, or engine.cuda_graphs
 off) the same function runs eagerly on the same static buffers, which is how the tests
 check the graph path's logic without a GPU.
 """
@@ -159,7 +160,8 @@ class GraphRunner:
                         self._make_lora)
 
     def capture(self) -> None:
-        """One CUDA graph per bucket, into one memory pool (module docstring)."""
+        """Two CUDA graphs per bucket (unseeded, invariant), into one memory pool (module
+        docstring)."""
         dev = self.device
         torch.cuda.synchronize(dev)
         # torch.cuda.graph empties the allocator's cache before each capture: empty it first
