@@ -5,8 +5,10 @@ import threading
 import grpc
 import pytest
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb
+from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from .rpc import FLUSH, check_stream_invariants, requests, wait_status
+from .server_proc import ServerProcess
 
 TEXT = "Hello there. How are you today? Fine"
 
@@ -72,7 +74,21 @@ def test_list_voices(stub):
     assert "<laugh>" in resp.emotion_tags
 
 
-def test_32_concurrent_streams_finish(stub):
+@pytest.fixture(scope="module")
+def short_stub(tmp_path_factory):
+    """A server of its own whose slots of 128 tokens cut each segment to about a second of
+    audio: 32 sessions at once cost the codec a quarter of what the shared server's do."""
+    srv = ServerProcess(tmp_path_factory.mktemp("logs"), "engine.max_sessions=32",
+                        "engine.max_batch_size=32", "engine.max_seq_len=128", name="short")
+    try:
+        srv.wait_serving()
+        yield tts_pb2_grpc.TTSServiceStub(srv.channel)
+    finally:
+        srv.stop()
+
+
+def test_32_concurrent_streams_finish(short_stub):
+    stub = short_stub
     results, errors = [], []
 
     def one(i):

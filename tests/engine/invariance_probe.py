@@ -246,6 +246,8 @@ def main(argv=None) -> int:
     ap.add_argument("--backends", default="torch,graph")
     ap.add_argument("--full-backends", default="torch",
                     help="the backends the --full thread counts sweep every batch size on")
+    ap.add_argument("--graph-threads", default="",
+                    help="thread counts the graph backend runs under (default: all)")
     args = ap.parse_args(argv)
     full = {int(t) for t in args.full.split(",") if t}
     out = {"capability": torch.backends.cpu.get_cpu_capability(), "runs": []}
@@ -254,7 +256,10 @@ def main(argv=None) -> int:
         run = {"threads": threads,
                "matmul": invariant.gemm_rows_invariant(dtype=torch.float32)
                and invariant.gemm_rows_invariant(dtype=torch.float64)}
+        graph_threads = {int(t) for t in args.graph_threads.split(",") if t}
         for kind in args.backends.split(","):
+            if kind == "graph" and graph_threads and threads not in graph_threads:
+                continue
             run[kind] = check_steps(kind, threads not in full
                                     or kind not in args.full_backends.split(","))
         run["codec"] = check_codec()

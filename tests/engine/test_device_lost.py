@@ -33,7 +33,7 @@ def test_the_torch_backend_raises_a_lost_device_as_fatal(monkeypatch):
 
     backend = TorchBackend.__new__(TorchBackend)
 
-    def boom(plan, seeded):
+    def boom(plan):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
     monkeypatch.setattr(backend, "_step", boom, raising=False)
     plan = StepPlan(0)

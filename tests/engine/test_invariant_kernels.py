@@ -52,9 +52,9 @@ _GEMM = textwrap.dedent("""
         moved = 0
         places = 0
         # every place up to two tiles for float32; the tiles' edges and ends elsewhere
-        sizes = range(1, 66) if name == "float32" else (1, 2, 3, 31, 32, 33, 64, 100)
+        sizes = (*range(1, 41), 64, 65) if name == "float32" else (1, 2, 3, 31, 32, 33, 64, 100)
         for m in sizes:
-            for at in (range(m) if m <= 16 and name == "float32"
+            for at in (range(m) if m <= 12 and name == "float32"
                        else sorted({0, 1, 31, 32, 33, m // 2, m - 1} & set(range(m)))):
                 x = torch.randn(m, k)
                 x[at] = row[0]
@@ -71,11 +71,11 @@ _ATTENTION = textwrap.dedent("""
                                                     splits_for)
     torch.manual_seed(0)
     rng = random.Random(1)
-    heads, kv, d, span, slots = 4, 2, 16, 700, 40
+    heads, kv, d, span, slots = 4, 2, 16, 400, 40
     kc = torch.randn(slots, kv, span, d)
     vc = torch.randn(slots, kv, span, d)
     q0 = torch.randn(heads, d)
-    target_slot, target_len = 7, 613  # 4 splits cut it at 192 keys, 8 at 128, 16 at 64
+    target_slot, target_len = 7, 350  # 4 splits cut it at 128 keys, 8 and 16 at 64
 
     def run(bucket, splits, at):
         q = torch.randn(bucket, heads, d)
@@ -90,7 +90,7 @@ _ATTENTION = textwrap.dedent("""
 
     want = run(1, INVARIANT_SPLITS, 0)
     moved = sum(not torch.equal(run(b, INVARIANT_SPLITS, rng.randrange(b)), want)
-                for b in (1, 2, 5, 8, 17, 33))
+                for b in (1, 2, 5, 9, 17))
     # what the buckets' own splits (splits_for, 132 multiprocessors) would give instead
     chosen = {splits_for(b, kv, 132) for b in (1, 8, 64)}
     by_bucket = len({run(1, s, 0).numpy().tobytes() for s in chosen})
@@ -112,7 +112,7 @@ def test_the_fixed_gemm_matches_its_reference_and_keeps_a_row_at_every_m():
     assert got["float16"]["err"] < 1e-3
     assert got["fp8"]["err"] < 1e-6  # the same E4M3 operands and scales, summed in float32
     for name, r in got.items():
-        assert r["places"] > (400 if name == "float32" else 30) and r["moved"] == 0, (name, r)
+        assert r["places"] > (200 if name == "float32" else 30) and r["moved"] == 0, (name, r)
 
 
 def test_the_invariant_attention_split_keeps_a_row_in_every_bucket():

@@ -60,15 +60,13 @@ class TorchBackend:
         (StepPlan.seeded; engine/model/invariant.py); any other on the fast path."""
         try:
             with invariant_step(plan.seeded):
-                rows, tokens = self._step(plan, plan.seeded)
-            self.seen.mark([r.slot for r in rows], tokens)  # once the step has its tokens
-            return StepResult(tokens={r.gen_id: [t] for r, t in zip(rows, tokens)})
+                return self._step(plan)
         except Exception as exc:
             fatal_if_device_lost(exc)  # a poisoned CUDA context fails every later step
             raise
 
-    def _step(self, plan: StepPlan, seeded: bool) -> tuple[tuple[StepRow, ...], list[int]]:
-        """The step's rows (prefill first, then decode in slot order) and their tokens."""
+    def _step(self, plan: StepPlan) -> StepResult:
+        seeded = plan.seeded
         parts = []
         if plan.prefill:
             self.seen.reset([r.slot for r in plan.prefill])
@@ -84,13 +82,13 @@ class TorchBackend:
                                            [seeded] * len(decode), adapters_of(decode)))
         rows = plan.prefill + tuple(decode)
         if not rows:
-            return (), []
+            return StepResult()
         hidden = parts[0] if len(parts) == 1 else torch.cat(parts)
-        return rows, self.sample(rows, hidden)
+        tokens = self.sample(rows, hidden)
+        return StepResult(tokens={r.gen_id: [t] for r, t in zip(rows, tokens)})
 
     @torch.inference_mode()
     def sample(self, rows: Sequence[StepRow], hidden: torch.Tensor) -> list[int]:
-        """The rows' tokens from their final hidden states (their seen marks unchanged)."""
         slots = [r.slot for r in rows]
         params = RowParams(
             positions=[r.frame_position for r in rows],
@@ -106,4 +104,6 @@ class TorchBackend:
         penalty = torch.as_tensor(params.repetition_penalty, dtype=torch.float32,
                                   device=logits.device)
         logits = apply_repetition_penalty(logits, self.seen.rows(slots, params.positions), penalty)
-        return sample_rows(logits, params)  # step() marks them seen
+        tokens = sample_rows(logits, params)
+        self.seen.mark(slots, tokens)
+        return tokens
