@@ -31,6 +31,7 @@ from orpheus_svc.audio.settings import FlusherSettings
 from orpheus_svc.core.backends import BACKENDS
 from orpheus_svc.core.checks import SettingError, require
 from orpheus_svc.core.lora_config import adapter_dirs, adapter_sources
+from orpheus_svc.core.request import SamplingError, SamplingParams
 from orpheus_svc.core.scheduler import SchedulerSettings
 from orpheus_svc.files import read_mapping
 
@@ -188,15 +189,6 @@ class EngineConfig:
                   for f in fields(SchedulerSettings) if hasattr(self, f.name)}
         values["row_budget"] = self.row_budget_choice(device_type)[0]
         return SchedulerSettings(**values)
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """Defaults for requests that do not set their own."""
-
-    temperature: float = 0.6
-    top_p: float = 0.8
-    repetition_penalty: float = 1.1
 
 
 @dataclass(frozen=True)
@@ -425,7 +417,9 @@ class Config:
     profile: str = "conversational"
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    # the sampling of requests that leave a field unset (SamplingParams' own defaults and
+    # ranges: core/request.py); no default seed (a seed belongs to a session)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     flusher: FlusherSettings = field(default_factory=FlusherSettings)
     text: TextConfig = field(default_factory=TextConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -483,7 +477,11 @@ def _convert(value: Any, annotation: Any, where: str) -> Any:
     return value
 
 
-def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
+def _build(cls: type, data: Mapping[str, Any], where: str,
+           sources: Mapping[str, str] | None = None) -> Any:
+    """cls from `data` (a section's settings, `where` its dotted name); `sources`: where each
+    dotted setting was given (a file, a variable, a flag), named in a check's error."""
+    sources = sources or {}
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in fields(cls)}
     kwargs = {}
@@ -496,17 +494,35 @@ def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
         if dataclasses.is_dataclass(ann):
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{name}: expected a mapping of settings, got {value!r}")
-            kwargs[key] = _build(ann, value, name)
+            kwargs[key] = _build(ann, value, name, sources)
         else:
             kwargs[key] = _convert(value, ann, name)
+
+    def origin(setting: str) -> str:
+        source = sources.get(f"{where}.{setting}".lstrip("."))
+        return f" (from {source})" if source else ""
     try:
-        return cls(**kwargs)
+        built = cls(**kwargs)
+        if cls is SamplingParams:
+            _check_sampling(built)
+        return built
     except ConfigError:  # already names its setting
         raise
     except SettingError as exc:  # a section's own check: name the setting as the file does
-        raise ConfigError(exc.worded(where) if where else str(exc)) from exc
+        raise ConfigError((exc.worded(where) if where else str(exc)) + origin(exc.name)) from exc
+    except SamplingError as exc:
+        raise ConfigError(f"{where}.{exc.field}: {exc}{origin(exc.field)}") from exc
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where or 'config'}: {exc}") from exc
+
+
+def _check_sampling(sampling: SamplingParams) -> None:
+    """The sampling section: SamplingParams' own ranges, checked at start-up (an operator's
+    mistake must not turn into every request's refusal), and no seed (a session's own)."""
+    sampling.validate()
+    if sampling.seed is not None:
+        raise SamplingError("seed", "a seed belongs to a session: set it in the request "
+                                    "(SamplingOptions.seed), not in the server's defaults")
 
 
 def _merge(base: dict, extra: Mapping) -> dict:
@@ -527,6 +543,15 @@ def _set_dotted(tree: dict, dotted: str, value: Any, source: str) -> None:
     for p in parts[:-1]:
         node = node.setdefault(p, {})
     node[parts[-1]] = value
+
+
+def _leaves(tree: Mapping, prefix: str = "") -> list[str]:
+    """The dotted names of every setting in a tree of sections."""
+    out = []
+    for key, value in tree.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        out.extend(_leaves(value, name) if isinstance(value, Mapping) else [name])
+    return out
 
 
 def env_overrides(environ: Mapping[str, str]) -> dict:
@@ -557,11 +582,18 @@ def load_config(path: str | os.PathLike[str] | None = None, *, overrides: Mappin
     if profile not in PROFILES:
         raise ConfigError(f"profile: unknown profile {profile!r} (known: {', '.join(PROFILES)})")
     tree: dict = {"profile": profile}
-    for layer in (PROFILES[profile], file_tree, env_tree, flag_tree):
+    sources: dict[str, str] = {}  # where each setting was given last (the one that holds)
+    env_names = {key[len(ENV_PREFIX):].lower().replace("__", "."): key for key in environ
+                 if key.startswith(ENV_PREFIX) and "__" in key}
+    for layer, source in ((PROFILES[profile], lambda d: f"profile {profile}"),
+                          (file_tree, lambda d: f"config file {path}"),
+                          (env_tree, lambda d: f"environment {env_names.get(d, d)}"),
+                          (flag_tree, lambda d: f"flag --set {d}")):
         tree = _merge(tree, layer)
+        sources.update((d, source(d)) for d in _leaves(layer))
     tree["profile"] = profile
     _drop_removed(tree)
-    return _build(Config, tree, "")
+    return _build(Config, tree, "", sources)
 
 
 # Settings that no longer exist: dotted name -> (value still accepted, why it went). The

@@ -114,7 +114,7 @@ class FrontRuntime:
                 adapter: int | None = None) -> GenerationRequest:
         """A GenerationRequest for one segment (prompt ids and token budget from the text),
         with `sampling` as it is given: a session's was validated and completed at its edge
-        (server/options.py, the one place config.sampling fills what a request left unset);
+        (server/settings.py, the one place config.sampling fills what a request left unset);
         a caller with none (warm-up) gets SamplingParams' own, Orpheus's recommended values.
         `adapter`: the pool slot the session leased (lease_voice; -1 the base model); None:
         the slot of whichever loaded adapter speaks `voice` now (warm-up, offline callers).

@@ -15,7 +15,7 @@ import numpy as np
 from orpheus_svc.audio.pcm import float_to_pcm16
 from orpheus_svc.core.tokens import SAMPLE_RATE
 from orpheus_svc.runtime import Runtime
-from orpheus_svc.server.options import SamplingChoice, build_settings
+from orpheus_svc.server.settings import SamplingChoice, build_settings
 from orpheus_svc.server.session import (
     AudioOut, Input, SegmentEnded, SessionError, StreamSession, Summary, TextIn,
 )
@@ -43,7 +43,7 @@ def synthesize(runtime: Runtime, text: str, voice: str = "", seed: int | None = 
     once (none waits for a listener). `normalize` None follows text.normalize (English
     voices only, as in the server). The PCM is the session's PCM16 output as float32,
     so the WAV written from it holds exactly the samples a client would get."""
-    try:  # the servers' own validation and defaults (server/options.py)
+    try:  # the servers' own validation and defaults (server/settings.py)
         settings = build_settings(runtime.config, runtime.voices, voice, "pcm16", SAMPLE_RATE,
                                   SamplingChoice(seed=seed), allow_wav=False,
                                   normalize=normalize)

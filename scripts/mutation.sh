@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Mutation testing (mutmut 3, the `dev` extra) of the modules issue 38 names: core/,
-# server/options.py, http/jsonwire.py, http/limits.py and engine/graph/buckets.py, and of
-# engine/model/invariant.py (batch invariance on the CPU). Not part
-# of the test command (scripts/test.sh): it takes hours on two cores. RELIABILITY.md
-# ("Mutation testing") has the last run's score.
+# server/settings.py (group "options"), http/jsonwire.py, http/limits.py and
+# engine/graph/buckets.py, and of engine/model/invariant.py (batch invariance on the CPU).
+# Not part of the test command (scripts/test.sh): it takes hours on two cores.
+# RELIABILITY.md ("Mutation testing") has the last run's score.
 #
 #   scripts/mutation.sh [group ...]     groups: core options jsonwire limits buckets invariant
 #                                       (default: all, one after the other)
@@ -49,7 +49,7 @@ JOBS="${MUTATION_JOBS:-1}"
 # group -> the files it mutates; the tests that cover them
 declare -A MUTATE=(
   [core]="orpheus_svc/core/*.py"
-  [options]="orpheus_svc/server/options.py"
+  [options]="orpheus_svc/server/settings.py"
   [jsonwire]="orpheus_svc/http/jsonwire.py"
   [limits]="orpheus_svc/http/limits.py"
   [buckets]="orpheus_svc/engine/graph/buckets.py"
@@ -57,7 +57,7 @@ declare -A MUTATE=(
 )
 declare -A TESTS=(
   [core]="tests/unit"
-  [options]="tests/server/test_options.py tests/http/test_hostile_inputs.py"
+  [options]="tests/server/test_options.py tests/server/test_settings.py tests/http/test_hostile_inputs.py"
   [jsonwire]="tests/http/test_jsonwire.py tests/http/test_hostile_inputs.py"
   [limits]="tests/http/test_limits_body.py tests/http/test_slow_clients.py tests/http/test_early_refusals.py tests/http/test_hostile_inputs.py"
   [buckets]="tests/engine/test_graph_buckets.py tests/engine/test_graph_backend.py"

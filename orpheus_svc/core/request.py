@@ -7,13 +7,20 @@ Generation (core/generation.py) is made from one; none of those is imported here
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-# Seeds are 64-bit (SamplingOptions.seed is a uint64; the torch sampler's counter RNG holds
-# uint64): a session's segment seeds wrap around this (server/settings.py), the edges accept
-# seeds below it (server/options.py SEED_MAX), and the engine reduces any integer modulo it
-# (engine/loop.py), so no backend is handed one that overflows.
+# Seeds are 64-bit (SamplingOptions.seed is a uint64; the sampler's counter RNG holds
+# uint64): the edges accept seeds below this (server/settings.py SEED_MAX), and every seed
+# that reaches a backend has gone through reduce_seed, so none overflows.
 SEED_MODULUS = 1 << 64
+
+
+def reduce_seed(seed: int) -> int:
+    """Any integer as the 64-bit seed a backend is given (modulo 2^64): the one reduction
+    (a session's segment seeds, SamplingParams.for_segment; the engine's edge,
+    engine/loop.py)."""
+    return int(seed) % SEED_MODULUS
 
 
 class SamplingError(ValueError):
@@ -36,10 +43,11 @@ class SamplingParams:
     def validate(self) -> None:
         """The one rule for what sampling a backend may be given: SamplingError otherwise.
 
-        The edges apply it once, with the field for the client (server/options.py); the
+        The edges apply it once, with the field for the client (server/settings.py); the
         engine applies it again only as a guard for requests that reach it another way
-        (engine/loop.py). A seed is any integer here: the engine takes it modulo 2^64, and
-        the edges range-check it as a uint64."""
+        (engine/loop.py); the config loader to config.sampling at start-up. A seed is any
+        integer here: the engine reduces it (reduce_seed), and the edges range-check it as
+        a uint64."""
         # "not low <= x <= high": NaN fails every comparison, so NaN is refused too
         if not 0.0 <= self.temperature <= 2.0:
             raise SamplingError("temperature",
@@ -52,6 +60,14 @@ class SamplingParams:
         seed = self.seed
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise SamplingError("seed", f"seed must be an integer, got {seed!r}")
+
+    def for_segment(self, index: int) -> "SamplingParams":
+        """The sampling of a session's segment `index`: a seeded session's segment i runs
+        with seed + i (reduced to 64 bits), so its segments do not repeat one another's
+        draws; an unseeded one is itself."""
+        if self.seed is None:
+            return self
+        return dataclasses.replace(self, seed=reduce_seed(self.seed + index))
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
 from orpheus_svc.core.generation import GenerationRequest
 from orpheus_svc.core.status import Status
-from orpheus_svc.engine.loop import new_error_id
+from orpheus_svc.core.errors import internal_message, new_error_id
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class EventRouter:
         self.failed_audio += len(gen_ids)
         log.error("audio decode failed (error id %s) for generations %s", error_id,
                   list(gen_ids), exc_info=exc)
-        return f"audio decode failed (error id {error_id}; the server log has details)"
+        return internal_message("audio decode failed", error_id)
 
 
 def _deliver(items: list) -> None:

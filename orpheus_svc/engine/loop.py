@@ -35,16 +35,16 @@ import os
 import queue
 import threading
 import time
-import uuid
 from concurrent.futures import Future
 from typing import Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
+from orpheus_svc.core.errors import internal_message, new_error_id
 from orpheus_svc.core.events import Admitted, EventBatch, EventSink, Finish, FramePush, Rejected
 from orpheus_svc.core.generation import Generation, GenerationRequest
 from orpheus_svc.core.prompt import PromptTooLong
-from orpheus_svc.core.request import SEED_MODULUS
+from orpheus_svc.core.request import reduce_seed
 from orpheus_svc.core.scheduler import AdmissionError, Scheduler, SchedulerSettings, SchedulerStats
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.status import Status
@@ -67,21 +67,16 @@ STATS_INTERVAL_S = 0.05
 _NO_FRAMES = np.zeros((0, FRAME_TOKENS), np.int64)
 
 
-def new_error_id() -> str:
-    """A short id that ties a client's INTERNAL message to the server log line."""
-    return uuid.uuid4().hex[:10]
-
-
-def internal_message(error_id: str) -> str:
-    """What a client learns about an internal failure: no exception text, just the id."""
-    return f"internal error while generating (error id {error_id}; the server log has details)"
+def _internal(error_id: str) -> str:
+    """What a client learns of a failed step: no exception text, just the id."""
+    return internal_message("internal error while generating", error_id)
 
 
 def _row_problem(req: GenerationRequest, max_adapters: int = 0) -> str | None:
     """Why a request's per-row inputs cannot go to a backend, or None.
 
     A guard, not a second validation: a request from an edge was validated there
-    (server/options.py) with the same rule, `SamplingParams.validate`, so this never
+    (server/settings.py) with the same rule, `SamplingParams.validate`, so this never
     refuses one. It stays because the engine is an edge of its own (a split topology's
     engine process takes requests off a socket; warm-up and benchmarks submit
     directly), and a NaN or a non-integer seed must fail its own row, not a batch."""
@@ -388,9 +383,8 @@ class EngineLoop:
         seed = req.sampling.seed
         if seed is None:
             seed = (self._seed * 0x100000001B3 + cmd.gen_id) & 0xFFFFFFFFFFFF
-        # Backends hold seeds in 64 bits (the torch sampler's counter RNG is uint64): take
-        # any integer modulo 2^64 here, so no caller can hand a backend one that overflows.
-        seed = int(seed) % SEED_MODULUS
+        # Backends hold seeds in 64 bits: no caller can hand a backend one that overflows.
+        seed = reduce_seed(seed)
         gen = Generation(gen_id=cmd.gen_id, request=req, arrival=cmd.arrival, seed=seed)
         try:  # the scheduler fits max_tokens to the slot, or refuses a prompt that cannot fit
             self._scheduler.add(gen)
@@ -563,7 +557,7 @@ class EngineLoop:
                   ", ".join(f"gen {g.gen_id} session {g.request.session_id} segment "
                             f"{g.request.segment_index}" for g in gens),
                   exc_info=exc)
-        return StepResult(errors={g.gen_id: internal_message(error_id) for g in gens})
+        return StepResult(errors={g.gen_id: _internal(error_id) for g in gens})
 
     def _cancel_all(self) -> None:
         """Last resort after an unexpected error: end everything (slots free next step)."""
@@ -574,7 +568,7 @@ class EngineLoop:
             self._scheduler.cancel(gen.gen_id, self._clock())
             self.flusher.drop(gen.gen_id, Finish("error", gen.num_prompt_tokens,
                                                  gen.num_generated, gen.num_frames,
-                                                 internal_message(error_id)))
+                                                 _internal(error_id)))
 
     @staticmethod
     def _finish(gen: Generation, error: str | None = None) -> Finish:

@@ -13,7 +13,7 @@ here, before a value reaches a handler:
 - strings holding a lone surrogate (an escape such as "\ud800" without its pair) are
   refused: they are no text, and no UTF-8 encoder (the tokenizer's, the log's) takes them.
 
-The request's own fields are checked by the routes (type) and server/options.py (range).
+The request's own fields are checked by the routes (type) and server/settings.py (range).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def decode_object(data: bytes | str, what: str = "the request body") -> dict:
 
 def integer(body: dict, name: str, what: str = "") -> int | None:
     """An optional integer field (absent or null = None). A float, bool or string is refused:
-    ranges are checked by server/options.py on the integer itself."""
+    ranges are checked by server/settings.py on the integer itself."""
     value = body.get(name)
     if value is None:
         return None

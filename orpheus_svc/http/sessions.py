@@ -1,7 +1,7 @@
 """The HTTP edge's side of a call: refusals in OpenAI's JSON shape, and the call itself run
 by the runner the gRPC servicer uses too (server/calls.py `SessionCall`).
 
-Validation is server/options.py `session_settings` (voice from the model's registry,
+Validation is server/settings.py `session_settings` (voice from the model's registry,
 encoding and rate, sampling, numeric ranges), the module the gRPC servicer calls too, so a
 request means the same on both edges and fails with the same message; the refusal names its
 field, which becomes the JSON error's `param`. Counters (sessions, outcomes, errors, audio
@@ -19,9 +19,10 @@ import structlog
 
 from orpheus_svc.core.status import Status
 from orpheus_svc.server import calls
-from orpheus_svc.server import options as shared
+from orpheus_svc.server import settings as shared
 from orpheus_svc.server.calls import Settings
-from orpheus_svc.server.session import Input, Output, SessionError
+from orpheus_svc.core.errors import OK, SessionError, classify
+from orpheus_svc.server.session import Input, Output
 from orpheus_svc.server.settings import SessionSettings
 from orpheus_svc.server.state import OpenCall, ServerState
 from orpheus_svc.server.traces import CallOrigin
@@ -102,18 +103,20 @@ async def run_session(state: ServerState, settings: Settings, inputs: AsyncItera
     `origin`: call_origin of the request (its trace context, for the call's span)."""
     if call is None:
         call = open_call(state, rpc)
-    outcome = "ok"
+    outcome = OK.outcome
     try:
         run = calls.SessionCall(state, call, settings, origin)
         async with contextlib.aclosing(run.outputs(inputs)) as outputs:
             async for out in outputs:
                 yield out
     except SessionError as exc:
-        outcome = exc.cause or exc.code
+        outcome = classify(exc).outcome
         log.info("session refused", session_id=call.session_id, code=exc.code, reason=exc.message)
         raise
-    except BaseException:
-        outcome = call.cut_by or "cancelled"
+    except BaseException as exc:
+        # a time limit, or the edge stopped (the client left, the response was cut): what
+        # a raising body means here, where bugs surface as the error the route answers
+        outcome = classify(exc, cut_by=call.cut_by, cancelled=True).outcome
         if call.cut_by:
             reason = (call.stall_reason(state.config.session.stalled_consumer_timeout_seconds)
                       if call.stalled else "idle (session.idle_timeout_seconds)")

@@ -27,7 +27,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from orpheus_svc.core.status import Status
-from orpheus_svc.server.session import AudioOut, SessionError, Summary, TextIn
+from orpheus_svc.core.errors import SessionError
+from orpheus_svc.server.session import AudioOut, Summary, TextIn
 
 from . import jsonwire
 from .auth import authorize

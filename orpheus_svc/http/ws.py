@@ -37,13 +37,13 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import uuid
 
 import structlog
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from orpheus_svc.core.errors import internal_message, new_error_id
 from orpheus_svc.core.status import Status
-from orpheus_svc.server import options as shared
+from orpheus_svc.server import settings as shared
 from orpheus_svc.server.calls import Settings
 from orpheus_svc.server.session import (AudioOut, FlushIn, SegmentEnded, SegmentStarted,
                                         SessionError, Summary, TextIn)
@@ -102,10 +102,10 @@ async def stream(ws: WebSocket) -> None:
             return
         await _serve(ws, state, settings, call)
     except Exception as exc:  # noqa: BLE001 - a bug here must still end with a close frame
-        error_id = uuid.uuid4().hex[:10]
+        error_id = new_error_id()
         log.error("websocket failed", error_id=error_id, exc_info=exc)
-        await _send_error(ws, Status.INTERNAL, f"internal error (error id {error_id}; the "
-                          "server log has details)", close_code=1011)
+        await _send_error(ws, Status.INTERNAL, internal_message("internal error", error_id),
+                          close_code=1011)
     finally:
         if call is not None:
             state.close_call(call, "cancelled")  # no-op when the session closed it

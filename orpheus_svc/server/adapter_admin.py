@@ -23,13 +23,13 @@ front-end holds its own sessions, so no one process could count an adapter's ses
 from __future__ import annotations
 
 import asyncio
-import uuid
 from dataclasses import dataclass
 from typing import Sequence
 
 import structlog
 
 from orpheus_svc.core.adapters import AdapterEntry, AdapterRefusal
+from orpheus_svc.core.errors import internal_message, new_error_id
 from orpheus_svc.core.lora_config import AdapterError, adapter_dirs, adapter_name_problem
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import VoiceRegistry, VoiceRegistryError, registry_from_setting
@@ -142,11 +142,10 @@ class AdapterAdmin:
             catalog.abandon(name)
             if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
                 raise
-            error_id = uuid.uuid4().hex[:10]
+            error_id = new_error_id()
             log.error("adapter load failed", adapter=name, error_id=error_id, exc_info=exc)
-            raise AdminError(Status.INTERNAL, (
-                f"adapter {name!r}: loading failed (error id {error_id}; the server log has "
-                f"details); nothing was loaded")) from None
+            raise AdminError(Status.INTERNAL, internal_message(
+                f"adapter {name!r}: loading failed", error_id) + "; nothing was loaded") from None
         entry = catalog.activate(name)
         log.info("adapter loaded", adapter=entry.name, slot=entry.slot, path=entry.path,
                  rank=entry.rank, voices=entry.voice_names)

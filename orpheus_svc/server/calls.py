@@ -34,7 +34,9 @@ from orpheus_svc.core.status import Status
 from orpheus_svc.runtime import Runtime
 
 from .lateness import ListenerClock
-from .session import AudioOut, Input, Output, SegmentEnded, SessionError, StreamSession, Summary
+from orpheus_svc.core.errors import OK, SessionError, classify
+
+from .session import AudioOut, Input, Output, SegmentEnded, StreamSession, Summary
 from .settings import SessionSettings
 from .state import OpenCall, ServerState
 from .traces import CallOrigin, CallTrace
@@ -110,20 +112,16 @@ class SessionCall:
                         summary = out
                         self._finished(out)
         except SessionError as exc:
-            self._end(exc.code, summary, exc.message)
+            self._end(classify(exc).traced, summary, exc.message)
             raise
         except BaseException as exc:
             # cut by a time limit (the watchdog set cut_by), cancelled by the client, a
             # generator closed early (the edge stopped reading), or a bug
-            if call.cut_by is not None:
-                outcome = Status.DEADLINE_EXCEEDED
-            elif isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
-                outcome = "cancelled"
-            else:
-                outcome = Status.INTERNAL
-            self._end(outcome, summary, call.cut_by)
+            outcome = classify(exc, cut_by=call.cut_by,
+                               cancelled=isinstance(exc, (asyncio.CancelledError, GeneratorExit)))
+            self._end(outcome.traced, summary, call.cut_by)
             raise
-        self._end("ok", summary)
+        self._end(OK.outcome, summary)
         log.debug("session closed", session_id=call.session_id,
                   wall_s=round(time.monotonic() - t0, 3))
 

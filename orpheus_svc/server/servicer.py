@@ -13,16 +13,16 @@ import grpc
 import structlog
 from orpheus_tts_client.proto.v1 import tts_pb2, tts_pb2_grpc
 
+from orpheus_svc.core.errors import (CANCELLED, SessionError, classify, internal_message,
+                                     new_error_id)
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import VoiceRegistry
 
 from .calls import SessionCall, Settings
-from .traces import CallOrigin
-from .options import SamplingChoice, session_settings
-from .session import (AudioOut, FlushIn, Input, SegmentEnded, SegmentStarted, SessionError,
-                      Summary, TextIn)
-from .settings import SessionSettings
+from .session import AudioOut, FlushIn, Input, SegmentEnded, SegmentStarted, Summary, TextIn
+from .settings import SamplingChoice, SessionSettings, session_settings
 from .state import OpenCall, ServerState
+from .traces import CallOrigin
 
 log = structlog.get_logger("orpheus_svc.session")
 
@@ -47,7 +47,7 @@ _ENCODINGS = {
 
 def _settings(state: ServerState, msg, *, allow_wav: bool) -> SessionSettings:
     """A SynthesisConfig's or SynthesizeRequest's settings (voice, audio_format, sampling,
-    normalize_text) as plain values, validated by server/options.py (shared with the HTTP
+    normalize_text) as plain values, validated by server/settings.py (shared with the HTTP
     edge); SessionError(INVALID_ARGUMENT) says what to change."""
     fmt, sampling = msg.audio_format, msg.sampling
     encoding = _ENCODINGS.get(fmt.encoding)
@@ -242,12 +242,11 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
                 Status.INVALID_ARGUMENT, "warning"
             detail = exc.bad.error
         except SessionError as exc:
-            code, reason, outcome = exc.code, exc.message, exc.cause or exc.code
-            level = "warning" if exc.cause or exc.code in (Status.INTERNAL, Status.UNAVAILABLE) else "info"
-            detail = None
+            code, outcome, level = classify(exc)
+            reason, detail = exc.message, None
         except asyncio.CancelledError:
             if call.cut_by is None:  # the client cancelled, its deadline passed, or it left
-                outcome = "cancelled"
+                outcome = CANCELLED.outcome
                 log.info("call cancelled", rpc=rpc, status=Status.CANCELLED,
                          reason="cancelled by the client, its deadline or a disconnect")
                 raise
@@ -258,14 +257,15 @@ class TTSServicer(tts_pb2_grpc.TTSServiceServicer):
             else:
                 reason = (f"no SynthesisConfig within {s.idle_timeout_seconds:g} s "
                           "(session.idle_timeout_seconds)")
-            code, outcome, level, detail = Status.DEADLINE_EXCEEDED, call.cut_by, "warning", None
+            code, outcome, level = classify(None, cut_by=call.cut_by)
+            detail = None
         except grpc.aio.AbortError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bug here must still end the call cleanly
-            error_id = uuid.uuid4().hex[:10]
+            error_id = new_error_id()
             log.error("call failed", rpc=rpc, error_id=error_id, exc_info=exc)
-            code, outcome, level, detail = Status.INTERNAL, Status.INTERNAL, "error", None
-            reason = f"internal error (error id {error_id}; the server log has details)"
+            code, outcome, level = classify(exc)
+            reason, detail = internal_message("internal error", error_id), None
         finally:
             self.state.close_call(call, outcome)
             structlog.contextvars.unbind_contextvars("session_id")

@@ -33,6 +33,7 @@ import structlog
 from orpheus_svc.audio.pcm import Encoder, SessionEncoder
 from orpheus_svc.config import TextConfig
 from orpheus_svc.core.adapters import AdapterRefusal
+from orpheus_svc.core.errors import SessionError, internal_message, new_error_id
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Finish, Rejected
 from orpheus_svc.core.normalize import normalize_text
 from orpheus_svc.core.status import Status
@@ -44,21 +45,6 @@ from .segmenter import END_OF_INPUT, FLUSH, Cut, SentenceBuffer
 from .settings import SessionSettings
 
 _log = structlog.get_logger("orpheus_svc.session")
-
-
-class SessionError(Exception):
-    """Ends a call with a domain Status (core/status.py; its name is accepted) and a message
-    a person can act on; `cause` names a time limit that ended it ("idle"), for the counters;
-    `field` names the setting a refusal is about (a SessionSettings or SamplingParams field:
-    "voice", "seed", ...), which the HTTP edge reports as its error's `param`."""
-
-    def __init__(self, code: Status | str, message: str, cause: str | None = None,
-                 field: str | None = None) -> None:
-        super().__init__(message)
-        self.code = Status(code)
-        self.message = message
-        self.cause = cause
-        self.field = field
 
 
 @dataclass(frozen=True)
@@ -275,11 +261,11 @@ class StreamSession:
         except SessionError as exc:
             self._error = exc
         except Exception as exc:  # noqa: BLE001 - any failure reading must end the call
-            error_id = uuid.uuid4().hex[:10]
+            error_id = new_error_id()
             _log.error("reading the request stream failed", session_id=self.session_id,
                        error_id=error_id, exc_info=exc)
-            self._error = SessionError(Status.INTERNAL, (
-                f"the request stream failed (error id {error_id}; the server log has details)"))
+            self._error = SessionError(Status.INTERNAL, internal_message(
+                "the request stream failed", error_id))
         self._inbox.put_nowait(_WAKE)
 
     # -- idle -------------------------------------------------------------------------------

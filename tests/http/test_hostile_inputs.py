@@ -56,7 +56,7 @@ def test_hostile_post_bodies_are_400_in_openais_shape(bounded, error_logs, body)
 def test_the_largest_uint64_seed_is_accepted(bounded):
     """A known voice, so that nothing but the seed can refuse it (an unknown voice is
     refused before the seed is looked at). Caught planted bug: SEED_MAX lowered to 2^63-1
-    in server/options.py."""
+    in server/settings.py."""
     r = post(bounded, speech_with(seed=str(2 ** 64 - 1)))
     assert r.status_code == 200, r.text[:200]
     assert len(r.content) > 0 and len(r.content) % 2 == 0  # PCM16 audio

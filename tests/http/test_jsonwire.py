@@ -120,7 +120,7 @@ def test_an_integer_field_is_an_int_or_absent_and_nothing_else():
             "s": "7"}
     assert integer(body, "seed") == 7
     assert integer(body, "zero") == 0
-    assert integer(body, "big") == 2 ** 70  # ranges: server/options.py
+    assert integer(body, "big") == 2 ** 70  # ranges: server/settings.py
     assert integer(body, "none") is None and integer(body, "absent") is None
     for name, kind in (("flag", "bool"), ("f", "float"), ("s", "str")):
         with pytest.raises(ApiError) as err:

@@ -1,5 +1,5 @@
 """Both edges run their calls through one runner (server/calls.py SessionCall) and one
-validation (server/options.py): a refusal has the same words on gRPC, HTTP and the
+validation (server/settings.py): a refusal has the same words on gRPC, HTTP and the
 WebSocket, and the field it names, not its words, is the HTTP error's `param`."""
 
 import json

@@ -11,7 +11,8 @@ from orpheus_svc.config import load_config
 from orpheus_svc.core.generation import SamplingParams
 from orpheus_svc.core.status import Status
 from orpheus_svc.server.calls import NOT_SERVING, SessionCall
-from orpheus_svc.server.session import SessionError, Summary, TextIn
+from orpheus_svc.core.errors import SessionError
+from orpheus_svc.server.session import Summary, TextIn
 from orpheus_svc.server.settings import SessionSettings
 from orpheus_svc.server.state import OpenCall, ServerState
 

@@ -1,5 +1,5 @@
 """The one validation of a request's settings, shared by the gRPC and HTTP edges
-(server/options.py): numbers are range-checked as the client sent them."""
+(server/settings.py): numbers are range-checked as the client sent them."""
 
 import pytest
 from prometheus_client import generate_latest
@@ -7,8 +7,8 @@ from prometheus_client import generate_latest
 from orpheus_svc.config import load_config
 from orpheus_svc.core.status import Status
 from orpheus_svc.server.metrics import Metrics
-from orpheus_svc.server.options import SEED_MAX, SamplingChoice, session_settings
-from orpheus_svc.server.session import SessionError
+from orpheus_svc.server.settings import SEED_MAX, SamplingChoice, session_settings
+from orpheus_svc.core.errors import SessionError
 from orpheus_svc.server.state import ServerState
 
 
@@ -81,7 +81,7 @@ def test_a_rate_out_of_range_or_not_offered_is_invalid_argument(state, rate):
 
 def test_the_http_edge_validates_with_the_shared_module_not_the_servicer():
     import orpheus_svc.http.sessions as http_sessions
-    from orpheus_svc.server import options as shared
+    from orpheus_svc.server import settings as shared
     assert http_sessions.shared is shared
     assert not hasattr(http_sessions, "_options")
 
@@ -95,7 +95,7 @@ def test_http_refusals_are_exported_by_reason(state):
 # check_range and build_settings directly (no server): every refusal's message and field,
 # every bound, and each setting carried into SessionSettings as given.
 from orpheus_svc.core.voices import registry_from_setting  # noqa: E402
-from orpheus_svc.server.options import build_settings, check_range  # noqa: E402
+from orpheus_svc.server.settings import build_settings, check_range  # noqa: E402
 
 
 def refused(call, *args, **kwargs):

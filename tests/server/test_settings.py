@@ -1,4 +1,4 @@
-"""SessionSettings: built and validated once at the edge (server/options.py), every default
+"""SessionSettings: built and validated once at the edge (server/settings.py), every default
 filled there and only there, explicit zeros kept, and every refusal naming its field."""
 
 import asyncio
@@ -14,9 +14,9 @@ from orpheus_svc.core.status import Status
 from orpheus_svc.engine.loop import _row_problem
 from orpheus_svc.runtime import FrontRuntime
 from orpheus_svc.server import servicer
-from orpheus_svc.server.options import SEED_MAX, SamplingChoice, session_settings
-from orpheus_svc.server.session import SessionError, StreamSession, TextIn
-from orpheus_svc.server.settings import SessionSettings
+from orpheus_svc.core.errors import SessionError
+from orpheus_svc.server.session import StreamSession, TextIn
+from orpheus_svc.server.settings import SEED_MAX, SamplingChoice, SessionSettings, session_settings
 from orpheus_svc.server.state import ServerState
 
 from .test_session import FakeRuntime

@@ -12,7 +12,7 @@ from orpheus_svc.core.scheduler import SchedulerSettings, SchedulerStats
 from orpheus_svc.core.status import Status
 from orpheus_svc.http.errors import STATUS, ApiError
 from orpheus_svc.server.servicer import GRPC_STATUS
-from orpheus_svc.server.session import SessionError
+from orpheus_svc.core.errors import SessionError
 from orpheus_svc.server.state import MetricsSnapshot, OpenCall, ServerState
 
 

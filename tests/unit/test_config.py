@@ -168,3 +168,39 @@ def test_http_bounds_are_on_by_default():
     http = load_config(environ={}).http
     assert http.max_body_bytes > 0 and http.head_timeout_seconds > 0
     assert http.body_timeout_seconds > 0 and http.ws_config_timeout_seconds > 0
+
+
+@pytest.mark.parametrize("setting,value,needle", [
+    ("temperature", "5", "sampling.temperature: temperature must be in [0, 2], got 5.0"),
+    ("top_p", "0", "sampling.top_p: top_p must be in (0, 1], got 0.0"),
+    ("repetition_penalty", "0.5", "sampling.repetition_penalty: repetition_penalty must be in "
+                                  "[1, 2], got 0.5"),
+    ("seed", "7", "sampling.seed: a seed belongs to a session"),
+])
+def test_the_sampling_defaults_are_checked_at_start_up_and_name_where_they_came_from(
+        tmp_path, setting, value, needle):
+    """An operator's sampling default out of range is a configuration error naming the
+    setting and its source, never every request's INVALID_ARGUMENT later."""
+    with pytest.raises(ConfigError) as err:
+        load_config(environ={}, overrides={f"sampling.{setting}": value})
+    assert str(err.value).startswith(needle)
+    assert f"(from flag --set sampling.{setting})" in str(err.value)
+    f = tmp_path / "c.yaml"
+    f.write_text(f"sampling:\n  {setting}: {value}\n")
+    with pytest.raises(ConfigError, match=f"from config file {f}"):
+        load_config(f, environ={})
+    env = {f"ORPHEUS_SAMPLING__{setting.upper()}": value}
+    with pytest.raises(ConfigError, match=f"from environment ORPHEUS_SAMPLING__{setting.upper()}"):
+        load_config(environ=env)
+
+
+def test_serve_with_an_out_of_range_sampling_default_exits_at_start_up(capsys):
+    assert main(["serve", "--set", "sampling.temperature=5", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "sampling.temperature: temperature must be in [0, 2], got 5.0" in err
+    assert "flag --set sampling.temperature" in err
+
+
+def test_the_sampling_defaults_are_the_requests_own():
+    from orpheus_svc.core.request import SamplingParams
+    assert load_config(environ={}).sampling == SamplingParams()

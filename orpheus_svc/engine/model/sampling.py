@@ -35,8 +35,6 @@ from orpheus_svc.engine.model.invariant import in_invariant_step, rows_matmul
 
 STOP_COLUMN = CODES_PER_POSITION  # column index of the stop logit in a [B, 4097] row
 
-_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-
 
 def splitmix_uniform(seeds: np.ndarray, counters: np.ndarray) -> np.ndarray:
     """Uniform [0, 1) per (seed, counter): SplitMix64 finaliser, vectorised, no state."""

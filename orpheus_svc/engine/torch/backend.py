@@ -17,9 +17,6 @@ from orpheus_svc.engine.model.sampling import RowParams, SeenAudio, apply_repeti
 
 log = logging.getLogger(__name__)
 
-_MASK64 = (1 << 64) - 1
-
-
 def adapters_of(rows: Sequence[StepRow]) -> list[int] | None:
     """Each row's LoRA adapter slot, or None when every row runs on the base model."""
     out = [r.request.adapter for r in rows]
@@ -96,7 +93,7 @@ class TorchBackend:
             temperature=[r.request.sampling.temperature for r in rows],
             top_p=[r.request.sampling.top_p for r in rows],
             repetition_penalty=[r.request.sampling.repetition_penalty for r in rows],
-            seeds=[r.seed & _MASK64 for r in rows],  # EngineLoop already reduces them
+            seeds=[r.seed for r in rows],  # 64-bit: EngineLoop reduced them
             counters=[r.num_generated for r in rows],
         )
         logits = constrained_logits(hidden, self.model.lm_head, params.positions,
