@@ -2,8 +2,8 @@
 
 Front-end -> engine (one message per command):
 
-    [SUBMIT, gen_id, session_id, segment_index, prompt_ids, max_tokens,
-             temperature, top_p, repetition_penalty, seed, expected_frames, trace]
+    [SUBMIT, gen_id, request]   request: GenerationRequest's fields by name, its sampling
+                                a map of SamplingParams' (temperature, top_p, ...)
     [CANCEL, gen_id]
 
 Engine -> one front-end (one message per event batch, so its asyncio loop still wakes
@@ -41,7 +41,7 @@ import msgpack
 import numpy as np
 
 from orpheus_svc.core.events import Admitted, AudioEvent, EngineEvent, Finish, Rejected
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler import SchedulerStats
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import Voice, VoiceRegistry
@@ -82,10 +82,7 @@ def _unpack(data: bytes) -> Any:
 # -- commands --------------------------------------------------------------------------------
 
 def encode_submit(gen_id: int, req: GenerationRequest) -> bytes:
-    s = req.sampling
-    return _pack([SUBMIT, gen_id, req.session_id, req.segment_index, list(req.prompt_ids),
-                  req.max_tokens, s.temperature, s.top_p, s.repetition_penalty, s.seed,
-                  req.expected_frames, req.trace])
+    return _pack([SUBMIT, gen_id, dataclasses.asdict(req)])
 
 
 def encode_cancel(gen_id: int) -> bytes:
@@ -97,12 +94,9 @@ def decode_command(data: bytes) -> tuple[int, int, GenerationRequest | None]:
     msg = _unpack(data)
     if msg[0] == CANCEL:
         return CANCEL, msg[1], None
-    (_, gen_id, session_id, segment_index, prompt_ids, max_tokens, temperature, top_p,
-     repetition_penalty, seed, expected_frames, trace) = msg
-    req = GenerationRequest(session_id=session_id, segment_index=segment_index,
-                            prompt_ids=tuple(prompt_ids), max_tokens=max_tokens,
-                            sampling=SamplingParams(temperature, top_p, repetition_penalty, seed),
-                            expected_frames=expected_frames, trace=trace)
+    _, gen_id, fields = msg
+    req = GenerationRequest(**{**fields, "prompt_ids": tuple(fields["prompt_ids"]),
+                               "sampling": SamplingParams(**fields["sampling"])})
     return SUBMIT, gen_id, req
 
 

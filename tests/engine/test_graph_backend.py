@@ -140,7 +140,9 @@ def test_a_prompt_row_before_the_last_writes_only_its_own_kv():
     runner, state = backend.runner, backend.runner.state
     state.last_ids[2] = 4242  # what the slot held before: only the last row may change it
     prompt = list(PROMPT)
-    row = PrefillRow(2, prompt, 0.6, 0.8, 1.1, 7, 0, False, 0)
+    row = PrefillRow(slot=2, prompt_ids=prompt, temperature=0.6, top_p=0.8,
+                     repetition_penalty=1.1, seed=7, frame_position=0, stop_allowed=False,
+                     counter=0)
     first, _ = runner.collect(runner.launch([row], None))
     assert state.last_ids[2].item() == first[0] != 4242
     assert int(state.seen[2].sum()) == 1  # one audio id marked: the sampled one

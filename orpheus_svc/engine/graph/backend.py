@@ -110,11 +110,13 @@ class GraphBackend:
 
 def _prefill_rows(plan: StepPlan) -> list[PrefillRow]:
     """The plan's new prompts as the runner's rows (rows.py)."""
-    return [PrefillRow(r.slot, r.request.prompt_ids, r.request.sampling.temperature,
-                       r.request.sampling.top_p, r.request.sampling.repetition_penalty,
-                       int(int64_bits([r.seed])[0]), r.frame_position, r.stop_allowed,
-                       r.num_generated, r.request.sampling.seed is not None,
-                       r.request.adapter)
+    return [PrefillRow(slot=r.slot, prompt_ids=r.request.prompt_ids,
+                       temperature=r.request.sampling.temperature,
+                       top_p=r.request.sampling.top_p,
+                       repetition_penalty=r.request.sampling.repetition_penalty,
+                       seed=int(int64_bits([r.seed])[0]), frame_position=r.frame_position,
+                       stop_allowed=r.stop_allowed, counter=r.num_generated,
+                       invariant=r.request.sampling.seed is not None, adapter=r.request.adapter)
             for r in plan.prefill]
 
 

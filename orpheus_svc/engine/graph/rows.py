@@ -23,20 +23,22 @@ its earlier chunks' K/V are written before the later ones attend, in stream orde
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 
 # The step's integer input rows ([len(INPUT_ROWS), bucket] int64), in this order.
 INPUT_ROWS = ("slots", "pos", "fpos", "stop_ok", "counter", "token", "sample", "first", "seed",
               "adapter")
-# Its float input rows ([len(PARAM_ROWS), bucket] float32): a new prompt's sampling.
-PARAM_ROWS = ("temperature", "top_p", "penalty")
-_I = {name: i for i, name in enumerate(INPUT_ROWS)}
-_F = {name: i for i, name in enumerate(PARAM_ROWS)}
+# Its float input rows ([len(PARAM_ROWS), bucket] float32): a new prompt's sampling, by
+# SamplingParams' names (the device's per-slot parameters, step.py SlotState, in this order).
+PARAM_ROWS = ("temperature", "top_p", "repetition_penalty")
+INPUT = {name: i for i, name in enumerate(INPUT_ROWS)}
+PARAM = {name: i for i, name in enumerate(PARAM_ROWS)}
 
 
-class PrefillRow(NamedTuple):
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PrefillRow:
     """One new generation of a step: its prompt goes into its slot, and its sampling state
     (set on the device by its first row) is what its decode rows read later."""
 
@@ -80,9 +82,9 @@ class StepRows:
         ints[:, :n] = self.ints[:, lo:hi]
         floats[:, :n] = self.floats[:, lo:hi]
         ints[:, n:bucket] = 0
-        ints[_I["slots"], n:bucket] = dummy
-        ints[_I["token"], n:bucket] = -1
-        ints[_I["adapter"], n:bucket] = -1
+        ints[INPUT["slots"], n:bucket] = dummy
+        ints[INPUT["token"], n:bucket] = -1
+        ints[INPUT["adapter"], n:bucket] = -1
         floats[:, n:bucket] = 1.0
 
 
@@ -95,30 +97,30 @@ def step_rows(decode: np.ndarray | None, prefill: Sequence[PrefillRow]) -> StepR
     total = n + sum(lengths)
     ints = np.zeros((len(INPUT_ROWS), total), np.int64)
     floats = np.ones((len(PARAM_ROWS), total), np.float32)
-    ints[_I["adapter"]] = -1
+    ints[INPUT["adapter"]] = -1
     if n:
         ints[:5, :n] = decode[:5]
-        ints[_I["token"], :n] = -1
-        ints[_I["sample"], :n] = 1
+        ints[INPUT["token"], :n] = -1
+        ints[INPUT["sample"], :n] = 1
         if decode.shape[0] > 5:
-            ints[_I["adapter"], :n] = decode[5]
+            ints[INPUT["adapter"], :n] = decode[5]
     last = np.zeros(len(prefill), np.int64)
     at = n
     for k, (p, length) in enumerate(zip(prefill, lengths)):
         rows = slice(at, at + length)
-        ints[_I["slots"], rows] = p.slot
-        ints[_I["pos"], rows] = np.arange(length)
-        ints[_I["fpos"], rows] = p.frame_position
-        ints[_I["stop_ok"], rows] = int(p.stop_allowed)
-        ints[_I["counter"], rows] = p.counter
-        ints[_I["token"], rows] = p.prompt_ids
-        ints[_I["seed"], rows] = p.seed
-        ints[_I["adapter"], rows] = p.adapter
-        ints[_I["first"], at] = 1
-        ints[_I["sample"], at + length - 1] = 1
-        floats[_F["temperature"], rows] = p.temperature
-        floats[_F["top_p"], rows] = p.top_p
-        floats[_F["penalty"], rows] = p.repetition_penalty
+        ints[INPUT["slots"], rows] = p.slot
+        ints[INPUT["pos"], rows] = np.arange(length)
+        ints[INPUT["fpos"], rows] = p.frame_position
+        ints[INPUT["stop_ok"], rows] = int(p.stop_allowed)
+        ints[INPUT["counter"], rows] = p.counter
+        ints[INPUT["token"], rows] = p.prompt_ids
+        ints[INPUT["seed"], rows] = p.seed
+        ints[INPUT["adapter"], rows] = p.adapter
+        ints[INPUT["first"], at] = 1
+        ints[INPUT["sample"], at + length - 1] = 1
+        floats[PARAM["temperature"], rows] = p.temperature
+        floats[PARAM["top_p"], rows] = p.top_p
+        floats[PARAM["repetition_penalty"], rows] = p.repetition_penalty
         last[k] = at + length - 1
         at += length
     return StepRows(ints, floats, n, last)

@@ -3,11 +3,12 @@ the data, so one CUDA graph per batch bucket can hold all of it (engine/graph/ru
 
     inputs (device, one row per batch row; padded rows point at the dummy slot; rows.py)
       slots, pos, fpos, stop_ok, counter, token, sample, first, seed, adapter   int64 [B]
-      temperature, top_p, penalty (a new prompt's, read where first)  float32 [B]
+      temperature, top_p, repetition_penalty (a new prompt's, read where first)  float32 [B]
     device state (per KV slot, the dummy included)
       last_ids [S+1]        the token each slot feeds next (written by the step itself)
       seen     [S+1, 7, 4096]  audio ids the slot's generation emitted (repetition penalty)
-      params   [3, S+1] temperature, top_p, penalty; seeds [S+1] (set by a prompt's first
+      params   [3, S+1] rows.PARAM_ROWS (temperature, top_p, repetition_penalty); seeds
+               [S+1] (set by a prompt's first
                row, in the step: start_prompts)
 
     forward   ids = token, or last_ids[slots] for a decode row; the Llama decode forward
@@ -35,6 +36,7 @@ import torch
 
 from orpheus_svc.core.tokens import AUDIO_BASE, CODES_PER_POSITION, FRAME_TOKENS
 from orpheus_svc.engine.graph.fused import TorchOps
+from orpheus_svc.engine.graph.rows import INPUT_ROWS, PARAM
 from orpheus_svc.engine.model.invariant import rows_matmul
 from orpheus_svc.engine.model.llama import SlotLlama
 from orpheus_svc.engine.model.lora import LoraRows
@@ -121,9 +123,11 @@ def choose_tokens(model: SlotLlama, state: SlotState, hidden: torch.Tensor, slot
     writes its slot's state nowhere (the dummy slot takes it) and its id is meaningless."""
     logits = step_logits(model, hidden, fpos, stop_ok)
     params = state.params[:, slots]
-    logits = apply_repetition_penalty(logits, state.seen[slots, fpos], params[2])
+    logits = apply_repetition_penalty(logits, state.seen[slots, fpos],
+                                      params[PARAM["repetition_penalty"]])
     u = splitmix_uniform_t(state.seeds[slots], counter).float()
-    cols = choose_columns(logits, params[0], params[1], u, branch_free=True)
+    cols = choose_columns(logits, params[PARAM["temperature"]], params[PARAM["top_p"]], u,
+                          branch_free=True)
     ids = columns_to_ids(cols, fpos)
     dummy = torch.full_like(slots, state.dummy)
     own = slots if sample is None else torch.where(sample != 0, slots, dummy)
@@ -136,7 +140,7 @@ def choose_tokens(model: SlotLlama, state: SlotState, hidden: torch.Tensor, slot
 def start_prompts(state: SlotState, slots: torch.Tensor, first: torch.Tensor,
                   seed: torch.Tensor, params: torch.Tensor) -> None:
     """A new prompt's first row sets its slot's sampling state: the parameters ([3, B]:
-    temperature, top_p, penalty), the seed, no audio seen yet. Other rows write the dummy
+    rows.PARAM_ROWS), the seed, no audio seen yet. Other rows write the dummy
     slot (no data-dependent shape: a graph can hold it)."""
     target = torch.where(first != 0, slots, torch.full_like(slots, state.dummy))
     state.params[:, target] = params
@@ -150,9 +154,11 @@ def decode_step(model: SlotLlama, state: SlotState, ints: torch.Tensor, floats: 
     """One step over the rows of `ints` ([10, B], rows.INPUT_ROWS) and `floats` ([3, B],
     rows.PARAM_ROWS): decode rows feed their slot's last id, prompt rows their own token;
     the chosen ids go to `out` ([B])."""
-    slots, pos, fpos, stop_ok, counter, token, sample, first, seed, adapter = ints.unbind(0)
-    start_prompts(state, slots, first, seed, floats)
-    ids = torch.where(token >= 0, token, state.last_ids[slots])
-    lora = make_lora(adapter) if make_lora is not None else None
-    hidden = decode_hidden(model, ids, slots, pos, attend, ops, lora)
-    out.copy_(choose_tokens(model, state, hidden, slots, fpos, stop_ok, counter, sample))
+    row = dict(zip(INPUT_ROWS, ints.unbind(0)))
+    slots = row["slots"]
+    start_prompts(state, slots, row["first"], row["seed"], floats)
+    ids = torch.where(row["token"] >= 0, row["token"], state.last_ids[slots])
+    lora = make_lora(row["adapter"]) if make_lora is not None else None
+    hidden = decode_hidden(model, ids, slots, row["pos"], attend, ops, lora)
+    out.copy_(choose_tokens(model, state, hidden, slots, row["fpos"], row["stop_ok"],
+                            row["counter"], row["sample"]))
