@@ -24,7 +24,7 @@ import numpy as np
 
 from orpheus_svc.core.events import EventBatch
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
-from orpheus_svc.core.scheduler import SchedulerSettings
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.tokens import FRAME_SECONDS, FRAME_TOKENS
 from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.sim.backend import SimBackend

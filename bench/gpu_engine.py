@@ -47,7 +47,8 @@ import numpy as np
 import torch
 
 from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
-from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
+from orpheus_svc.core.scheduler import Scheduler
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.step import StepPlan, StepRow
 from orpheus_svc.core.tokens import AUDIO_BASE, FRAME_SECONDS, FRAME_TOKENS, audio_token_id

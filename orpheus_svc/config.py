@@ -32,7 +32,7 @@ from orpheus_svc.core.backends import BACKENDS
 from orpheus_svc.core.checks import SettingError, require
 from orpheus_svc.core.lora_config import adapter_dirs, adapter_sources
 from orpheus_svc.core.request import SamplingError, SamplingParams
-from orpheus_svc.core.scheduler import SchedulerSettings
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.files import read_mapping
 
 ENV_PREFIX = "ORPHEUS_"

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     from orpheus_svc.audio.settings import FlusherSettings
     from orpheus_svc.core.generation import GenerationRequest
     from orpheus_svc.core.prompt import build_prompt
-    from orpheus_svc.core.scheduler import SchedulerSettings
+    from orpheus_svc.core.scheduler_settings import SchedulerSettings
     from orpheus_svc.engine.loop import EngineLoop
     from orpheus_svc.engine.sim.backend import SimBackend
     from orpheus_svc.engine.sim.codec import SimCodec
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     flusher = Flusher(codec, FlusherSettings(), audio_sink)
 
-    def sink(batch):  # Admitted / Rejected
+    def sink(batch):  # Rejected
         pass
 
     core = EngineLoop(backend, flusher, sink,

@@ -22,7 +22,7 @@ import sys
 
 from orpheus_svc.core.generation import Generation
 from orpheus_svc.core.playout import SessionPlayout
-from orpheus_svc.core.scheduler import PriorityFn, SchedulerSettings, deadline_priority
+from orpheus_svc.core.scheduler_settings import PriorityFn, SchedulerSettings, deadline_priority
 
 
 def fifo(gen: Generation, session: SessionPlayout, now: float,

@@ -44,7 +44,7 @@ from orpheus_tts_client.proto.v1 import tts_pb2
 
 from orpheus_svc import __version__
 from orpheus_svc.config import Config
-from orpheus_svc.core.scheduler import PriorityFn
+from orpheus_svc.core.scheduler_settings import PriorityFn
 from orpheus_svc.engine.watchdog import StallPolicy
 from orpheus_svc.runtime import build_runtime
 from orpheus_svc.security import ADMIN, KeyFileError

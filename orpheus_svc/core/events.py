@@ -1,8 +1,8 @@
 """Events that leave the engine (EngineLoop thread and Flusher thread) for their consumers.
 
-One generation's stream: [Admitted] AudioEvent* with the last one final (carrying its
-Finish), or a single Rejected (refused before it held a slot). Admitted and Rejected come
-from the engine thread, the audio and the end from the flusher thread.
+One generation's stream: AudioEvent* with the last one final (carrying its Finish), or a
+single Rejected (refused before it held a slot). Rejected comes from the engine thread, the
+audio and the end from the flusher thread.
 
 The engine boundary is message based: commands go in (see engine/loop.py), these come out,
 in batches (a sink is called with a list), so that a consumer on an asyncio loop pays one
@@ -18,14 +18,6 @@ import numpy as np
 
 from .playout import PlayoutSnapshot
 from .status import Status
-
-
-@dataclass(frozen=True)
-class Admitted:
-    """The generation got a KV slot and will run from the next step on."""
-
-    gen_id: int
-    slot: int
 
 
 @dataclass(frozen=True)
@@ -101,7 +93,7 @@ class FramePush(NamedTuple):
     seed: int | None = None
 
 
-EngineEvent = Union[Admitted, Rejected, AudioEvent]
+EngineEvent = Union[Rejected, AudioEvent]
 EventSink = Callable[[Sequence[EngineEvent]], None]
 
 

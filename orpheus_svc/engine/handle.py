@@ -1,7 +1,7 @@
 """GenerationHandle: one generation opened on the engine, and the EventRouter that feeds it.
 
     handle = runtime.open(request, on_event, loop)   # new id, route, submit: one place
-    ...events arrive in order: [Admitted] AudioEvent* (the last final, with its Finish)
+    ...events arrive in order: AudioEvent* (the last final, with its Finish)
        or a single Rejected...
     handle.close()                                    # unroute; cancel if not ended
 
@@ -10,7 +10,7 @@ is the engine's consumer-side contract: the server's sessions, offline synth and
 (all above this layer) import it from here, and nothing here imports them, asyncio, grpc
 or torch (a loop is only something with call_soon_threadsafe).
 
-The EventRouter is the one sink of the EngineLoop (Admitted, Rejected) and of the Flusher
+The EventRouter is the one sink of the EngineLoop (Rejected) and of the Flusher
 (audio and ends). For a handle opened with an asyncio `loop`, all of a batch's events for
 that loop travel in a single call_soon_threadsafe, so the loop wakes once per engine step
 or decode batch, not once per event; a handle without a loop gets its events on the thread
@@ -147,7 +147,7 @@ class GenerationHandle:
 
     def _deliver(self, event: EngineEvent) -> None:
         if self.ended or self._closed:
-            return  # nothing after the end (an Admitted of a generation ended at once)
+            return  # nothing after the end
         if is_end(event):
             self.ended = True
         self._on_event(event)

@@ -144,7 +144,7 @@ class EngineServer:
         self._commands.close(0)
 
     def _not_warm(self) -> wire.EngineSnapshot:
-        from orpheus_svc.core.scheduler import SchedulerStats
+        from orpheus_svc.core.output import SchedulerStats
         return wire.EngineSnapshot(warm=False, stats=SchedulerStats(*[0] * 12), pid=os.getpid())
 
     # -- the command thread: commands in, heartbeats out --------------------------------------

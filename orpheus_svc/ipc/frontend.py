@@ -39,7 +39,7 @@ import zmq
 
 from orpheus_svc.core.events import Rejected
 from orpheus_svc.core.generation import GenerationRequest
-from orpheus_svc.core.scheduler import SchedulerStats
+from orpheus_svc.core.output import SchedulerStats
 from orpheus_svc.core.status import Status
 from orpheus_svc.engine.handle import EventRouter
 from orpheus_svc.engine.registry import load_tokenizer

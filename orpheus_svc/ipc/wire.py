@@ -9,8 +9,7 @@ Front-end -> engine (one message per command):
 Engine -> one front-end (one message per event batch, so its asyncio loop still wakes
 once per engine step or decode batch):
 
-    [EVENTS, [event, ...]]   event: [ADMITTED, gen_id, slot]
-                                    [REJECTED, gen_id, reason, status name]
+    [EVENTS, [event, ...]]   event: [REJECTED, gen_id, reason, status name]
                                     [AUDIO, gen_id, float32 PCM bytes, sample_offset, final,
                                             finish or None]
                                     finish: [reason, prompt tokens, generated, frames, error,
@@ -40,9 +39,9 @@ from typing import Any, Sequence
 import msgpack
 import numpy as np
 
-from orpheus_svc.core.events import Admitted, AudioEvent, EngineEvent, Finish, Rejected
+from orpheus_svc.core.events import AudioEvent, EngineEvent, Finish, Rejected
 from orpheus_svc.core.request import GenerationRequest, SamplingParams
-from orpheus_svc.core.scheduler import SchedulerStats
+from orpheus_svc.core.output import SchedulerStats
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import Voice, VoiceRegistry
 
@@ -53,7 +52,7 @@ ID_SPAN = 1 << INCARNATION_SHIFT  # ids one incarnation opens before its counter
 
 SUBMIT, CANCEL = 0, 1
 EVENTS, STATS, LOST = 0, 1, 2
-_ADMITTED, _REJECTED, _AUDIO = 0, 1, 2
+_REJECTED, _AUDIO = 1, 2
 
 
 def frontend_of(gen_id: int) -> int | None:
@@ -109,9 +108,7 @@ def _event(ev: EngineEvent) -> list:
         return [_AUDIO, ev.gen_id, pcm, ev.sample_offset, ev.final,
                 None if f is None else [f.reason, f.num_prompt_tokens, f.num_generated,
                                         f.num_frames, f.error, f.queued_s, f.first_token_s]]
-    if isinstance(ev, Rejected):
-        return [_REJECTED, ev.gen_id, ev.reason, ev.code.name]
-    return [_ADMITTED, ev.gen_id, ev.slot]
+    return [_REJECTED, ev.gen_id, ev.reason, ev.code.name]
 
 
 def encode_events(events: Sequence[EngineEvent]) -> bytes:
@@ -123,9 +120,7 @@ def _decode_event(e: list) -> EngineEvent:
         f = e[5]
         return AudioEvent(e[1], np.frombuffer(e[2], dtype=np.float32), e[3], e[4],
                           None if f is None else Finish(*f))
-    if e[0] == _REJECTED:
-        return Rejected(e[1], e[2], Status[e[3]])
-    return Admitted(e[1], e[2])
+    return Rejected(e[1], e[2], Status[e[3]])
 
 
 def encode_lost(gen_ids: Sequence[int], reason: str) -> bytes:

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from orpheus_bench.policies import POLICIES, fifo, main, round_robin
-from orpheus_svc.core.scheduler import SchedulerSettings, deadline_priority
+from orpheus_svc.core.scheduler_settings import SchedulerSettings, deadline_priority
 from tests.unit.sched_helpers import make_gen, make_scheduler, run_step
 
 

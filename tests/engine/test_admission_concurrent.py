@@ -7,9 +7,9 @@ import random
 import re
 import threading
 
-from orpheus_svc.core.events import Admitted, Rejected
+from orpheus_svc.core.events import AudioEvent, Rejected
 from orpheus_svc.core.generation import GenerationRequest
-from orpheus_svc.core.scheduler import SchedulerSettings
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.step import BackendCapabilities, StepResult
 from orpheus_svc.core.tokens import audio_token_id
 from orpheus_svc.engine.loop import EngineLoop
@@ -86,7 +86,7 @@ def test_concurrent_sessions_never_queue_more_new_sessions_than_the_cap():
                 sessions.append([core.submit(r) for r in reqs])
             for ids in sessions:
                 events.wait_for(lambda ev: events.of(Rejected, ids[0])
-                                or events.of(Admitted, ids[0]))
+                                or events.of(AudioEvent, ids[0]))
                 if events.of(Rejected, ids[0]):
                     core.cancel(ids[1])  # the session was refused: its later segment goes too
             for ids in sessions:

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
-from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
+from orpheus_svc.core.scheduler import Scheduler
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.engine.graph.backend import GraphBackend
 from orpheus_svc.engine.model import invariant

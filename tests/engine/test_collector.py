@@ -156,7 +156,7 @@ class Frames:
 
 
 def _sim_engine(pacer, sleep=lambda s: None, **settings):
-    from orpheus_svc.core.scheduler import SchedulerSettings
+    from orpheus_svc.core.scheduler_settings import SchedulerSettings
     from orpheus_svc.engine.loop import EngineLoop
     from orpheus_svc.engine.sim.backend import SimBackend
     from orpheus_svc.engine.sim.profiles import get_profile

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
-from orpheus_svc.core.scheduler import SchedulerSettings
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepRow
-from orpheus_svc.engine.loop import EngineLoop, effective_settings
+from orpheus_svc.engine.intake import effective_settings
+from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.sim.backend import SimBackend
 from orpheus_svc.engine.sim.profiles import get_profile
 from orpheus_svc.engine.graph.backend import GraphBackend

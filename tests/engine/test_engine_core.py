@@ -1,8 +1,8 @@
 import time
 
-from orpheus_svc.core.events import Admitted, Rejected
+from orpheus_svc.core.events import AudioEvent, Rejected
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
-from orpheus_svc.core.scheduler import SchedulerSettings
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.step import BackendCapabilities
 from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.torch.backend import TorchBackend
@@ -96,7 +96,7 @@ def test_prompt_longer_than_a_slot_is_rejected_as_invalid_argument():
         events.wait_for(lambda ev: events.ended([gid]))
         rej = events.of(Rejected, gid)[0]
         assert rej.code == "INVALID_ARGUMENT" and "max_seq_len" in rej.reason
-        assert not events.of(Admitted, gid)
+        assert not events.of(AudioEvent, gid)
     finally:
         core.stop()
 

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
-from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
+from orpheus_svc.core.scheduler import Scheduler
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID
 from orpheus_svc.engine.graph.backend import GraphBackend

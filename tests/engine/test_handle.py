@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from orpheus_svc.core.events import Admitted, AudioEvent, Finish, Rejected
+from orpheus_svc.core.events import AudioEvent, Finish, Rejected
 from orpheus_svc.core.generation import GenerationRequest
 from orpheus_svc.engine.handle import EventRouter, GenerationHandle, is_end
 
@@ -60,12 +60,11 @@ def test_open_routes_before_it_submits_and_a_batch_wakes_the_loop_once():
     a = GenerationHandle(engine, router, REQ, got.append, loop)
     b = GenerationHandle(engine, router, REQ, got.append, loop)
     assert [g for g, _ in engine.submitted] == [a.gen_id, b.gen_id]
-    router([Admitted(a.gen_id, 0), audio(a.gen_id, 0, 4), audio(b.gen_id, 0, 4),
-            audio(a.gen_id, 4, 0, DONE), Admitted(99, 1)])  # 99: nobody's
+    router([audio(a.gen_id, 0, 4), audio(b.gen_id, 0, 4),
+            audio(a.gen_id, 4, 0, DONE), audio(99, 0, 4)])  # 99: nobody's
     assert loop.run() == 1  # one wake-up for the whole batch
     assert [(e.gen_id, type(e).__name__) for e in got] == [
-        (a.gen_id, "Admitted"), (a.gen_id, "AudioEvent"), (b.gen_id, "AudioEvent"),
-        (a.gen_id, "AudioEvent")]
+        (a.gen_id, "AudioEvent"), (b.gen_id, "AudioEvent"), (a.gen_id, "AudioEvent")]
     assert a.ended and not b.ended
 
 
@@ -74,7 +73,7 @@ def test_nothing_follows_the_end_and_close_cancels_only_what_has_not_ended():
     got = []
     a = GenerationHandle(engine, router, REQ, got.append, loop)
     b = GenerationHandle(engine, router, REQ, got.append, loop)
-    router([audio(a.gen_id, 0, 0, DONE), Admitted(a.gen_id, 0), audio(a.gen_id, 0, 4)])
+    router([audio(a.gen_id, 0, 0, DONE), audio(a.gen_id, 0, 4)])
     loop.run()
     assert len(got) == 1 and is_end(got[0])
     a.close()

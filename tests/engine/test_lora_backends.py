@@ -83,8 +83,8 @@ def test_an_adapter_installed_between_steps_needs_no_new_graphs(peft_adapters):
 
 def test_the_engine_refuses_an_adapter_slot_it_does_not_hold():
     """A request whose slot is outside the backend's pool fails alone at admission
-    (engine/loop.py _row_problem): it would read another slot's weights or none."""
-    from orpheus_svc.engine.loop import _row_problem
+    (engine/intake.py row_problem): it would read another slot's weights or none."""
+    from orpheus_svc.engine.intake import row_problem as _row_problem
 
     req = _request(0, 10)
     for ok in (-1, 0, 1):

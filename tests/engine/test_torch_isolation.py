@@ -4,7 +4,7 @@ innocent rows' tokens come out exactly as in a run without the failing row, whic
 makes TorchBackend.retry_safe true."""
 
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
-from orpheus_svc.core.scheduler import SchedulerSettings
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.torch.backend import TorchBackend
 

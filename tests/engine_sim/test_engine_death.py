@@ -7,7 +7,7 @@ import time
 
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.audio.settings import FlusherSettings
-from orpheus_svc.core.scheduler import SchedulerSettings
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.step import FatalBackendError
 from orpheus_svc.engine.loop import EngineLoop

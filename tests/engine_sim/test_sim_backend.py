@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from orpheus_svc.core.generation import Generation, GenerationRequest
-from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
+from orpheus_svc.core.scheduler import Scheduler
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.grammar import FrameParser
 from orpheus_svc.core.step import StepPlan

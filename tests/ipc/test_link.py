@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import zmq
 
-from orpheus_svc.core.events import Admitted, AudioEvent, Finish, Rejected
+from orpheus_svc.core.events import AudioEvent, Finish, Rejected
 from orpheus_svc.core.generation import GenerationRequest
-from orpheus_svc.core.scheduler import SchedulerStats
+from orpheus_svc.core.output import SchedulerStats
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import english_registry
 from orpheus_svc.engine.handle import GenerationHandle
@@ -35,7 +35,7 @@ class FakeEngine:
 
     def submit(self, request, gen_id=None):
         self.submitted.append((gen_id, request))
-        events = [Admitted(gen_id, 0), AudioEvent(gen_id, np.full(2048, 0.5, np.float32), 0)]
+        events = [AudioEvent(gen_id, np.full(2048, 0.5, np.float32), 0)]
         if not self.hold:
             events.append(AudioEvent(gen_id, np.zeros(0, np.float32), 2048, True,
                                      Finish("stop", 3, 8, 1)))
@@ -87,9 +87,9 @@ def test_events_reach_the_front_end_that_opened_the_generation(addrs):
                 got[i] = (h.gen_id, list(h.events(5)))
         for i, (gen_id, events) in got.items():
             assert wire.frontend_of(gen_id) == i
-            assert [type(e) for e in events] == [Admitted, AudioEvent, AudioEvent]
+            assert [type(e) for e in events] == [AudioEvent, AudioEvent]
             assert all(e.gen_id == gen_id for e in events)
-            assert events[1].pcm.tolist() == [0.5] * 2048 and events[2].finish.reason == "stop"
+            assert events[0].pcm.tolist() == [0.5] * 2048 and events[1].finish.reason == "stop"
         assert [g for g, _ in fake.submitted] == [got[0][0], got[1][0]]
         assert fake.submitted[0][1] == REQ and not fake.cancelled
         # GetStatus's view of the engine: the published snapshot
@@ -111,7 +111,7 @@ def test_close_before_the_end_cancels_on_the_engine(addrs):
         assert link.warm.wait(5)
         h = GenerationHandle(link.engine, link.router, REQ)
         events = h.events(5)
-        assert isinstance(next(events), Admitted) and isinstance(next(events), AudioEvent)
+        assert isinstance(next(events), AudioEvent)
         assert server.live(0) == 1
         h.close()
         assert _wait(lambda: fake.cancelled == [h.gen_id])
@@ -164,7 +164,7 @@ def test_engine_gone_ends_open_generations_unavailable(addrs):
         assert link.warm.wait(5)
         h = GenerationHandle(link.engine, link.router, REQ)
         events = h.events(5)
-        next(events), next(events)
+        next(events)
         server.close()  # the engine process is gone: no more heartbeats
         gone.set()      # and the parent says so (app/topology.py)
         end = next(events)

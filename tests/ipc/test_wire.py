@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from orpheus_svc.core.events import Admitted, AudioEvent, Finish, Rejected
+from orpheus_svc.core.events import AudioEvent, Finish, Rejected
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
-from orpheus_svc.core.scheduler import SchedulerStats
+from orpheus_svc.core.output import SchedulerStats
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import english_registry
 from orpheus_svc.ipc import wire
@@ -22,16 +22,15 @@ def test_submit_and_cancel_round_trip():
 def test_event_batch_round_trip_keeps_order_pcm_and_finish():
     pcm = np.linspace(-1, 1, 2048, dtype=np.float32)
     fin = Finish("error", 10, 21, 3, "audio decode failed (error id x)")
-    batch = [Admitted(7, 2), AudioEvent(7, pcm, 4096), AudioEvent(7, np.zeros(0, np.float32), 6144,
-                                                                  True, fin),
+    batch = [AudioEvent(7, pcm, 4096), AudioEvent(7, np.zeros(0, np.float32), 6144, True, fin),
              Rejected(8, "queue full", Status.RESOURCE_EXHAUSTED), AudioEvent(9, pcm[:5], 0, True)]
     kind, out = wire.decode_message(wire.encode_events(batch))
     assert kind == wire.EVENTS and len(out) == len(batch)
-    assert out[0] == batch[0] and out[3] == batch[3]
-    assert out[1].gen_id == 7 and out[1].sample_offset == 4096 and not out[1].final
-    assert out[1].pcm.dtype == np.float32 and np.array_equal(out[1].pcm, pcm)
-    assert out[2].final and out[2].finish == fin and out[2].num_samples == 0
-    assert out[4].finish is None and np.array_equal(out[4].pcm, pcm[:5])
+    assert out[2] == batch[2]
+    assert out[0].gen_id == 7 and out[0].sample_offset == 4096 and not out[0].final
+    assert out[0].pcm.dtype == np.float32 and np.array_equal(out[0].pcm, pcm)
+    assert out[1].final and out[1].finish == fin and out[1].num_samples == 0
+    assert out[3].finish is None and np.array_equal(out[3].pcm, pcm[:5])
 
 
 def test_float64_pcm_goes_as_float32():

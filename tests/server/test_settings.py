@@ -11,7 +11,7 @@ from orpheus_svc.config import load_config
 from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.request import SamplingError
 from orpheus_svc.core.status import Status
-from orpheus_svc.engine.loop import _row_problem
+from orpheus_svc.engine.intake import row_problem as _row_problem
 from orpheus_svc.runtime import FrontRuntime
 from orpheus_svc.server import servicer
 from orpheus_svc.core.errors import SessionError
@@ -130,7 +130,7 @@ def test_settings_are_frozen():
     (SamplingParams(repetition_penalty=2.5), "repetition_penalty"),
 ])
 def test_the_engines_guard_is_the_same_rule_with_the_same_words(params, field):
-    """What the loop kept (engine/loop.py _row_problem): SamplingParams.validate, not
+    """What the loop kept (engine/intake.py row_problem): SamplingParams.validate, not
     checks of its own, for requests that reach the engine without an edge."""
     with pytest.raises(SamplingError) as err:
         params.validate()

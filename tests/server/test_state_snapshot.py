@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import grpc
 
 from orpheus_svc.config import load_config
-from orpheus_svc.core.scheduler import SchedulerSettings, SchedulerStats
+from orpheus_svc.core.output import SchedulerStats
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.status import Status
 from orpheus_svc.http.errors import STATUS, ApiError
 from orpheus_svc.server.servicer import GRPC_STATUS

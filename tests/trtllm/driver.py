@@ -11,11 +11,12 @@ from collections import defaultdict
 from functools import partial
 
 from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
-from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
+from orpheus_svc.core.scheduler import Scheduler
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.step import StepRow
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, audio_token_id
-from orpheus_svc.engine.loop import effective_settings
+from orpheus_svc.engine.intake import effective_settings
 from orpheus_svc.engine.trtllm.build import sampling_kwargs
 from orpheus_svc.engine.trtllm.backend import TrtllmBackend
 from orpheus_svc.engine.trtllm.stream import StreamBridge

@@ -3,7 +3,8 @@
 from itertools import count
 
 from orpheus_svc.core.generation import Generation, GenerationRequest
-from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
+from orpheus_svc.core.scheduler import Scheduler
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.step import StepResult
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, audio_token_id

@@ -5,7 +5,7 @@ import pytest
 
 from orpheus_svc.app.cli import main
 from orpheus_svc.config import Config, ConfigError, dump, load_config
-from orpheus_svc.core.scheduler import SchedulerSettings
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 
 
 def test_defaults_load_and_are_frozen():

@@ -9,9 +9,14 @@ from .sched_helpers import make_gen, make_scheduler, run_step
 
 
 def frame_steps(s, now):
-    """One frame for every running generation: 7 one-token steps at time `now`."""
+    """One frame for every running generation: 7 one-token steps at time `now`. Returns
+    the playout snapshots the steps handed to the flusher (StepOutput.pushes), the last of
+    each generation's, by generation."""
+    handed = {}
     for _ in range(7):
-        run_step(s, now)
+        _, out = run_step(s, now)
+        handed.update((p.gen_id, p.playout) for p in out.pushes if p.playout is not None)
+    return handed
 
 
 def test_snapshot_arithmetic_counts_only_the_samples_sent():
@@ -30,17 +35,15 @@ def test_head_segment_snapshot_comes_with_the_first_frames_and_only_again_when_i
     s = make_scheduler()
     gen = make_gen(session="a")
     s.add(gen)
-    frame_steps(s, 1.0)
-    snap = s.playout_update(gen, 1.0)
+    snap = frame_steps(s, 1.0)[gen.gen_id]
     assert snap.starts_at == pytest.approx(1.0)  # heard from when its first frame exists
     for k in range(1, 5):  # faster than real time: playing on, no gap, nothing moves
-        frame_steps(s, 1.0 + 0.01 * k)
+        assert gen.gen_id not in frame_steps(s, 1.0 + 0.01 * k)
         assert s.playout_update(gen, 1.0 + 0.01 * k) is None
     # generation stalls past the audio made so far (5 frames, 0.43 s): the listener ran dry;
     # playback resumes with the next frame, so this generation's start moves by the gap
     late = 1.0 + 5 * FRAME_SECONDS + 0.2
-    frame_steps(s, late)
-    moved = s.playout_update(gen, late)
+    moved = frame_steps(s, late)[gen.gen_id]
     assert moved.starts_at == pytest.approx(1.0 + 0.2)
     # the scheduler's buffer (6 frames from the new start) is what the flusher reaches only
     # once it has sent all 6 frames
@@ -54,20 +57,20 @@ def test_a_later_segment_hears_when_the_one_before_ends_short_of_its_estimate():
     seg1 = make_gen(session="a", segment=1, expected_frames=20)
     s.add(seg0)
     s.add(seg1)
-    frame_steps(s, 0.0)  # both make their first frame at t=0
-    first0, first1 = s.playout_update(seg0, 0.0), s.playout_update(seg1, 0.0)
+    handed = frame_steps(s, 0.0)  # both make their first frame at t=0
+    first0, first1 = handed[seg0.gen_id], handed[seg1.gen_id]
     assert first0.starts_at == pytest.approx(0.0)
     # estimate: after seg0's 20 expected frames
     assert first1.starts_at == pytest.approx(20 * FRAME_SECONDS)
     assert s.playout_moved(0.0) == []
-    frame_steps(s, 0.01)
-    assert s.playout_update(seg1, 0.01) is None  # seg0 within its estimate: nothing moved
-    frame_steps(s, 0.02)
+    assert seg1.gen_id not in frame_steps(s, 0.01)  # seg0 within its estimate: nothing moved
+    assert s.playout_update(seg1, 0.01) is None
+    handed = frame_steps(s, 0.02)
     assert seg0.finish_reason == "length" and seg0.num_frames == 3  # 17 frames short
-    # seg1's listener gets to it after 3 frames, not 20: the flusher must hear it now, even
-    # if seg1 makes no frames for a while (parked beyond a playout horizon)
-    (gen, snap), = s.playout_moved(0.02)
-    assert gen is seg1 and snap.starts_at == pytest.approx(3 * FRAME_SECONDS)
+    # seg1's listener gets to it after 3 frames, not 20: the flusher hears it in the step
+    # that ended seg0 (with seg1's frames, or alone: parked beyond a playout horizon)
+    assert list(handed) == [seg1.gen_id]
+    assert handed[seg1.gen_id].starts_at == pytest.approx(3 * FRAME_SECONDS)
     assert s.playout_moved(0.03) == []
     assert s.playout_update(seg1, 0.03) is None  # handed out already
     assert s.playout_update(seg0, 0.03) is None  # ended: no clock any more
@@ -79,12 +82,10 @@ def test_a_segment_running_past_its_estimate_moves_the_ones_behind_it():
     seg1 = make_gen(session="a", segment=1, expected_frames=2)
     s.add(seg0)
     s.add(seg1)
-    frame_steps(s, 0.0)
-    assert s.playout_update(seg1, 0.0).starts_at == pytest.approx(2 * FRAME_SECONDS)
-    frame_steps(s, 0.0)  # seg0 at 2 of 2 frames: at least one more is counted
-    assert s.playout_update(seg1, 0.0).starts_at == pytest.approx(3 * FRAME_SECONDS)
-    frame_steps(s, 0.0)
-    assert s.playout_update(seg1, 0.0).starts_at == pytest.approx(4 * FRAME_SECONDS)
+    assert frame_steps(s, 0.0)[seg1.gen_id].starts_at == pytest.approx(2 * FRAME_SECONDS)
+    # seg0 at 2 of 2 frames: at least one more is counted
+    assert frame_steps(s, 0.0)[seg1.gen_id].starts_at == pytest.approx(3 * FRAME_SECONDS)
+    assert frame_steps(s, 0.0)[seg1.gen_id].starts_at == pytest.approx(4 * FRAME_SECONDS)
 
 
 def test_a_later_segment_that_ends_first_is_heard_after_the_one_before_it():
@@ -94,17 +95,18 @@ def test_a_later_segment_that_ends_first_is_heard_after_the_one_before_it():
     seg2 = make_gen(session="a", segment=2, expected_frames=20)
     for g in (seg0, seg1, seg2):
         s.add(g)
+    handed = {}  # what the flusher holds: the last snapshot handed of each
     for _ in range(3):
-        frame_steps(s, 0.0)
+        handed.update(frame_steps(s, 0.0))
     assert seg1.finish_reason == "length" and seg0.finish_reason is None
     assert s.buffered_seconds("a", 0.0) == pytest.approx(3 * FRAME_SECONDS)  # seg0's only
     # seg2 is heard after seg0's 4 frames (one still to come) and seg1's 2, which ended first
-    assert s.playout_update(seg2, 0.0).starts_at == pytest.approx(6 * FRAME_SECONDS)
-    frame_steps(s, 0.0)
+    assert handed[seg2.gen_id].starts_at == pytest.approx(6 * FRAME_SECONDS)
+    handed.update(frame_steps(s, 0.0))
     assert seg0.finish_reason == "length"
     # seg0's 4 frames, then seg1's 2, then the 4 that seg2 made meanwhile
     assert s.buffered_seconds("a", 0.0) == pytest.approx(10 * FRAME_SECONDS)
-    assert s.playout_update(seg2, 0.0).starts_at == pytest.approx(6 * FRAME_SECONDS)
+    assert handed[seg2.gen_id].starts_at == pytest.approx(6 * FRAME_SECONDS)
 
 
 def two_segments_with_frames(n0, n1):

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from orpheus_svc.core.scheduler import AdmissionError
+from orpheus_svc.core.admission import AdmissionError
 from orpheus_svc.core.step import StepResult
 from orpheus_svc.core.tokens import FRAME_SECONDS
 
@@ -271,7 +271,7 @@ def test_underrun_risk_counts_sessions_about_to_run_dry():
 
 
 def test_playout_horizon_skips_sessions_far_ahead_without_aging_them():
-    from orpheus_svc.core.scheduler import SchedulerSettings
+    from orpheus_svc.core.scheduler_settings import SchedulerSettings
     s = make_scheduler(slots=2, batch=2)
     s.settings = SchedulerSettings(max_batch_size=2, max_waiting=8, aging_steps=3, max_ahead_seconds=0.5)
     ahead = make_gen(session="ahead")
@@ -285,7 +285,7 @@ def test_playout_horizon_skips_sessions_far_ahead_without_aging_them():
 
 
 def test_bad_settings_are_refused_naming_the_field():
-    from orpheus_svc.core.scheduler import SchedulerSettings
+    from orpheus_svc.core.scheduler_settings import SchedulerSettings
     with pytest.raises(ValueError, match="SchedulerSettings.priority must be a function"):
         SchedulerSettings(priority="random")
     with pytest.raises(ValueError, match=r"SchedulerSettings.max_batch_size must be >= 1, got 0"):
@@ -295,7 +295,7 @@ def test_bad_settings_are_refused_naming_the_field():
 
 
 def test_plan_says_how_long_to_idle_when_every_generation_is_beyond_the_horizon():
-    from orpheus_svc.core.scheduler import SchedulerSettings
+    from orpheus_svc.core.scheduler_settings import SchedulerSettings
     s = make_scheduler(slots=1, batch=1)
     s.settings = SchedulerSettings(max_batch_size=1, max_waiting=8, max_ahead_seconds=0.5)
     g = make_gen()

@@ -7,7 +7,8 @@ import pytest
 
 from orpheus_svc.core.generation import Generation, GenerationRequest
 from orpheus_svc.core.prompt import PromptTooLong
-from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
+from orpheus_svc.core.scheduler import Scheduler
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.step import StepResult, StepRow
 

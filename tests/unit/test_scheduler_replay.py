@@ -28,7 +28,9 @@ import pytest
 
 from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
 from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
-from orpheus_svc.core.scheduler import AdmissionError, Scheduler, SchedulerSettings
+from orpheus_svc.core.admission import AdmissionError
+from orpheus_svc.core.scheduler import Scheduler
+from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.step import StepResult
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, FRAME_TOKENS, audio_token_id
@@ -173,11 +175,15 @@ class Twin:
         a = self.old.update(plans[0], result, now)
         b = self.new.update(plans[1], result, now)
         assert _outcome_key(a) == _outcome_key(b), now
-        for (ga, _), (gb, _) in zip(a.frames, b.frames):
-            pa, pb = self.old.playout_update(ga, now), self.new.playout_update(gb, now)
+        # today's update hands the snapshots out with its pushes (StepOutput.pushes: one
+        # per generation with frames, in order, then the moved ones, not final); the frozen
+        # one's caller asked for them after the update
+        for (ga, _), push in zip(a.frames, b.pushes):
+            pa, pb = self.old.playout_update(ga, now), push.playout
             assert (pa and pa.starts_at) == (pb and pb.starts_at)
-        moved = [[(g.gen_id, p.starts_at) for g, p in s.playout_moved(now)]
-                 for s in (self.old, self.new)]
+        moved = [[(g.gen_id, p.starts_at) for g, p in self.old.playout_moved(now)],
+                 [(p.gen_id, p.playout.starts_at) for p in b.pushes[len(b.frames):]
+                  if not p.final]]
         assert moved[0] == moved[1]
         return a, b
 
