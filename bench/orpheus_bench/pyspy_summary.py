@@ -45,7 +45,7 @@ AREAS = [
     ("scheduler: update (tokens -> frames, playout)", lambda f, p: p.endswith("core/scheduler.py")),
     ("sim codec (fake SNAC: latents, modelled time)", lambda f, p: "engine/sim/" in p and f.startswith("SimCodec")),
     ("sim backend step (the simulated GPU's host side)", lambda f, p: "engine/sim/" in p and not f.startswith("sim_encode")),
-    ("flusher: planning / windows / decode", lambda f, p: p.endswith(("audio/flusher.py", "audio/windows.py", "audio/codec.py"))),
+    ("flusher: planning / windows / decode", lambda f, p: p.endswith(("audio/flusher.py", "audio/streams.py", "audio/decoder.py", "audio/windows.py", "audio/codec.py"))),
     ("engine loop (drain, step glue)", lambda f, p: p.endswith("engine/loop.py") or p.endswith("runtime.py")),
     ("asyncio machinery", lambda f, p: "asyncio/" in p),
     ("logging", lambda f, p: "logging/" in p),

@@ -1,18 +1,18 @@
-"""Which windows the flusher decodes together: pure planning, no torch (audio/flusher.py runs it).
+"""Which windows the flusher decodes together: pure planning, no torch (audio/decoder.py runs it).
 
 Windows of the same shape (latent steps, kept samples) share a SNAC call, up to `per_call`
 of them (max_decode_frames x 4 / steps). A seeded session's window must decode to the same
-bits whatever shares its call (issue 33), and a SNAC call on the CPU is not batch-invariant:
-oneDNN's convolutions give a row other bits at other batch sizes (measured: B = 1, even B
-and odd B >= 3 are three classes with 2 threads; B <= 12 and B >= 16 with one), though the
-same at any row of a call of the same size. So a call that holds a seeded window always has
-exactly `fixed_rows(per_call, seeded_rows)` rows, for its shape, whatever is due:
+bits whatever shares its call, and a SNAC call on the CPU is not batch-invariant: oneDNN's
+convolutions give a row other bits at other batch sizes (with 2 threads B = 1, even B and
+odd B >= 3 are three classes; with one, B <= 12 and B >= 16), though the same at any row of
+a call of the same size. So a call that holds a seeded window always has exactly
+`fixed_rows(per_call, seeded_rows)` rows, for its shape, whatever is due:
 
     shape (steps, keep)   seeded windows s1..s5, unseeded u1..u9, per_call 8, fixed rows 4
     seeded calls          [s1 s2 s3 s4]  [s5 u1 u2 u3]       <- exactly 4 rows each; spare
                                                                 rows take unseeded windows,
                                                                 then zero rows (padding)
-    unseeded calls        [u4 u5 u6 u7 u8 u9]                <- as before: up to per_call
+    unseeded calls        [u4 u5 u6 u7 u8 u9]                <- up to per_call each
 
 Seeded windows thus share calls (a seeded session costs no call of its own), and the rows
 padding wastes are at most fixed_rows - 1 per shape and iteration.
