@@ -210,7 +210,7 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
     settings = e.scheduler_settings(device.type)
     log.info(e.row_budget_choice(device.type)[1])
     built = build_backend(config, device, dtype)  # engine/<backend>/build.py
-    if config.flusher.null_codec:  # a benchmark's baseline: silence, no SNAC (issue 32)
+    if config.flusher.null_codec:  # a benchmark's baseline: silence, no SNAC
         log.warning("flusher.null_codec is on: every decode is silence (a benchmark setting)")
         codec = NullCodec(device)
     else:

@@ -206,9 +206,8 @@ class Server:
         runtime.start()
         self.state.runtime = runtime
         audio_s = await loop.run_in_executor(None, runtime.warm_up)
-        # Start-up objects (model, tables, modules) live for good: out of the cyclic
-        # collector's view, so its passes stop re-scanning them (GC was 4.3% of the server's
-        # CPU under load, 2.1% with the freeze: BENCHMARKS.md, issue 16).
+        # Start-up objects (model, tables, modules) live for good: frozen out of the cyclic
+        # collector's view, they are not re-scanned by its passes under load.
         gc.freeze()
         self.state.serving = True
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)

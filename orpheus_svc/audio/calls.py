@@ -2,7 +2,7 @@
 
 Windows of the same shape (latent steps, kept samples) share a SNAC call, up to `per_call`
 of them (max_decode_frames x 4 / steps). A seeded session's window must decode to the same
-bits whatever shares its call (issue 33), and a SNAC call on the CPU is not batch-invariant:
+bits whatever shares its call, and a SNAC call on the CPU is not batch-invariant:
 oneDNN's convolutions give a row other bits at other batch sizes (measured: B = 1, even B
 and odd B >= 3 are three classes with 2 threads; B <= 12 and B >= 16 with one), though the
 same at any row of a call of the same size. So a call that holds a seeded window always has
