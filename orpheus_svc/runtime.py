@@ -25,8 +25,8 @@ from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.config import Config, ConfigError
 from orpheus_svc.core.adapters import AdapterCatalog, AdapterLease, AdapterRefusal
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.prompt import build_prompt, expected_audio_seconds, max_tokens_for_text
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.tokens import FRAME_SECONDS
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
 from orpheus_svc.engine.collector import CollectorPacer

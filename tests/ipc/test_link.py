@@ -9,7 +9,7 @@ import pytest
 import zmq
 
 from orpheus_svc.core.events import Admitted, AudioEvent, Finish, Rejected
-from orpheus_svc.core.generation import GenerationRequest
+from orpheus_svc.core.request import GenerationRequest
 from orpheus_svc.core.scheduler import SchedulerStats
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import english_registry

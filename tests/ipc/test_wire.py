@@ -3,7 +3,7 @@
 import numpy as np
 
 from orpheus_svc.core.events import Admitted, AudioEvent, Finish, Rejected
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler import SchedulerStats
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import english_registry

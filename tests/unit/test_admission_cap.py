@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from orpheus_svc.core.scheduler import AdmissionError
+from orpheus_svc.core.admission import AdmissionError
 
 from .sched_helpers import make_gen, make_scheduler, run_step
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from orpheus_svc.core.scheduler import AdmissionError
+from orpheus_svc.core.admission import AdmissionError
 from orpheus_svc.core.step import StepResult
 from orpheus_svc.core.tokens import FRAME_SECONDS
 

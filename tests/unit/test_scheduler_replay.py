@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
+from orpheus_svc.core.admission import AdmissionError
+from orpheus_svc.core.generation import Generation
 from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
-from orpheus_svc.core.scheduler import AdmissionError, Scheduler, SchedulerSettings
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
+from orpheus_svc.core.scheduler import Scheduler, SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.step import StepResult
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, FRAME_TOKENS, audio_token_id
