@@ -30,7 +30,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orpheus_svc.core.generation import Generation, GenerationRequest  # noqa: E402
+from orpheus_svc.core.generation import Generation  # noqa: E402
+from orpheus_svc.core.request import GenerationRequest  # noqa: E402
 from orpheus_svc.core.step import StepPlan  # noqa: E402
 from orpheus_svc.core.tokens import AUDIO_BASE, FRAME_TOKENS  # noqa: E402
 from orpheus_svc.engine.model.llama import SlotLlama  # noqa: E402

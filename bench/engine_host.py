@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from orpheus_svc.core.events import EventBatch
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.tokens import FRAME_SECONDS, FRAME_TOKENS
 from orpheus_svc.engine.loop import EngineLoop

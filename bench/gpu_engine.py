@@ -46,7 +46,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
+from orpheus_svc.core.generation import Generation
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler import Scheduler
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.slots import SlotPool

@@ -45,7 +45,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from orpheus_svc.core.generation import SamplingParams
+from orpheus_svc.core.request import SamplingParams
 from orpheus_svc.core.step import StepPlan, StepRow
 from orpheus_svc.core.tokens import AUDIO_BASE, FRAME_SECONDS, FRAME_TOKENS, audio_token_id
 

@@ -56,8 +56,8 @@ class ModelConfig:
     # model.dtype. torch and graph backends; on CUDA fp8 needs a Hopper or Ada GPU.
     quantization: str = "none"
     # fp8 on CUDA: rowwise (torch._scaled_mm with both scale vectors) | tensorwise (unit
-    # scales, the row and column scales applied to the product): the same function, speed
-    # measured in BENCHMARKS.md ("The graph engine")
+    # scales, the row and column scales applied to the product): the same function; which
+    # is faster depends on the card
     fp8_gemm: str = "rowwise"
     # Intra-op threads torch may use on CPU (0 = torch's default).
     cpu_threads: int = 0
@@ -101,7 +101,7 @@ _ON_OFF = {"auto": "auto", "true": "true", "on": "true", "1": "true", "yes": "tr
 @dataclass(frozen=True)
 class EngineConfig:
     # a name of core/backends.py BACKENDS: torch (eager reference) | graph (the same model,
-    # CUDA graphs + run-ahead: the GPU path that is measured, BENCHMARKS.md) | trtllm | sim
+    # CUDA graphs + run-ahead: the fast GPU path) | trtllm | sim
     backend: str = "torch"
     max_sessions: int = 32  # KV slots, allocated at start-up
     max_seq_len: int = 4096
@@ -250,7 +250,7 @@ class ServerConfig:
     # preface and SETTINGS) within handshake_timeout_seconds is closed; one with no call open
     # for max_connection_idle_seconds gets GOAWAY and is closed (a client that only sent the
     # preface, or an idle client, which reconnects on its next call). Without them each such
-    # connection held a file descriptor for good (issue 29). 0 = no idle limit.
+    # connection would hold a file descriptor for good. 0 = no idle limit.
     handshake_timeout_seconds: float = 10.0
     max_connection_idle_seconds: float = 120.0
     # The Prometheus port's address (server.metrics_port). Loopback unless set: the metrics
@@ -298,8 +298,8 @@ class ServerConfig:
     frontend_restart_window_seconds: float = 60.0
     # The asyncio event loop every serving process runs (server/eventloop.py): auto = uvloop
     # when it is installed (the server extra installs it on Linux and macOS), else asyncio's
-    # own | uvloop (refuse to start without it) | asyncio. Less interpreter work per gRPC
-    # message on a loaded server (BENCHMARKS.md, issue 16, third round).
+    # own | uvloop (refuse to start without it) | asyncio. uvloop does less interpreter work
+    # per gRPC message on a loaded server.
     event_loop: str = "auto"
 
     def __post_init__(self) -> None:
@@ -438,7 +438,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "longform": {
         "text": {"max_text_chars": 5000, "max_segment_chars": 400, "max_segments_in_flight": 3},
         # long texts generate far ahead of playback when everything runs every step; the
-        # 3 s horizon keeps steps short (BENCHMARKS.md: longform at 256 sessions)
+        # 3 s horizon keeps steps short
         "engine": {"max_sessions": 32, "max_batch_size": 32, "max_seq_len": 4096,
                    "max_ahead_seconds": 3.0},
     },

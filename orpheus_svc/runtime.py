@@ -25,8 +25,8 @@ from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.config import Config, ConfigError
 from orpheus_svc.core.adapters import AdapterCatalog, AdapterLease, AdapterRefusal
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.prompt import build_prompt, expected_audio_seconds, max_tokens_for_text
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.tokens import FRAME_SECONDS
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
 from orpheus_svc.engine.collector import CollectorPacer
@@ -210,7 +210,7 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
     settings = e.scheduler_settings(device.type)
     log.info(e.row_budget_choice(device.type)[1])
     built = build_backend(config, device, dtype)  # engine/<backend>/build.py
-    if config.flusher.null_codec:  # a benchmark's baseline: silence, no SNAC (issue 32)
+    if config.flusher.null_codec:  # a benchmark's baseline: silence, no SNAC
         log.warning("flusher.null_codec is on: every decode is silence (a benchmark setting)")
         codec = NullCodec(device)
     else:

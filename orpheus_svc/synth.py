@@ -13,12 +13,11 @@ from pathlib import Path
 import numpy as np
 
 from orpheus_svc.audio.pcm import float_to_pcm16
+from orpheus_svc.core.errors import SessionError
 from orpheus_svc.core.tokens import SAMPLE_RATE
 from orpheus_svc.runtime import Runtime
 from orpheus_svc.server.settings import SamplingChoice, build_settings
-from orpheus_svc.server.session import (
-    AudioOut, Input, SegmentEnded, SessionError, StreamSession, Summary, TextIn,
-)
+from orpheus_svc.server.session import AudioOut, Input, SegmentEnded, StreamSession, Summary, TextIn
 
 
 class SynthesisError(RuntimeError):

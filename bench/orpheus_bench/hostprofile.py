@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from orpheus_svc.audio.flusher import Flusher
     from orpheus_svc.audio.settings import FlusherSettings
-    from orpheus_svc.core.generation import GenerationRequest
     from orpheus_svc.core.prompt import build_prompt
+    from orpheus_svc.core.request import GenerationRequest
     from orpheus_svc.core.scheduler_settings import SchedulerSettings
     from orpheus_svc.engine.loop import EngineLoop
     from orpheus_svc.engine.sim.backend import SimBackend

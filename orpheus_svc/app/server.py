@@ -47,7 +47,7 @@ from orpheus_svc.config import Config
 from orpheus_svc.core.scheduler_settings import PriorityFn
 from orpheus_svc.engine.watchdog import StallPolicy
 from orpheus_svc.runtime import build_runtime
-from orpheus_svc.security import ADMIN, KeyFileError
+from orpheus_svc.security.keys import ADMIN, KeyFileError
 
 from orpheus_svc.server import eventloop
 from orpheus_svc.server.admin import add_admin_service
@@ -180,7 +180,7 @@ class Server:
         if s.metrics_port:
             self.metrics.serve(s.metrics_port + index, s.metrics_host)
         if s.http_port and index == 0:  # the HTTP edge: same loop, same state and Runtime
-            from orpheus_svc.http import HttpServer
+            from orpheus_svc.http.server import HttpServer
             self.http = HttpServer(self.state, s.host, s.http_port, s.grace_seconds,
                                    ssl=self.tls.uvicorn_ssl() if self.tls else None)
             await self.http.start()
@@ -206,9 +206,8 @@ class Server:
         runtime.start()
         self.state.runtime = runtime
         audio_s = await loop.run_in_executor(None, runtime.warm_up)
-        # Start-up objects (model, tables, modules) live for good: out of the cyclic
-        # collector's view, so its passes stop re-scanning them (GC was 4.3% of the server's
-        # CPU under load, 2.1% with the freeze: BENCHMARKS.md, issue 16).
+        # Start-up objects (model, tables, modules) live for good: frozen out of the cyclic
+        # collector's view, they are not re-scanned by its passes under load.
         gc.freeze()
         self.state.serving = True
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)

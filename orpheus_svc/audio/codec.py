@@ -18,7 +18,7 @@ global RNG, which the engine thread may use) and can be switched off per call:
 * seeded rows (`decode_latents(..., noise_seeds=...)`): noise on, but a row with a seed
   draws its noise from generators seeded by it alone (one per NoiseBlock), so the same
   window with the same seed decodes to the same PCM whatever shares its call: the flusher
-  gives each window of a seeded session such a seed (issue 29: a seed reproduces audio).
+  gives each window of a seeded session such a seed, so a seed reproduces audio.
 """
 
 from __future__ import annotations

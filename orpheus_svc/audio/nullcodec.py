@@ -1,5 +1,5 @@
 """A codec that decodes nothing: silence of the right length at no cost (`flusher.null_codec`,
-a benchmark setting; issue 32 item 6).
+a benchmark setting).
 
 It stands in for SnacCodec in the flusher with the same calls and shapes, and batches as
 SNAC would on the same device (max_batch_frames), so that a run with it and a run with SNAC

@@ -74,7 +74,7 @@ class FlusherSettings:
         backlog. A GPU decodes each iteration's windows well within it, so it never binds.
     null_codec: benchmarks only: SNAC is not loaded and every decode is silence of the
         right length at no cost (audio/nullcodec.py), batched as SNAC would be, so that a
-        run beside one with SNAC gives SNAC's share of the device (issue 32). Never serve
+        run beside one with SNAC gives SNAC's share of the device. Never serve
         it to a listener: the audio is silence.
     """
 

@@ -30,11 +30,11 @@ A seeded session's windows (plan_fixed_windows) instead depend on its frames alo
 chunk boundaries are fixed (the head of frame 0, then about chunk_target of what was sent,
 ending where the lookahead ends on a frame boundary: fixed_chunk_end), and a window goes
 only once its whole lookahead exists (or the generation ended), whatever the listener or
-the flusher's pacing. Its audio is then the same every time the same tokens come (issue
-29), at the price of chunks that do not follow the listener's buffer; ending each one when
-a frame completes keeps a loaded server's seeded listeners fed (issue 33: with the target
-alone, the chunk after the first waited for a third frame and 512 seeded sessions on the
-sim underran at its start).
+the flusher's pacing. Its audio is then the same every time the same tokens come, at the
+price of chunks that do not follow the listener's buffer; ending each one when a frame
+completes keeps a loaded server's seeded listeners fed (with chunk ends at the target
+alone, the chunk after the first would wait for a third frame, and its listener would
+underrun right after the first chunk).
 """
 
 from __future__ import annotations

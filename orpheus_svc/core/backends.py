@@ -2,7 +2,7 @@
 
 The config validates `engine.backend` against this table and reads a backend's pacing from
 it; the code that builds a backend lives in its own folder, engine/<name>/build.py, found
-through engine/registry.py. No other module tests a backend's name (issue 38).
+through engine/registry.py. No other module tests a backend's name.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 Pure numpy; owned by the scheduler (the engine thread), like the slot pool it mirrors.
 
 A step's per-token work is a handful of array operations for the whole batch, not Python
-per row (issue 16: the engine thread's per-row Python was half the server's GIL time):
+per row (per-row Python in the engine thread holds the GIL the serving loop needs):
 
     advance(slots, tokens)   the audio grammar (core/grammar.py) for one token per row:
                              validate, cut frames, count, and say which rows ended and why

@@ -22,12 +22,8 @@ from typing import TYPE_CHECKING
 
 from .batch import TokenState
 from .grammar import FrameParser, stop_allowed
-from .request import GenerationRequest, SamplingParams
+from .request import GenerationRequest
 from .step import StepRow
-
-# GenerationRequest and SamplingParams are defined in core/request.py (below the backend
-# contract, which carries requests) and are importable from here too, as callers always did.
-__all__ = ["Generation", "GenerationRequest", "SamplingParams"]
 
 if TYPE_CHECKING:
     from .batch import BatchState

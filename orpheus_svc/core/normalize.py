@@ -23,7 +23,8 @@ else in angle brackets is passed through untouched):
 
 Everything else, including the user's own spelling, is left as written. The output is for
 the model only: the client keeps seeing its own text (segment events), and the server logs
-the spoken form at debug level.
+the spoken form at debug level. The words of the tables (months, currencies, units,
+abbreviations) are in core/normalize_tables.py.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ import re
 from typing import Callable
 
 from num2words import num2words
+
+from .normalize_tables import (ABBREVIATIONS, CURRENCY, FRACTIONS, MONTH_ABBR, MONTHS, SCALE,
+                               TITLES, UNITS)
 
 NORMALIZED_LANGUAGES = ("en",)
 
@@ -100,56 +104,15 @@ _NUM = r"\d{1,3}(?:,\d{3})+|\d+"
 _B = r"(?<![\w.,])"  # a number starts here: not inside a word, a decimal or a list of digits
 _E = r"(?![\w])"
 
-_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
-           "September", "October", "November", "December"]
-_MONTH_ABBR = {m[:3]: m for m in _MONTHS} | {"Sept": "September"}
-_MONTH_RE = r"(" + "|".join(_MONTHS) + r"|(?:" + "|".join(_MONTH_ABBR) + r")\.?)"
+_MONTH_RE = r"(" + "|".join(MONTHS) + r"|(?:" + "|".join(MONTH_ABBR) + r")\.?)"
 
 
 def _month(name: str) -> str:
     name = name.rstrip(".")
-    return _MONTH_ABBR.get(name, name)
+    return MONTH_ABBR.get(name, name)
 
 
-_SCALE = {"k": "thousand", "K": "thousand", "thousand": "thousand", "m": "million",
-          "M": "million", "mn": "million", "million": "million", "b": "billion", "B": "billion",
-          "bn": "billion", "billion": "billion", "t": "trillion", "T": "trillion",
-          "trillion": "trillion"}
-_CURRENCY = {"$": ("dollar", "dollars", "cent", "cents"), "€": ("euro", "euros", "cent", "cents"),
-             "£": ("pound", "pounds", "penny", "pence"), "¥": ("yen", "yen", "", ""),
-             "₹": ("rupee", "rupees", "paisa", "paise"),
-             "USD": ("dollar", "dollars", "cent", "cents"),
-             "EUR": ("euro", "euros", "cent", "cents"),
-             "GBP": ("pound", "pounds", "penny", "pence")}
-_UNITS = {
-    "km": ("kilometer", "kilometers"), "m": ("meter", "meters"), "cm": ("centimeter", "centimeters"),
-    "mm": ("millimeter", "millimeters"), "mi": ("mile", "miles"), "ft": ("foot", "feet"),
-    "kg": ("kilogram", "kilograms"), "g": ("gram", "grams"), "mg": ("milligram", "milligrams"),
-    "lb": ("pound", "pounds"), "lbs": ("pound", "pounds"), "oz": ("ounce", "ounces"),
-    "L": ("liter", "liters"), "l": ("liter", "liters"), "ml": ("milliliter", "milliliters"),
-    "mL": ("milliliter", "milliliters"), "km/h": ("kilometer per hour", "kilometers per hour"),
-    "kph": ("kilometer per hour", "kilometers per hour"), "mph": ("mile per hour", "miles per hour"),
-    "°C": ("degree Celsius", "degrees Celsius"), "°F": ("degree Fahrenheit", "degrees Fahrenheit"),
-    "°": ("degree", "degrees"), "kB": ("kilobyte", "kilobytes"), "KB": ("kilobyte", "kilobytes"),
-    "MB": ("megabyte", "megabytes"), "GB": ("gigabyte", "gigabytes"), "TB": ("terabyte", "terabytes"),
-    "Hz": ("hertz", "hertz"), "kHz": ("kilohertz", "kilohertz"), "MHz": ("megahertz", "megahertz"),
-    "GHz": ("gigahertz", "gigahertz"), "ms": ("millisecond", "milliseconds"),
-    "kW": ("kilowatt", "kilowatts"), "kWh": ("kilowatt hour", "kilowatt hours"),
-    "min": ("minute", "minutes"), "mins": ("minute", "minutes"), "hr": ("hour", "hours"),
-    "hrs": ("hour", "hours"), "sec": ("second", "seconds"), "secs": ("second", "seconds"),
-}
-_UNIT_RE = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
-
-# Abbreviations that always stand before a name or number (their dot is never a sentence end).
-_TITLES = {"Mr.": "Mister", "Mrs.": "Missus", "Ms.": "Miz", "Dr.": "Doctor", "Prof.": "Professor",
-           "Mt.": "Mount", "Gen.": "General", "Capt.": "Captain", "Sgt.": "Sergeant"}
-# Abbreviations whose dot may also end the sentence (kept when the text ends there or a
-# capital follows).
-_ABBREVIATIONS = {"Jr.": "Junior", "Sr.": "Senior", "vs.": "versus", "etc.": "et cetera",
-                  "e.g.": "for example", "i.e.": "that is", "approx.": "approximately",
-                  "Ave.": "Avenue", "Blvd.": "Boulevard", "Rd.": "Road", "Dept.": "Department",
-                  "Inc.": "Incorporated", "Ltd.": "Limited", "Corp.": "Corporation",
-                  "Co.": "Company", "Fig.": "Figure", "Vol.": "Volume"}
+_UNIT_RE = "|".join(re.escape(u) for u in sorted(UNITS, key=len, reverse=True))
 
 
 def _ends_sentence(m: re.Match) -> bool:
@@ -188,9 +151,9 @@ def _phone(m: re.Match) -> str:
 
 
 def _money(symbol: str, int_part: str, frac: str | None, scale: str | None) -> str:
-    one, many, sub_one, sub_many = _CURRENCY[symbol]
+    one, many, sub_one, sub_many = CURRENCY[symbol]
     if scale:
-        return f"{_number(int_part, frac)} {_SCALE[scale]} {many}"
+        return f"{_number(int_part, frac)} {SCALE[scale]} {many}"
     whole = int(int_part.replace(",", ""))
     cents = int((frac or "0")[:2].ljust(2, "0")) if frac else 0
     if frac and len(frac) > 2 or (cents and not sub_one):
@@ -219,7 +182,7 @@ def _percent(m: re.Match) -> str:
 def _date_words(month: int, day: int, yr: str | None) -> str | None:
     if not (1 <= month <= 12 and 1 <= day <= 31):
         return None
-    words = f"{_MONTHS[month - 1]} {ordinal(day)}"
+    words = f"{MONTHS[month - 1]} {ordinal(day)}"
     return f"{words}, {year(int(yr))}" if yr else words
 
 
@@ -283,7 +246,7 @@ def _hour_ampm(m: re.Match) -> str:
 
 def _unit(m: re.Match) -> str:
     sign = "minus " if m.group(1) else ""
-    one, many = _UNITS[m.group(4)]
+    one, many = UNITS[m.group(4)]
     amount = m.group(2)
     singular = amount == "1" and not m.group(3) and not sign
     return f"{sign}{_number(amount, m.group(3))} {one if singular else many}"
@@ -306,12 +269,8 @@ def _decade(m: re.Match) -> str:
     return _plural(year(n) if n % 1000 else cardinal(n))
 
 
-_FRACTIONS = {(1, 2): "one half", (1, 3): "one third", (2, 3): "two thirds",
-              (1, 4): "one quarter", (3, 4): "three quarters"}
-
-
 def _fraction(m: re.Match) -> str:
-    return _FRACTIONS.get((int(m.group(1)), int(m.group(2))), m.group(0))
+    return FRACTIONS.get((int(m.group(1)), int(m.group(2))), m.group(0))
 
 
 def _range(m: re.Match) -> str:
@@ -388,9 +347,9 @@ _NUMBERS: list[_Rule] = [
     (re.compile(r"\bNo\.\s?(?=\d)"), "number "),
 ]
 _WORDS: list[_Rule] = [
-    (re.compile(_abbr_pattern(_TITLES)), _abbreviation(_TITLES, keep_dot=False)),
+    (re.compile(_abbr_pattern(TITLES)), _abbreviation(TITLES, keep_dot=False)),
     (re.compile(r"(?<![\w.])St\."), _saint_or_street),
-    (re.compile(_abbr_pattern(_ABBREVIATIONS)), _abbreviation(_ABBREVIATIONS, keep_dot=True)),
+    (re.compile(_abbr_pattern(ABBREVIATIONS)), _abbreviation(ABBREVIATIONS, keep_dot=True)),
     (re.compile(r"(?<=\s)&(?=\s)"), "and"),
 ]
 _PLAIN_NUMBERS: list[_Rule] = [

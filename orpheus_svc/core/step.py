@@ -5,13 +5,12 @@
 A backend sees a generation only as a StepRow: an immutable snapshot the scheduler takes
 when it builds the plan (in the spirit of vLLM's SchedulerOutput). The decode rows, which
 are most rows of most steps, come as one DecodeRows: the same snapshot as arrays, so that
-neither the scheduler nor a batch-minded backend spends Python per row (issue 16); iterated,
-it gives StepRows. The scheduler's own
-Generation objects stay private to the engine thread's bookkeeping; a backend can neither
-read their later changes nor write them. What a backend is and needs is said once, in its
-BackendCapabilities, and EngineLoop derives the scheduler settings from config plus
-capabilities in one place (engine/loop.py, effective_settings) instead of each backend
-rewriting them.
+neither the scheduler nor a batch-minded backend spends Python per row; iterated, it gives
+StepRows. The scheduler's own Generation objects stay private to the engine thread's
+bookkeeping; a backend can neither read their later changes nor write them. What a backend
+is and needs is said once, in its BackendCapabilities, and EngineLoop derives the scheduler
+settings from config plus capabilities in one place (engine/loop.py, effective_settings)
+instead of each backend rewriting them.
 
 Implemented by engine/torch (retry_safe), engine/graph (runs_ahead), engine/sim
 (retry_safe) and engine/trtllm (streams_deltas, confirms_release). Pure Python and numpy:

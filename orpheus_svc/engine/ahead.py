@@ -1,4 +1,4 @@
-"""Whether each step ran ahead, and why not (issue 32 item 2): the engine loop's record for a
+"""Whether each step ran ahead, and why not: the engine loop's record for a
 backend that runs ahead (core/step.py BackendCapabilities.runs_ahead). A step runs ahead when
 it was launched while the step before it was still on the device; one that was not leaves the
 device idle for the host's work between the two. Engine thread only; read as a racy snapshot.

@@ -4,9 +4,9 @@ Left automatic, the collector runs in whichever thread happens to cross its allo
 threshold, and it holds the GIL for the whole pass. Under load that is often the engine
 thread in the middle of a step, and the passes are long: the threshold counts
 allocations minus frees, so while old objects die (calls ending) the young generation
-grows to 10,000-16,000 objects before a pass is due. Measured at 512 sessions (BENCHMARKS.md,
-issue 16, fifth round): young passes of 4-7 ms, middle ones of 5-33 ms, full ones of
-35-57 ms, which caused nearly all of the late ("host-bound") engine steps.
+grows to ten thousand objects and more before a pass is due. Such a pass takes
+milliseconds (young) to tens of milliseconds (middle, full), and one that runs in the engine
+thread makes its step late ("host-bound").
 
 So, while the engine runs, automatic collection is off and the engine thread collects
 right after a step, while the device works on the next one:
@@ -17,11 +17,10 @@ right after a step, while the device works on the next one:
                                full_min_interval_s have passed since the last, or under
                                unbroken load every full_max_interval_s (one long pause)
 
-Almost no cyclic garbage outlives the young passes (a six-turn run at 512 sessions left
-197 objects for the full pass at its end), so full passes can be rare. An idle engine
-still wakes every idle_check_s: what the front-end allocated meanwhile (health checks,
-refused calls) gets a young and middle pass once it passes CPython's own threshold (700),
-and a full pass once full_min_interval_s have passed.
+Almost no cyclic garbage outlives the young passes, so full passes can be rare. An idle
+engine still wakes every idle_check_s: what the front-end allocated meanwhile (health
+checks, refused calls) gets a young and middle pass once it passes CPython's own threshold
+(700), and a full pass once full_min_interval_s have passed.
 
 Process-wide: the first pacer to start turns automatic collection off, the last to stop
 turns it back on if it was on before (tests run several engines in one process).

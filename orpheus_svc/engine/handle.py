@@ -26,7 +26,7 @@ import threading
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
-from orpheus_svc.core.generation import GenerationRequest
+from orpheus_svc.core.request import GenerationRequest
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.errors import internal_message, new_error_id
 

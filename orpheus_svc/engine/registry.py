@@ -5,7 +5,7 @@
 Everything a backend brings is in what its build returns: the backend, the prompt
 tokenizer, its own codec if it has one (the sim's), its model's name and directories (for
 the voice list) and how a split topology's front-end gets the same tokenizer. runtime.py,
-config.py and ipc/ read those fields and never a backend's name (issue 38).
+config.py and ipc/ read those fields and never a backend's name.
 """
 
 from __future__ import annotations

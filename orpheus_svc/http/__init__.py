@@ -5,7 +5,3 @@ one slot pool), through the same StreamSession and the same request validation a
 servicer; only the wire format differs. `HttpServer` (server.py) is started and stopped by
 app/server.py when `server.http_port` is set. docs/http.md describes the API.
 """
-
-from .server import HttpServer
-
-__all__ = ["HttpServer"]

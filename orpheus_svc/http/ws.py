@@ -41,12 +41,12 @@ import json
 import structlog
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from orpheus_svc.core.errors import internal_message, new_error_id
+from orpheus_svc.core.errors import SessionError, internal_message, new_error_id
 from orpheus_svc.core.status import Status
 from orpheus_svc.server import settings as shared
 from orpheus_svc.server.calls import Settings
 from orpheus_svc.server.session import (AudioOut, FlushIn, SegmentEnded, SegmentStarted,
-                                        SessionError, Summary, TextIn)
+                                        Summary, TextIn)
 from orpheus_svc.server.state import OpenCall, ServerState
 
 from . import jsonwire

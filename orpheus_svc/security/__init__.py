@@ -1,7 +1,7 @@
-"""API keys and per-key limits, shared by the gRPC interceptor and the HTTP edge (no grpc)."""
+"""API keys and per-key limits, shared by the gRPC interceptor and the HTTP edge (no grpc).
 
-from .keys import (ADMIN, ApiKey, AuthResult, KeyFileError, KeyLimiter, KeyStore, Lease,
-                   hash_key, parse_bearer, parse_keys)
+    keys.py      KeyStore, KeyLimiter, the key file and the bearer parsing (pure logic)
+    __main__.py  `python -m orpheus_svc.security`: new-key, hash
 
-__all__ = ["ADMIN", "ApiKey", "AuthResult", "KeyFileError", "KeyLimiter", "KeyStore", "Lease",
-           "hash_key", "parse_bearer", "parse_keys"]
+Import keys directly; this package imports nothing itself.
+"""

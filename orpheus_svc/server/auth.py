@@ -16,7 +16,7 @@ import grpc
 import structlog
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from orpheus_svc.security import KeyLimiter, KeyStore
+from orpheus_svc.security.keys import KeyLimiter, KeyStore
 
 log = structlog.get_logger("orpheus_svc.auth")
 

@@ -2,12 +2,10 @@
 
 uvloop (libuv, written in Cython) runs the same asyncio programs with less interpreter
 work per callback, and a loaded server is mostly callbacks: every gRPC message is a write
-whose completion resumes a coroutine. gRPC's asyncio stack runs on any asyncio loop. On
-the 512-session continuous load of BENCHMARKS.md (issue 16, third round) it trimmed the
-server's CPU per audio second (0.00091-0.00107 against 0.00107 on asyncio's loop, with the
-row budget on; one run on asyncio's loop, so within the noise). "auto" uses it when installed
-(the server extra installs it where it builds: Linux and macOS) and asyncio's own loop
-otherwise; "uvloop" refuses to start without it; "asyncio" never uses it.
+whose completion resumes a coroutine. gRPC's asyncio stack runs on any asyncio loop.
+"auto" uses it when installed (the server extra installs it where it builds: Linux and
+macOS) and asyncio's own loop otherwise; "uvloop" refuses to start without it; "asyncio"
+never uses it.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ grpcio-reflection's servicer (1.85) is not enough for the tools our users debug 
 load-test with: it serves only v1alpha, and it answers NOT_FOUND for a method's full name
 (`file_containing_symbol: orpheus.tts.v1.TTSService.Synthesize`) because protobuf's
 descriptor pool does not index methods as symbols (grpc/grpc#34743). ghz and
-`grpcurl describe <method>` ask exactly that, so both failed from reflection alone
-(issue 29, bojand/ghz#419). This servicer resolves a method name to its service's file and
+`grpcurl describe <method>` ask exactly that, so both fail with reflection alone
+(bojand/ghz#419). This servicer resolves a method name to its service's file and
 answers on both versions.
 
 The two versions' messages are the same on the wire (same fields, same numbers; only the

@@ -1,7 +1,19 @@
+from pathlib import Path
+
 import pytest
 from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
 from .server_proc import ServerProcess
+
+_HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/e2e is marked `e2e` (`pytest -m e2e` runs this tier alone,
+    `-m "not e2e"` the rest). The hook sees the whole session's items, hence the path test."""
+    for item in items:
+        if _HERE in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 
 from .rpc import check_stream_invariants, requests
 
-OLD_STUBS = Path(__file__).parent / "stubs_before_issue17"
+OLD_STUBS = Path(__file__).parent / "stubs_without_segment_fields"
 
 
 def flush(flush_id=""):

@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from orpheus_svc.config import load_config
 from orpheus_svc.core.events import Rejected
-from orpheus_svc.core.generation import SamplingParams
+from orpheus_svc.core.request import SamplingParams
 from orpheus_svc.core.status import Status
 from orpheus_svc.runtime import build_runtime
 from orpheus_svc.server.adapter_admin import AdapterAdmin, AdminError

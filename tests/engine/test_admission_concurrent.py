@@ -8,7 +8,7 @@ import re
 import threading
 
 from orpheus_svc.core.events import AudioEvent, Rejected
-from orpheus_svc.core.generation import GenerationRequest
+from orpheus_svc.core.request import GenerationRequest
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.step import BackendCapabilities, StepResult
 from orpheus_svc.core.tokens import audio_token_id

@@ -169,7 +169,7 @@ def _sim_engine(pacer, sleep=lambda s: None, **settings):
 
 
 def _request(frames=9, tokens=70):
-    from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+    from orpheus_svc.core.request import GenerationRequest, SamplingParams
     return GenerationRequest("s", 0, tuple(range(20)), tokens, SamplingParams(seed=1),
                              expected_frames=frames)
 

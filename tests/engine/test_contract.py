@@ -9,7 +9,7 @@ from functools import partial
 import pytest
 import torch
 
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepRow
 from orpheus_svc.engine.intake import effective_settings

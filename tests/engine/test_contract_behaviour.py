@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 import torch
 
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.grammar import position_id_range
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, FRAME_TOKENS
 from orpheus_svc.engine.graph.backend import GraphBackend
 from orpheus_svc.engine.loop import EngineLoop

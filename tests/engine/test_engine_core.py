@@ -1,7 +1,7 @@
 import time
 
 from orpheus_svc.core.events import AudioEvent, Rejected
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.step import BackendCapabilities
 from orpheus_svc.engine.loop import EngineLoop

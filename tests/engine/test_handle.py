@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from orpheus_svc.core.events import AudioEvent, Finish, Rejected
-from orpheus_svc.core.generation import GenerationRequest
+from orpheus_svc.core.request import GenerationRequest
 from orpheus_svc.engine.handle import EventRouter, GenerationHandle, is_end
 
 REQ = GenerationRequest("s", 0, (1, 2, 3), 70)

@@ -3,7 +3,7 @@ once when one comes or goes or the loop goes idle (Scheduler.stats scans every s
 
 import dataclasses
 
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.engine.loop import STATS_INTERVAL_S, EngineLoop
 from orpheus_svc.engine.torch.backend import TorchBackend

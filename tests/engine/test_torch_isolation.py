@@ -3,7 +3,7 @@ forward pass wrote KV, before sampling finished) is re-run in parts by EngineLoo
 innocent rows' tokens come out exactly as in a run without the failing row, which is what
 makes TorchBackend.retry_safe true."""
 
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.torch.backend import TorchBackend

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.sim.backend import SimBackend
 from orpheus_svc.engine.sim.profiles import get_profile

@@ -8,8 +8,8 @@ import pytest
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.audio.settings import FlusherSettings
 from orpheus_svc.core.events import AudioEvent, Finish, Rejected
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.prompt import build_prompt, max_tokens_for_text
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.tokens import SAMPLES_PER_FRAME
 from orpheus_svc.engine.loop import EngineLoop

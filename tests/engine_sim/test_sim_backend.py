@@ -5,7 +5,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from orpheus_svc.core.generation import Generation, GenerationRequest
+from orpheus_svc.core.generation import Generation
+from orpheus_svc.core.request import GenerationRequest
 from orpheus_svc.core.scheduler import Scheduler
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.slots import SlotPool

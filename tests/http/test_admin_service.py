@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 from orpheus_svc.core.status import Status
 from orpheus_svc.proto.admin.v1 import admin_pb2 as apb
 from orpheus_svc.proto.admin.v1 import admin_pb2_grpc
-from orpheus_svc.security import hash_key
+from orpheus_svc.security.keys import hash_key
 from orpheus_svc.server.adapter_admin import AdapterAdmin, AdminError
 
 from .inproc import InProcessServer

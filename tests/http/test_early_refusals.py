@@ -21,7 +21,7 @@ import httpx
 import openai
 import pytest
 
-from orpheus_svc.security import hash_key
+from orpheus_svc.security.keys import hash_key
 from tests.e2e.server_proc import ServerProcess, free_port
 
 KEY = "ok_linger-key"

@@ -9,8 +9,8 @@ import pytest
 import zmq
 
 from orpheus_svc.core.events import AudioEvent, Finish, Rejected
-from orpheus_svc.core.generation import GenerationRequest
 from orpheus_svc.core.output import SchedulerStats
+from orpheus_svc.core.request import GenerationRequest
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import english_registry
 from orpheus_svc.engine.handle import GenerationHandle

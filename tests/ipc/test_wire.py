@@ -3,8 +3,8 @@
 import numpy as np
 
 from orpheus_svc.core.events import AudioEvent, Finish, Rejected
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.output import SchedulerStats
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import english_registry
 from orpheus_svc.ipc import wire

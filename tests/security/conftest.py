@@ -8,7 +8,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from orpheus_svc.security import hash_key
+from orpheus_svc.security.keys import hash_key
 from tests.e2e.server_proc import ServerProcess
 
 from .certs import CA

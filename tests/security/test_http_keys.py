@@ -9,7 +9,7 @@ import ssl
 import httpx
 import pytest
 
-from orpheus_svc.security import hash_key
+from orpheus_svc.security.keys import hash_key
 from tests.http.inproc import InProcessServer
 
 KEY = "ok_http-key"

@@ -6,8 +6,10 @@ import os
 
 import pytest
 
-from orpheus_svc.security import KeyFileError, KeyLimiter, KeyStore, hash_key, parse_keys
-from orpheus_svc.security.keys import MALFORMED_KEY, MISSING_KEY, WRONG_KEY
+from orpheus_svc.security.keys import (
+    KeyFileError, KeyLimiter, KeyStore, MALFORMED_KEY, MISSING_KEY, WRONG_KEY, hash_key,
+    parse_keys,
+)
 
 from .conftest import write_keys
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from orpheus_svc.config import load_config
-from orpheus_svc.core.generation import SamplingParams
+from orpheus_svc.core.request import SamplingParams
 from orpheus_svc.core.status import Status
 from orpheus_svc.server.calls import NOT_SERVING, SessionCall
 from orpheus_svc.core.errors import SessionError

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 from orpheus_svc.config import TextConfig
+from orpheus_svc.core.errors import SessionError
 from orpheus_svc.core.events import AudioEvent, Finish
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.engine.handle import GenerationHandle
 from orpheus_svc.server.session import (
-    AudioOut, FlushIn, SegmentEnded, SessionError, StreamSession, Summary, TextIn,
+    AudioOut, FlushIn, SegmentEnded, StreamSession, Summary, TextIn,
 )
 from orpheus_svc.server.settings import SessionSettings
 

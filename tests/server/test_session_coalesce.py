@@ -10,7 +10,7 @@ import pytest
 from orpheus_svc.audio.pcm import Encoder
 from orpheus_svc.config import TextConfig
 from orpheus_svc.core.events import AudioEvent, Finish
-from orpheus_svc.core.generation import SamplingParams
+from orpheus_svc.core.request import SamplingParams
 from orpheus_svc.server.session import (
     MAX_CHUNK_SAMPLES, AudioOut, SegmentEnded, SegmentStarted, StreamSession, TextIn,
 )

@@ -8,8 +8,7 @@ import pytest
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 
 from orpheus_svc.config import load_config
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
-from orpheus_svc.core.request import SamplingError
+from orpheus_svc.core.request import GenerationRequest, SamplingError, SamplingParams
 from orpheus_svc.core.status import Status
 from orpheus_svc.engine.intake import row_problem as _row_problem
 from orpheus_svc.runtime import FrontRuntime

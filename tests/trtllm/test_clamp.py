@@ -6,8 +6,9 @@ from functools import partial
 import pytest
 
 from orpheus_svc.core.events import Rejected
-from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
+from orpheus_svc.core.generation import Generation
 from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.step import StepPlan
 from orpheus_svc.core.tokens import FRAME_TOKENS
 from orpheus_svc.engine.loop import EngineLoop

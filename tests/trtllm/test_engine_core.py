@@ -4,7 +4,7 @@ import dataclasses
 from functools import partial
 
 from orpheus_svc.config import EngineConfig
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.trtllm.build import sampling_kwargs
 from orpheus_svc.engine.trtllm.backend import TrtllmBackend

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from orpheus_svc.config import Config, EngineConfig
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.tokens import AUDIO_BASE, CODES_PER_POSITION
 from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.trtllm.build import build_trtllm_backend

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import orpheus_svc.engine.torch.backend as torch_backend
-from orpheus_svc.core.generation import GenerationRequest, SamplingParams
 from orpheus_svc.core.grammar import position_id_range, state_after_token
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.step import StepRow
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, ORPHEUS_VOCAB_SIZE, audio_token_id
 from orpheus_svc.engine.torch.backend import TorchBackend

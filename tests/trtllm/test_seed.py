@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from orpheus_svc.config import Config, EngineConfig
-from orpheus_svc.core.generation import SamplingParams
+from orpheus_svc.core.request import SamplingParams
 from orpheus_svc.engine.handle import EventRouter
 from orpheus_svc.engine.trtllm.manifest import FORMAT_CHECKPOINT, FORMAT_ENGINE
 from orpheus_svc.runtime import FrontRuntime, build_runtime

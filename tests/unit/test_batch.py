@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from orpheus_svc.core.batch import ERROR, LENGTH, STOP, BatchState
-from orpheus_svc.core.generation import Generation, GenerationRequest
+from orpheus_svc.core.generation import Generation
 from orpheus_svc.core.grammar import AudioGrammarError, FrameParser
+from orpheus_svc.core.request import GenerationRequest
 from orpheus_svc.core.step import DecodeRows, StepPlan, StepResult
 from orpheus_svc.core.tokens import AUDIO_BASE, END_OF_SPEECH_ID, audio_token_id
 

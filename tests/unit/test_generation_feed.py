@@ -6,8 +6,9 @@ import pytest
 
 from orpheus_svc.core import tokens as T
 from orpheus_svc.core.batch import BatchState
-from orpheus_svc.core.generation import Generation, GenerationRequest
+from orpheus_svc.core.generation import Generation
 from orpheus_svc.core.grammar import AudioGrammarError
+from orpheus_svc.core.request import GenerationRequest
 
 REQ = GenerationRequest("s", 0, (1, 2, 3), 100)
 FRAME = [T.audio_token_id(p, 10 * p + 1) for p in range(7)]

@@ -4,7 +4,8 @@ backend, and the state the trtllm processor reads from the last token all follow
 import pytest
 
 from orpheus_svc.core import grammar as G
-from orpheus_svc.core.generation import Generation, GenerationRequest
+from orpheus_svc.core.generation import Generation
+from orpheus_svc.core.request import GenerationRequest
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, FRAME_TOKENS, audio_token_id
 
 PROMPT = (128259, 128000, 40, 128009, 128260, 128261, 128257)

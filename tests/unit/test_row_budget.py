@@ -6,7 +6,8 @@ import pytest
 
 from orpheus_svc.core.budget import MIN_SLACK_S, REALTIME_TOKENS_PER_S, WINDOW_S, RowBudget
 from orpheus_svc.core.checks import SettingError
-from orpheus_svc.core.generation import Generation, GenerationRequest
+from orpheus_svc.core.generation import Generation
+from orpheus_svc.core.request import GenerationRequest
 from orpheus_svc.core.scheduler import Scheduler
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.slots import SlotPool

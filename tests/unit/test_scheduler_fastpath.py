@@ -9,7 +9,8 @@ as sets, and the prefill rows (trtllm submits them in this order) as lists.
 
 import random
 
-from orpheus_svc.core.generation import Generation, GenerationRequest
+from orpheus_svc.core.generation import Generation
+from orpheus_svc.core.request import GenerationRequest
 from orpheus_svc.core.scheduler import Scheduler
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.slots import SlotPool

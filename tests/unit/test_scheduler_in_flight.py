@@ -10,7 +10,8 @@ work and the device's ran one after the other (issue 32)."""
 import numpy as np
 
 from orpheus_svc.core.budget import MIN_SLACK_S, REALTIME_TOKENS_PER_S
-from orpheus_svc.core.generation import Generation, GenerationRequest
+from orpheus_svc.core.generation import Generation
+from orpheus_svc.core.request import GenerationRequest
 from orpheus_svc.core.scheduler import Scheduler
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.slots import SlotPool

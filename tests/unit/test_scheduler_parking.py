@@ -6,7 +6,8 @@ before parking; both run the same random sessions and must make identical plans.
 
 import random
 
-from orpheus_svc.core.generation import Generation, GenerationRequest
+from orpheus_svc.core.generation import Generation
+from orpheus_svc.core.request import GenerationRequest
 from orpheus_svc.core.scheduler import Scheduler
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.step import StepResult

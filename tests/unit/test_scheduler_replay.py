@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from orpheus_svc.core.generation import Generation, GenerationRequest, SamplingParams
+from orpheus_svc.core.admission import AdmissionError
+from orpheus_svc.core.generation import Generation
 from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
 from orpheus_svc.core.admission import AdmissionError
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler import Scheduler
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.slots import SlotPool

@@ -3,8 +3,7 @@
 A decode step at small batches is dominated by kernel count, not bytes: eager torch runs
 about 40 kernels per layer (RMSNorm alone is 8: cast, square, mean, add, rsqrt, multiply,
 cast, weight), 1,100 per step, and at a few microseconds each they are most of the step's
-fixed cost (BENCHMARKS.md, "The graph engine on a GPU": 4.2 ms at batch 1 against a 1.6 ms
-floor). Per layer the fused step runs:
+fixed cost, well above its memory-bandwidth floor at batch 1. Per layer the fused step runs:
 
     qkv GEMM -> rope_qkv (RoPE on q and k, k and v written into the slot's KV)
              -> attention (2 kernels) -> o GEMM -> add_rms_norm (residual + post-norm)

@@ -1,4 +1,4 @@
-"""How many kernels one graph-engine step launches: the nodes its CUDA graph holds (issue 32).
+"""How many kernels one graph-engine step launches: the nodes its CUDA graph holds.
 
 At decode batch sizes a step's cost is largely per kernel (a few microseconds each), so the
 node count is a figure to watch, and one a CPU can count: run the step under a

@@ -1,5 +1,5 @@
 """The rows of one graph-engine step: decode rows and prompt tokens, as the captured step reads
-them (pure numpy; issue 32: no eager prefill on the hot path).
+them (pure numpy; no eager prefill on the hot path).
 
 A new generation's prompt enters the same captured step as the decode rows, one row per
 prompt token at its own position in its slot (chunked prefill as extra rows, as SGLang and

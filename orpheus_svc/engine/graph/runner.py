@@ -8,7 +8,7 @@
     collect(n):      wait for event n, read the ids (decode rows; each prompt's last row)
 
 Nothing of a step runs eagerly: a new prompt's tokens are rows of the captured step
-(rows.py, issue 32), and every host-to-device copy is from pinned memory, non-blocking.
+(rows.py), and every host-to-device copy is from pinned memory, non-blocking.
 Everything a step needs beyond its input rows lives on the device (step.py SlotState), so
 step n+1 can be launched before step n's ids are read (run-ahead, engine/loop.py): its
 decode rows' input tokens are the ids step n writes into last_ids. Two sets of pinned

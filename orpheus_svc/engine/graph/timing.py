@@ -9,10 +9,10 @@ host did:
     wait   the engine thread blocked for the step's ids
     host   the engine thread inside launch()
 
-so a step period that exceeds the graph's own time (BENCHMARKS.md, "The graph engine on a
-GPU": in the server about twice) is split into a longer `span` (other work on the same GPU,
-the SNAC codec's, slows the step itself) and `gap` (the device waited for the host: prefill,
-steps that could not run ahead). Summed over a window and logged by the backend.
+so a step period that exceeds the graph's own time is split into a longer `span` (other
+work on the same GPU, the SNAC codec's, slows the step itself) and `gap` (the device waited
+for the host: prefill, steps that could not run ahead). Summed over a window and logged by
+the backend.
 """
 
 from __future__ import annotations

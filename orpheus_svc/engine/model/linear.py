@@ -14,7 +14,7 @@ Elsewhere (the CPU, the tests) the same quantised operands are multiplied in flo
 same function up to the order of the sums.
 
 A layer's weight is read once per step whatever the batch, so at decode batch sizes FP8
-halves the bytes a step moves (the floor in BENCHMARKS.md, "The graph engine").
+halves the bytes a step moves, and with them the step's memory-bandwidth floor.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Fp8Linear:
     gemm (CUDA): "rowwise" hands both scale vectors to torch._scaled_mm (CUTLASS's rowwise
     kernel); "tensorwise" multiplies the E4M3 operands with unit scales (cuBLASLt's FP8
     GEMM, bf16 out) and applies the row and column scales to the product afterwards. The
-    same function either way; which is faster is measured (BENCHMARKS.md). In a
+    same function either way; which is faster depends on the card. In a
     batch-invariant step (engine/model/invariant.py) the same operands and scales go
     through fixed_gemm instead, whose tile does not follow the batch."""
 

@@ -21,10 +21,9 @@ adds its rows' low-rank updates, so rows on different adapters share one forward
 
 Attention on CUDA uses the memory-efficient kernel (else math), never cuDNN's: cuDNN builds
 an execution plan for every new shape, and the key span grows by one every decode step, so
-each step paid a new plan (about 35 ms of host time per step on an H200 against 7.7 ms of
-GPU work; BENCHMARKS.md, "The torch backend on a GPU"). Decode folds grouped-query attention
-into the query (one token per row: [B, heads, 1, d] is [B, kv_heads, group, d]), so no kernel
-needs GQA support and K/V are never repeated.
+each step would pay for a new plan, in host time several times the step's GPU work. Decode
+folds grouped-query attention into the query (one token per row: [B, heads, 1, d] is
+[B, kv_heads, group, d]), so no kernel needs GQA support and K/V are never repeated.
 """
 
 from __future__ import annotations
@@ -155,9 +154,9 @@ class SlotLlama:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of the layers, the norms and the whole LM head, as issue 28's floor counts
-        them (a decode step reads only the head's 28,672 audio rows and its stop row, and
-        gathers a few embedding rows, not counted)."""
+        """Bytes of the layers, the norms and the whole LM head: what a decode step's
+        memory-bandwidth floor counts (a decode step reads only the head's 28,672 audio rows
+        and its stop row, and gathers a few embedding rows, not counted)."""
         tensors = [self.final_norm, self.lm_head]
         total = sum(t.numel() * t.element_size() for t in tensors)
         for layer in self.layers:

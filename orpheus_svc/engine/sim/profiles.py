@@ -198,14 +198,13 @@ PROFILES: dict[str, GpuProfile] = {
                   "this model (h200-bf16; docs/capacity.md)"),
         # Measured, not paper: this project's graph engine (engine/graph: CUDA graphs,
         # Triton decode attention, run-ahead) on one H200, bf16 weights and KV, random
-        # weights of the Orpheus-3B shapes, context 500 (BENCHMARKS.md, "The graph engine";
-        # bench/results/gpu-engine-h200/). Peaks are the datasheet's; the efficiencies and
-        # the fixed cost are fitted to the measured device time of the graph step at batch
-        # 1, 64 and 256 (4.19 / 6.03 / 10.42 ms; this model: 4.28 / 5.83 / 10.67, within
-        # 4%). The fixed 1.5 ms is the step's ~560 small kernels (norms, RoPE, residuals),
-        # the 50% bandwidth its GEMVs and attention. SNAC: the codec as served (fp32, eager)
-        # measured at 16 and 64 windows of 16 kept frames: 64 us per frame, 1.3% of the
-        # FP16 peak.
+        # weights of the Orpheus-3B shapes, context 500 (bench/results/gpu-engine-h200/).
+        # Peaks are the datasheet's; the efficiencies and the fixed cost are fitted to the
+        # measured device time of the graph step at batch 1, 64 and 256 (4.19 / 6.03 / 10.42
+        # ms; this model: 4.28 / 5.83 / 10.67, within 4%). The fixed 1.5 ms is the step's ~560
+        # small kernels (norms, RoPE, residuals), the 50% bandwidth its GEMVs and attention.
+        # SNAC: the codec as served (fp32, eager) measured at 16 and 64 windows of 16 kept
+        # frames: 64 us per frame, 1.3% of the FP16 peak.
         GpuProfile(
             name="h200-bf16", gpu="NVIDIA H200 141 GB",
             mem_bandwidth=4.8 * TB,            # HBM3e, H200 datasheet (4.2 TB/s copy measured)
@@ -218,8 +217,7 @@ PROFILES: dict[str, GpuProfile] = {
         # The same engine with FP8 weights (E4M3, per-row scales, torch._scaled_mm rowwise)
         # in the same run: 5.48 / 7.89 / 12.15 ms at batch 1 / 64 / 256 (this model: 5.78 /
         # 7.51 / 12.77, within 6%). Slower than bf16: the per-token activation quantiser and
-        # the FP8 GEMM at these small batches cost more than the halved weight bytes save
-        # (BENCHMARKS.md).
+        # the FP8 GEMM at these small batches cost more than the halved weight bytes save.
         GpuProfile(
             name="h200-fp8", gpu="NVIDIA H200 141 GB",
             mem_bandwidth=4.8 * TB,

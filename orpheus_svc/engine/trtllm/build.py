@@ -58,8 +58,6 @@ from orpheus_svc.engine.trtllm.worker import ensure_worker_can_import
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrtllmBackend", "TrtllmStartupError", "build_trtllm_backend", "sampling_kwargs"]
-
 
 def sampling_kwargs(row: StepRow, grammar: AudioGrammarLogitsProcessor | None = None
                     ) -> dict[str, Any]:
