@@ -186,12 +186,12 @@ def columns_to_ids(cols: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 def sample_rows(logits: torch.Tensor, params: RowParams) -> list[int]:
     """Sample one column per row of [B, 4097] logits; returns token ids."""
     device = logits.device
-    temp = torch.as_tensor(params.temperature, dtype=torch.float32, device=device)
+    temperature = torch.as_tensor(params.temperature, dtype=torch.float32, device=device)
     top_p = torch.as_tensor(params.top_p, dtype=torch.float32, device=device)
     u = splitmix_uniform(np.asarray(params.seeds, dtype=np.uint64),
                          np.asarray(params.counters, dtype=np.uint64))
     u = torch.as_tensor(u, dtype=torch.float32, device=device)
-    cols = choose_columns(logits, temp, top_p, u).tolist()
+    cols = choose_columns(logits, temperature, top_p, u).tolist()
     return [END_OF_SPEECH_ID if c == STOP_COLUMN else position_id_range(p)[0] + c
             for c, p in zip(cols, params.positions)]
 
