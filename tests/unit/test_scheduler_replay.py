@@ -1,4 +1,4 @@
-"""Every decision the scheduler makes in fifteen seeded lives, against a record of them.
+"""Every decision the scheduler makes in sixteen seeded lives, against a record of them.
 
 Each life below is seeded-random: sessions arrive with several segments each, steps run
 (some planned ahead of their tokens, as the graph engine does), tokens come back legal,
@@ -34,8 +34,8 @@ frozen one are checked in tests/unit/test_scheduler_in_flight.py.
 
 The live comparison's checks, and which test holds each now. All but the last are
 test_the_scheduler_decides_as_recorded, on the same lives with the same calls and the same
-random draws (so the same counts of what happened) as the live comparison; in its record
-each is a key of a step's line, named here in quotes:
+random draws (so the same counts of what happened) as the live comparison, and one more
+life ("aging"); in its record each is a key of a step's line, named here in quotes:
 
     add() of each new segment: queued, or the AdmissionError's message (the waiting cap);
         a prompt the slot cannot hold raises PromptTooLong ("add")
@@ -333,6 +333,11 @@ LIVES = {
                           expect=("full", "deferred", "rejected", "refused"),
                           settings=dict(max_batch_size=16, max_waiting=24, aging_steps=32,
                                         row_budget=True, row_budget_headroom=0.1)),
+    # more runnable than the batch holds, aged after two steps left out, so that aged ones
+    # compete for the places: longest left out first (added by issue 44, recorded from the
+    # frozen scheduler too; the aging order reversed changes no other life's decisions)
+    "aging": Life(16, slots=12, sessions=12, arrival_p=0.1, expect=("full", "rejected"),
+                  settings=dict(max_batch_size=3, max_waiting=8, aging_steps=2)),
     "settings-swapped": Life(10, slots=12, expect=("parked", "deferred"),
                              settings=dict(max_batch_size=6, max_waiting=8),
                              swaps={300: dict(max_batch_size=6, max_waiting=8,
