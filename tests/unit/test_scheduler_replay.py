@@ -1,43 +1,277 @@
-"""The scheduler split by concern decides the same things as the one it replaced, step for step.
+"""Every decision the scheduler makes in sixteen seeded lives, against a record of them.
 
-Before issue 38 one class held admission, the budget's deferrals, the parking of sessions far
-ahead and the playout clocks; tests/unit/legacy_scheduler.py is that class, frozen. Each life
-below is seeded-random and fed to both: sessions arrive with several segments each, steps run
-(some launched ahead of their tokens, as the graph engine does), tokens come back legal,
+Each life below is seeded-random: sessions arrive with several segments each, steps run
+(some planned ahead of their tokens, as the graph engine does), tokens come back legal,
 stopping, breaking the grammar, several at once, or failing; clients cancel; a backend that
-drains confirms its ends late. Every answer is compared: each StepPlan (rows in order,
-admitted, released, refused, idle time), each step planned ahead, each update's outcome
-(frames and ends), the playout snapshots, the counters, and the generations' own state.
+drains confirms its ends late; settings are swapped on a live scheduler. replay() drives
+core/scheduler.py's Scheduler through a life and hands every answer, as plain JSON values,
+to an observer. The test's observer compares each with the record of that life,
+tests/unit/scheduler_lives/<life>.jsonl.gz (one JSON line per step once decompressed), and
+fails at the first step that differs, naming the life, the step and what differs.
 
-Run-ahead changed on purpose since (issue 32 item 2): the frozen scheduler planned a step
-ahead only when nothing waited, was cancelled, drained or parked (schedule_ahead, else None);
-today's plans one whatever joins or leaves (schedule with the step in flight). Where the
-frozen one ran ahead, today's must give the same plan; where it declined, both go on as the
-frozen one did (the step after is planned once the tokens are known), and the steps today's
-runs ahead of the frozen one are checked in tests/unit/test_scheduler_in_flight.py.
+Where the records come from. Until issue 44 this test fed each life both to today's
+Scheduler and to a frozen copy of the scheduler as it was before issue 38 split it by
+concern (tests/unit/legacy_scheduler.py, 717 lines, deleted by issue 44: `git show
+de3b2a0:tests/unit/legacy_scheduler.py`), and compared their answers live. The records were
+made once from that frozen copy at commit de3b2a0, where the live comparison passed:
+
+    .venv/bin/python -m tests.unit.record_scheduler_lives --legacy de3b2a0
+
+Recorded from today's Scheduler at that commit they are the same, step for step. After a
+change of behaviour made on purpose, regenerate them from today's Scheduler and read the
+diff before committing it (tests/unit/record_scheduler_lives.py says how):
+
+    .venv/bin/python -m tests.unit.record_scheduler_lives [LIFE ...]
+
+Which steps ran ahead is part of a life's script, not of what it checks: the frozen
+scheduler planned a step ahead only when nothing waited, was cancelled, drained or parked
+(schedule_ahead, else None); today's plans one whatever joins or leaves (schedule with the
+step in flight, issue 32 item 2). So each record keeps the steps where the frozen one ran
+ahead (`ahead_steps`, in its first line); the replay plans ahead exactly there and, where the
+frozen one declined, goes on as it did (the step after is planned once the tokens are
+known). Regenerating keeps those steps. The steps today's scheduler runs ahead of the
+frozen one are checked in tests/unit/test_scheduler_in_flight.py.
+
+The live comparison's checks, and which test holds each now. All but the last are
+test_the_scheduler_decides_as_recorded, on the same lives with the same calls and the same
+random draws (so the same counts of what happened) as the live comparison, and one more
+life ("aging"); in its record each is a key of a step's line, named here in quotes:
+
+    add() of each new segment: queued, or the AdmissionError's message (the waiting cap);
+        a prompt the slot cannot hold raises PromptTooLong ("add")
+    cancel(): the generation it returns and its finish reason, or None ("cancel")
+    schedule(): each StepPlan whole: its step number, the prefill rows and the decode rows
+        in order, each row field for field (gen_id, slot, its request, seed, prefill,
+        num_generated, last_token, position, frame_position, stop_allowed; the requests
+        interned: "rq" gives each the first time one is seen), admitted, released, refused
+        with the message, idle_s ("plan")
+    the step planned ahead (the frozen scheduler's schedule_ahead; today's schedule with
+        the step in flight) where the frozen one planned one: the same fields ("ahead")
+    update(): the outcome's frames (gen_id and the codes) and ends (gen_id and finish
+        reason); after it each frame's playout_update(gen, now).starts_at (or None), then
+        playout_moved(now) as (gen_id, starts_at) ("out")
+    after every step, idle ones too, and once after the last: every counter of
+        stats(now); has_work; running() in order; the pool's free and draining slots;
+        get() of a random gen id (ended, refused, unknown and past-the-end ones too) and
+        buffered_seconds() of a random session ("chk"; stored as what changed since the
+        step before)
+    every 50 steps and after the last: every generation's own state, slot, num_frames,
+        cancelled, finish_reason, steps_waited, frames_not_in_playout, num_generated,
+        last_token and its request with max_tokens fitted to the slot ("all"; stored as
+        the generations that changed since the snapshot before)
+    that each life reaches what it is about, else a pass proves little (admissions, frames,
+        ends and a queue more than 20 times; per life its `expect`): the counts are in the
+        record's first line ("seen"; "parked" and "deferred" were read from the frozen
+        scheduler's insides) and asserted there by test_the_scheduler_decides_as_recorded,
+        and the replay's own counts, all but those two, must equal them; that every life
+        has a record and nothing else is one: test_every_life_has_its_record
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import json
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
 
-from orpheus_svc.core.admission import AdmissionError
 from orpheus_svc.core.generation import Generation
+from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.prompt import PromptTooLong, fit_to_slot
 from orpheus_svc.core.admission import AdmissionError
-from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.scheduler import Scheduler
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.core.slots import SlotPool
 from orpheus_svc.core.step import StepResult
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, FRAME_TOKENS, audio_token_id
 
-from . import legacy_scheduler as legacy
+RECORDS = Path(__file__).with_name("scheduler_lives")
+
+
+# -- the answers as JSON values --------------------------------------------------------
+
+
+def _plain(value):
+    """A request (or any frozen dataclass of plain values) as JSON: dataclasses as lists of
+    their fields in order, tuples as lists, a prompt 0, 1, .. n-1 as {"range": n}."""
+    if dataclasses.is_dataclass(value):
+        return [_plain(getattr(value, f.name)) for f in dataclasses.fields(value)]
+    if isinstance(value, tuple):
+        if value == tuple(range(len(value))):
+            return {"range": len(value)}
+        return [_plain(v) for v in value]
+    return value
+
+
+def _gen_key(gen: Generation | None):
+    return None if gen is None else [gen.gen_id, gen.finish_reason]
+
+
+class Observer:
+    """Takes replay()'s answers, step by step (step(), then put() per answer). It interns the
+    requests that rows and generations carry: each distinct one gets the next index when
+    first seen, given with the answer that first carries it ("rq": [[index, request]])."""
+
+    def __init__(self) -> None:
+        self._index: dict[str, int] = {}
+        self._by_id: dict[int, tuple[GenerationRequest, int]] = {}
+        self._new: list = []
+
+    def step(self, step: int | str) -> None:
+        raise NotImplementedError
+
+    def put(self, key: str, value) -> None:
+        raise NotImplementedError
+
+    def request(self, req: GenerationRequest) -> int:
+        known = self._by_id.get(id(req))
+        if known is not None and known[0] is req:
+            return known[1]
+        plain = _plain(req)
+        text = json.dumps(plain)
+        index = self._index.get(text)
+        if index is None:
+            index = self._index[text] = len(self._index)
+            self._new.append([index, plain])
+        self._by_id[id(req)] = (req, index)
+        return index
+
+    def new_requests(self, out: dict) -> dict:
+        if self._new:
+            out["rq"], self._new = self._new, []
+        return out
+
+    def row(self, r) -> list:
+        return [r.gen_id, r.slot, self.request(r.request), r.seed, int(r.prefill),
+                r.num_generated, r.last_token, r.position, r.frame_position,
+                int(r.stop_allowed)]
+
+    def plan(self, plan) -> dict:
+        out: dict = {"step": plan.step}
+        if plan.prefill:
+            out["p"] = [self.row(r) for r in plan.prefill]
+        if len(plan.decode):
+            out["d"] = [self.row(r) for r in plan.decode.rows]
+        if plan.admitted:
+            out["adm"] = [g.gen_id for g in plan.admitted]
+        if plan.released:
+            out["rel"] = [g.gen_id for g in plan.released]
+        if plan.idle_s:
+            out["idle"] = plan.idle_s
+        if plan.refused:
+            out["ref"] = [[g.gen_id, why] for g, why in plan.refused]
+        return self.new_requests(out)
+
+    def state(self, gen: Generation, max_seq_len: int) -> list:
+        # The frozen scheduler cut max_tokens to the slot at admission, today's when it
+        # queues: the requests are compared as fitted (fitting twice changes nothing). The
+        # plans' rows carry the requests as the backend gets them, compared as they are.
+        req = gen.request
+        budget = fit_to_slot(len(req.prompt_ids), req.max_tokens, max_seq_len)
+        if budget != req.max_tokens:
+            req = dataclasses.replace(req, max_tokens=budget)
+        return [gen.slot, gen.num_frames, int(gen.cancelled), gen.finish_reason,
+                gen.steps_waited, gen.frames_not_in_playout, gen.num_generated,
+                gen.last_token, self.request(req)]
+
+
+class Checker(Observer):
+    """Compares each answer with the record; the first that differs fails the test."""
+
+    def __init__(self, name: str, steps: list[dict]) -> None:
+        super().__init__()
+        self.name, self._steps, self._at = name, iter(steps), None
+        self._expected: dict = {}
+
+    def step(self, step) -> None:
+        self._done()
+        self._expected = next(self._steps)
+        self._at = self._expected.pop("s")
+        assert self._at == step, (self.name, step, self._at)
+
+    def put(self, key: str, value) -> None:
+        expected = self._expected.pop(key, "(nothing)")
+        if value != expected:
+            pytest.fail(f"life {self.name!r}, step {self._at}: {key} differs from the record"
+                        f"\n  recorded: {json.dumps(expected)}\n  now:      {json.dumps(value)}"
+                        f"{_diff(expected, value)}", pytrace=False)
+
+    def _done(self) -> None:
+        if self._expected:
+            pytest.fail(f"life {self.name!r}, step {self._at}: the record has "
+                        f"{sorted(self._expected)} too, the replay gave none", pytrace=False)
+
+    def finish(self) -> None:
+        self._done()
+        rest = next(self._steps, None)
+        assert rest is None, (self.name, "the record goes on", rest)
+
+
+def _diff(expected, value) -> str:
+    if isinstance(expected, dict) and isinstance(value, dict):
+        keys = [k for k in {**expected, **value} if expected.get(k) != value.get(k)]
+        return "".join(f"\n  {k}: recorded {json.dumps(expected.get(k))}, "
+                       f"now {json.dumps(value.get(k))}" for k in keys)
+    return ""
+
+
+# The answers stored as changes: "chk" (after every step) against the one before, its "st"
+# (the stats) field by field; "all" (every 50 steps) generation by generation.
+def encode_changes(steps: list[dict]) -> list[dict]:
+    out, chk, gens = [], {}, {}
+    for line in steps:
+        line = dict(line)
+        if "chk" in line:
+            new = line["chk"]
+            delta = {k: v for k, v in new.items()
+                     if k in ("get", "buf") or (k != "st" and chk.get(k, object()) != v)}
+            st = {k: v for k, v in new["st"].items() if chk.get("st", {}).get(k) != v}
+            if st:
+                delta["st"] = st
+            line["chk"], chk = delta, new
+        if "all" in line:
+            new = line["all"]
+            delta = {k: v for k, v in new["gens"].items() if gens.get(k) != v}
+            line["all"] = {**({"rq": new["rq"]} if "rq" in new else {}), "gens": delta}
+            gens = new["gens"]
+        out.append(line)
+    return out
+
+
+def decode_changes(steps: list[dict]) -> list[dict]:
+    chk: dict = {"st": {}}
+    gens: dict = {}
+    for line in steps:
+        if "chk" in line:
+            delta = line["chk"]
+            full = {k: v for k, v in chk.items() if k not in ("get", "buf")}
+            full.update({k: v for k, v in delta.items() if k != "st"})
+            full["st"] = {**chk["st"], **delta.get("st", {})}
+            line["chk"] = chk = full
+        if "all" in line:
+            gens = {**gens, **line["all"]["gens"]}
+            line["all"] = {**line["all"], "gens": gens}
+    return steps
+
+
+def record_path(name: str) -> Path:
+    return RECORDS / f"{name}.jsonl.gz"
+
+
+def read_record(name: str) -> tuple[dict, list[dict]]:
+    """The record's first line (the life's name, where it was recorded from, its run-ahead
+    steps, its counts) and its steps, changes resolved."""
+    with gzip.open(record_path(name), "rt", encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f]
+    return lines[0], decode_changes(lines[1:])
+
+
+# -- the life ------------------------------------------------------------------------------
 
 
 @dataclass
@@ -102,6 +336,11 @@ LIVES = {
                           expect=("full", "deferred", "rejected", "refused"),
                           settings=dict(max_batch_size=16, max_waiting=24, aging_steps=32,
                                         row_budget=True, row_budget_headroom=0.1)),
+    # more runnable than the batch holds, aged after two steps left out, so that aged ones
+    # compete for the places: longest left out first (added by issue 44, recorded from the
+    # frozen scheduler too; the aging order reversed changes no other life's decisions)
+    "aging": Life(16, slots=12, sessions=12, arrival_p=0.1, expect=("full", "rejected"),
+                  settings=dict(max_batch_size=3, max_waiting=8, aging_steps=2)),
     "settings-swapped": Life(10, slots=12, expect=("parked", "deferred"),
                              settings=dict(max_batch_size=6, max_waiting=8),
                              swaps={300: dict(max_batch_size=6, max_waiting=8,
@@ -112,128 +351,6 @@ LIVES = {
                                               row_budget=True),
                                     900: dict(max_batch_size=3, max_waiting=2)}),
 }
-
-
-class Twin:
-    """The old and the new scheduler, fed the same calls; each answer compared."""
-
-    def __init__(self, life: Life) -> None:
-        self.life = life
-        pools = [SlotPool(life.slots, life.max_seq_len, confirm_frees=life.confirm_frees)
-                 for _ in range(2)]
-        self.old = legacy.Scheduler(pools[0], legacy.SchedulerSettings(**life.settings))
-        self.new = Scheduler(pools[1], SchedulerSettings(**life.settings))
-        self.gens: dict[int, tuple[Generation, Generation]] = {}  # gen_id -> (old, new)
-        self.session_ids: list[str] = []
-
-    def swap(self, settings: dict) -> None:
-        self.old.settings = legacy.SchedulerSettings(**settings)
-        self.new.settings = SchedulerSettings(**settings)
-
-    def add(self, gen_id: int, req: GenerationRequest, now: float) -> str:
-        """Submit to both: "queued", "rejected" (the waiting cap), "too long" (the slot)."""
-        pair = tuple(Generation(gen_id=gen_id, request=req, arrival=now, seed=gen_id)
-                     for _ in range(2))
-        try:
-            fit_to_slot(len(req.prompt_ids), req.max_tokens, self.life.max_seq_len)
-        except PromptTooLong:
-            # The old scheduler never saw such a prompt: the engine loop refused it first.
-            # Now the scheduler's add() is that one check.
-            with pytest.raises(PromptTooLong):
-                self.new.add(pair[1])
-            return "too long"
-        answers = []
-        for sched, gen in zip((self.old, self.new), pair):
-            try:
-                sched.add(gen)
-                answers.append(None)
-            except (AdmissionError, legacy.AdmissionError) as exc:
-                answers.append(str(exc))
-        assert answers[0] == answers[1]
-        self.gens[gen_id] = pair
-        return "queued" if answers[0] is None else "rejected"
-
-    def cancel(self, gen_id: int, now: float) -> None:
-        a, b = self.old.cancel(gen_id, now), self.new.cancel(gen_id, now)
-        assert _gen_key(a) == _gen_key(b)
-
-    def schedule(self, now: float):
-        a, b = self.old.schedule(now), self.new.schedule(now)
-        assert _plan_key(a) == _plan_key(b), now
-        return a, b
-
-    def schedule_ahead(self, plans, now: float):
-        a = self.old.schedule_ahead(plans[0], now)
-        if a is None:  # the frozen one declined: today's would not (module docstring)
-            return None
-        b = self.new.schedule(now, in_flight=plans[1])
-        # a plan made in flight forgets idle sessions as every plan does; the frozen one's
-        # schedule_ahead did not (its next schedule() did, one step later)
-        self.old._forget_idle_sessions(now)
-        assert _plan_key(a) == _plan_key(b), now
-        return a, b
-
-    def update(self, plans, result: StepResult, now: float):
-        a = self.old.update(plans[0], result, now)
-        b = self.new.update(plans[1], result, now)
-        assert _outcome_key(a) == _outcome_key(b), now
-        # today's update hands the snapshots out with its pushes (StepOutput.pushes: one
-        # per generation with frames, in order, then the moved ones, not final); the frozen
-        # one's caller asked for them after the update
-        for (ga, _), push in zip(a.frames, b.pushes):
-            pa, pb = self.old.playout_update(ga, now), push.playout
-            assert (pa and pa.starts_at) == (pb and pb.starts_at)
-        moved = [[(g.gen_id, p.starts_at) for g, p in self.old.playout_moved(now)],
-                 [(p.gen_id, p.playout.starts_at) for p in b.pushes[len(b.frames):]
-                  if not p.final]]
-        assert moved[0] == moved[1]
-        return a, b
-
-    def freed(self, gen_ids) -> None:
-        self.old.freed(gen_ids)
-        self.new.freed(gen_ids)
-
-    def check(self, now: float, rng: random.Random, everything: bool) -> None:
-        """The counters and queries; every generation's state when `everything`."""
-        old, new = self.old, self.new
-        assert dataclasses.asdict(old.stats(now)) == dataclasses.asdict(new.stats(now))
-        assert old.has_work == new.has_work
-        assert [g.gen_id for g in old.running()] == [g.gen_id for g in new.running()]
-        assert old.pool.num_free == new.pool.num_free
-        assert old.pool.num_draining == new.pool.num_draining
-        if self.gens:
-            gid = rng.randrange(1, len(self.gens) + 2)
-            assert _gen_key(old.get(gid)) == _gen_key(new.get(gid))
-            sid = f"s{rng.randrange(self.life.sessions)}"
-            assert old.buffered_seconds(sid, now) == new.buffered_seconds(sid, now)
-        if everything:
-            for a, b in self.gens.values():
-                assert self._state(a) == self._state(b), a.gen_id
-
-    def _state(self, gen: Generation) -> tuple:
-        # The old scheduler cut max_tokens to the slot at admission, the new one when it
-        # queues: compare the budgets as fitted (fitting twice changes nothing). The plans'
-        # rows carry the requests as the backend gets them, compared as they are.
-        req = gen.request
-        req = dataclasses.replace(req, max_tokens=fit_to_slot(
-            len(req.prompt_ids), req.max_tokens, self.life.max_seq_len))
-        return (gen.slot, gen.num_frames, gen.cancelled, gen.finish_reason, gen.steps_waited,
-                gen.frames_not_in_playout, gen.num_generated, gen.last_token, req)
-
-
-def _gen_key(gen: Generation | None):
-    return None if gen is None else (gen.gen_id, gen.finish_reason)
-
-
-def _plan_key(plan) -> tuple:
-    return (plan.step, plan.prefill, plan.decode.rows, [g.gen_id for g in plan.admitted],
-            [g.gen_id for g in plan.released], plan.idle_s,
-            [(g.gen_id, why) for g, why in plan.refused])
-
-
-def _outcome_key(out) -> tuple:
-    return ([(g.gen_id, codes.tolist()) for g, codes in out.frames],
-            [(g.gen_id, g.finish_reason) for g in out.finished])
 
 
 def _tokens(rng: random.Random, row, life: Life, one: bool) -> list[int]:
@@ -274,27 +391,64 @@ def _result(rng: random.Random, plan, life: Life, draining: list[int]) -> StepRe
     return result
 
 
-def _release(twin: Twin, gen_ids: list[int], draining: list[int]) -> None:
+def _release(sched, life: Life, gen_ids: list[int], draining: list[int]) -> None:
     """Backend.release: a draining backend confirms later (StepResult.freed)."""
-    if twin.life.confirm_frees:
+    if life.confirm_frees:
         draining.extend(gen_ids)
     else:
-        twin.freed(gen_ids)
+        sched.freed(gen_ids)
 
 
-def replay(life: Life) -> dict[str, int]:
-    """Run `life` through both schedulers; what happened, counted (to show it was covered)."""
+def _submit(sched, gen: Generation) -> str:
+    """add(): "queued", the AdmissionError's message (the waiting cap) or "too long"."""
+    try:
+        sched.add(gen)
+    except PromptTooLong:
+        return "too long"
+    except AdmissionError as exc:
+        return str(exc)
+    return "queued"
+
+
+def _check(sched, life: Life, obs: Observer, gens: dict[int, Generation], now: float,
+           rng: random.Random, everything: bool) -> None:
+    """The counters and queries; every generation's state when `everything`."""
+    chk = {"st": dataclasses.asdict(sched.stats(now)), "work": sched.has_work,
+           "run": [g.gen_id for g in sched.running()], "free": sched.pool.num_free,
+           "drain": sched.pool.num_draining}
+    if gens:
+        gid = rng.randrange(1, len(gens) + 2)
+        chk["get"] = [gid, _gen_key(sched.get(gid))]
+        sid = f"s{rng.randrange(life.sessions)}"
+        chk["buf"] = [sid, sched.buffered_seconds(sid, now)]
+    obs.put("chk", chk)
+    if everything:
+        states = {str(g.gen_id): obs.state(g, life.max_seq_len) for g in gens.values()}
+        obs.put("all", obs.new_requests({"gens": states}))
+
+
+def replay(life: Life, sched, obs: Observer, ahead_steps: set[int] | None = None,
+           insides: Callable | None = None) -> tuple[dict[str, int], list[int]]:
+    """Run `life` through `sched` (today's Scheduler, or what has its calls), every answer
+    to `obs`. With `life.runs_ahead`, a step is planned ahead at `ahead_steps` (None: at
+    every step where `sched` plans one; the frozen scheduler declined some). Returns what
+    happened, counted (to show it was covered; "parked" and "deferred" only with
+    `insides`, which tells from a scheduler's insides whether any are), and the steps that
+    ran ahead."""
     rng = random.Random(life.seed)
-    twin = Twin(life)
     seen = dict.fromkeys(["admitted", "refused", "released", "idle", "parked_idle", "ahead",
                           "finished", "frames", "waiting", "full", "parked", "deferred",
                           "queued", "rejected", "too long", "cut"], 0)
+    if insides is None:
+        del seen["parked"], seen["deferred"]
+    gens: dict[int, Generation] = {}
     segments: dict[str, int] = {}  # session -> its last segment so far
     names = [f"s{i}" for i in range(life.sessions)]  # each client's current session
-    now, next_id, ahead, draining = 0.0, 1, None, []
+    now, next_id, ahead, draining, ran_ahead = 0.0, 1, None, [], []
     for step in range(life.steps):
+        obs.step(step)
         if step in life.swaps:
-            twin.swap(life.swaps[step])
+            sched.settings = type(sched.settings)(**life.swaps[step])
         # mostly a step's time; now and then a pause that lets buffers run dry
         pause = rng.random()
         now += 2.0 if pause < 0.005 else 0.3 if pause < 0.02 else rng.choice(
@@ -304,8 +458,7 @@ def replay(life: Life) -> dict[str, int]:
             sid = names[client]
             if segments.get(sid, -1) + 1 >= life.max_segments:  # done: the client's next one
                 sid = names[client] = f"{sid}+"
-            if sid not in segments:
-                twin.session_ids.append(sid)
+            added = []
             for _ in range(rng.choice([1, 1, 2, 3])):
                 seg = segments.get(sid, -1) + 1
                 if seg >= life.max_segments:
@@ -315,59 +468,107 @@ def replay(life: Life) -> dict[str, int]:
                     sid, seg, tuple(range(rng.choice(life.prompt_lens))),
                     rng.choice([7, 70, 140, 700]), SamplingParams(seed=next_id),
                     expected_frames=rng.randrange(0, 60))
-                outcome = twin.add(next_id, req, now)
+                gen = Generation(gen_id=next_id, request=req, arrival=now, seed=next_id)
+                answer = _submit(sched, gen)
+                added.append([next_id, answer])
+                outcome = answer if answer in ("queued", "too long") else "rejected"
                 seen[outcome] += 1
+                if outcome != "too long":
+                    gens[next_id] = gen
                 if outcome == "queued":  # a budget the slot cannot hold: cut to fit
                     seen["cut"] += req.max_tokens > life.max_seq_len - len(req.prompt_ids)
                 next_id += 1
+            obs.put("add", added)
         if next_id > 1 and rng.random() < life.cancel_p:
-            live = [g for g, _ in twin.gens.values() if not g.finished]
+            live = [g for g in gens.values() if not g.finished]
             if live and rng.random() < 0.7:  # running or waiting
-                twin.cancel(rng.choice(live).gen_id, now)
+                gid = rng.choice(live).gen_id
             else:  # any: ended, refused or unknown too
-                twin.cancel(rng.randrange(1, next_id + 1), now)
+                gid = rng.randrange(1, next_id + 1)
+            obs.put("cancel", [gid, _gen_key(sched.cancel(gid, now))])
         if ahead is not None:
-            plans, ahead = ahead, None
+            plan, ahead = ahead, None
         else:
-            plans = twin.schedule(now)
-            plan = plans[0]
+            plan = sched.schedule(now)
+            obs.put("plan", obs.plan(plan))
             seen["admitted"] += len(plan.admitted)
             seen["refused"] += len(plan.refused)
             seen["released"] += len(plan.released)
-            _release(twin, [g.gen_id for g in plan.released], draining)
-            if plan.empty and not twin.old.pool.num_draining:
+            _release(sched, life, [g.gen_id for g in plan.released], draining)
+            if plan.empty and not sched.pool.num_draining:
                 seen["idle"] += 1
                 if plan.idle_s > 0:
                     seen["parked_idle"] += 1
                     if rng.random() < 0.5:
                         now += plan.idle_s  # the engine waits exactly that long
-                twin.check(now, rng, everything=step % 50 == 0)
+                _check(sched, life, obs, gens, now, rng, everything=step % 50 == 0)
                 continue
-        if life.runs_ahead and not plans[0].empty:
-            ahead = twin.schedule_ahead(plans, now)
-            seen["ahead"] += ahead is not None
-        result = _result(rng, plans[0], life, draining)
+        if life.runs_ahead and not plan.empty and (ahead_steps is None or step in ahead_steps):
+            ahead = sched.schedule(now, in_flight=plan)  # None: the frozen one declined
+            if ahead is not None:
+                obs.put("ahead", obs.plan(ahead))
+                ran_ahead.append(step)
+                seen["ahead"] += 1
+        result = _result(rng, plan, life, draining)
         now += rng.choice([0.0, 0.001, 0.012])
-        outcomes = twin.update(plans, result, now)
-        seen["frames"] += len(outcomes[0].frames)
-        seen["finished"] += len(outcomes[0].finished)
-        _release(twin, [g.gen_id for g in outcomes[0].finished], draining)
-        stats = twin.old.stats()
+        out = sched.update(plan, result, now)
+        answer: dict = {}
+        # Today's update hands the snapshots out itself (StepOutput.pushes: one per
+        # generation with frames, in their order, then the moved ones, not final); the
+        # legacy scheduler's caller asked for them after the update, in the same order.
+        pushes = getattr(out, "pushes", None)
+        if out.frames:
+            answer["f"] = [[g.gen_id, codes.tolist()] for g, codes in out.frames]
+            snaps = ([sched.playout_update(g, now) for g, _ in out.frames] if pushes is None
+                     else [p.playout for p in pushes[:len(out.frames)]])
+            answer["po"] = [None if p is None else p.starts_at for p in snaps]
+        if out.finished:
+            answer["fin"] = [[g.gen_id, g.finish_reason] for g in out.finished]
+        moved = ([[g.gen_id, p.starts_at] for g, p in sched.playout_moved(now)] if pushes is None
+                 else [[p.gen_id, p.playout.starts_at] for p in pushes[len(out.frames):]
+                       if not p.final])
+        if moved:
+            answer["mv"] = moved
+        obs.put("out", answer)
+        seen["frames"] += len(out.frames)
+        seen["finished"] += len(out.finished)
+        _release(sched, life, [g.gen_id for g in out.finished], draining)
+        stats = sched.stats()
         seen["waiting"] += stats.waiting > 0
         seen["full"] += stats.free_slots == 0
-        seen["parked"] += bool(twin.old._parked)  # the frozen one's insides: what was reached
-        seen["deferred"] += bool(twin.old._deferred_ids)
-        twin.check(now, rng, everything=step % 50 == 0)
-    twin.check(now, rng, everything=True)
-    return seen
+        if insides is not None:
+            parked, deferred = insides(sched)
+            seen["parked"] += parked
+            seen["deferred"] += deferred
+        _check(sched, life, obs, gens, now, rng, everything=step % 50 == 0)
+    obs.step("end")
+    _check(sched, life, obs, gens, now, rng, everything=True)
+    return seen, ran_ahead
+
+
+def scheduler(life: Life) -> Scheduler:
+    return Scheduler(SlotPool(life.slots, life.max_seq_len, confirm_frees=life.confirm_frees),
+                     SchedulerSettings(**life.settings))
+
+
+def test_every_life_has_its_record():
+    assert sorted(p.name for p in RECORDS.glob("*.jsonl.gz")) == sorted(
+        record_path(name).name for name in LIVES)
 
 
 @pytest.mark.parametrize("name", list(LIVES))
-def test_the_split_scheduler_decides_as_the_old_one_did(name):
+def test_the_scheduler_decides_as_recorded(name):
     life = LIVES[name]
-    seen = replay(life)
+    head, steps = read_record(name)
+    assert head["life"] == name
     # the life reached what it is about (else a pass would prove little)
+    recorded = head["seen"]
     for what in ("admitted", "frames", "finished", "waiting"):
-        assert seen[what] > 20, (what, seen)
+        assert recorded[what] > 20, (what, recorded)
     for what in life.expect:
-        assert seen[what] > 0, (what, seen)
+        assert recorded[what] > 0, (what, recorded)
+    obs = Checker(name, steps)
+    seen, ran_ahead = replay(life, scheduler(life), obs, set(head["ahead_steps"]))
+    obs.finish()
+    assert ran_ahead == head["ahead_steps"]
+    assert seen == {k: v for k, v in recorded.items() if k in seen}
