@@ -29,6 +29,12 @@ class SessionBook:
         """`gen`'s session (it must have been added)."""
         return self._sessions[gen.request.session_id]
 
+    def of(self, session_id: str) -> SessionPlayout | None:
+        return self._sessions.get(session_id)
+
+    def sessions(self) -> list[SessionPlayout]:
+        return list(self._sessions.values())
+
     def add(self, gen: Generation) -> None:
         """`gen` joins its session (created with its first generation)."""
         sid = gen.request.session_id

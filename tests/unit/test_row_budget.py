@@ -74,7 +74,7 @@ def test_a_later_segment_waits_while_the_budget_is_full_and_goes_when_it_is_due(
     while later.slot is None:
         # the listeners wait for neither head (both are running), so "a"'s next segment is
         # needed only once a's head has played: it waits until that is within MIN_SLACK_S
-        slack = s._sessions["a"].slack(later, now)
+        slack = s._sessions.of("a").slack(later, now)
         plan = _step(s, now)
         if later.slot is None:
             waited = True
@@ -172,7 +172,7 @@ def test_under_a_modelled_gpu_the_running_rows_settle_at_the_real_time_batch():
             assert len(plan.rows) == 300
         now += 0.002 + 20e-6 * len(plan.rows)
         running.append((now, len(plan.rows)))
-        late += sum(1 for sess in s._sessions.values()
+        late += sum(1 for sess in s._sessions.sessions()
                     if sess.gens and sess.playout_end is not None and sess.playout_end < now)
     settled = [n for t, n in running if 1.0 <= t <= 3.5]
     assert 454 * 0.95 <= min(settled) <= max(settled) <= 455, (min(settled), max(settled))

@@ -266,7 +266,7 @@ def test_a_deferred_segment_coming_due_is_admitted_in_the_plan_made_in_flight():
         assert due < now + 10
         ahead = sched.schedule(due, in_flight=plan)
     # it came due because its slack fell to MIN_SLACK_S, and the plan made in flight took it
-    assert sched._sessions["a"].slack(later, due) <= MIN_SLACK_S + 0.05
+    assert sched._sessions.of("a").slack(later, due) <= MIN_SLACK_S + 0.05
     assert later.gen_id in [g.gen_id for g in ahead.admitted]
     assert later.gen_id in [r.gen_id for r in ahead.prefill]
 
