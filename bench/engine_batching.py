@@ -26,13 +26,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orpheus_svc.core.generation import Generation  # noqa: E402
+from orpheus_svc.core.batch import BatchState, TokenState  # noqa: E402
 from orpheus_svc.core.request import GenerationRequest  # noqa: E402
-from orpheus_svc.core.step import StepPlan  # noqa: E402
+from orpheus_svc.core.step import StepPlan, StepRow  # noqa: E402
 from orpheus_svc.core.tokens import AUDIO_BASE, FRAME_TOKENS  # noqa: E402
 from orpheus_svc.engine.model.llama import SlotLlama  # noqa: E402
 from orpheus_svc.engine.model.sampling import constrained_logits, full_head_logits  # noqa: E402
@@ -50,39 +51,41 @@ def bench_spec():
                                num_key_value_heads=4, head_dim=64, torch_dtype="float32")
 
 
-def _gens(n: int, prompt_len: int) -> list[Generation]:
-    out = []
+def _batch(n: int, prompt_len: int) -> tuple[BatchState, list[StepRow]]:
+    """n generations in slots 0..n-1 (gen id = slot), their counters and grammar state in a
+    BatchState as the scheduler keeps them (core/batch.py), and their prefill rows."""
+    batch, prefill = BatchState(n), []
     for i in range(n):
         req = GenerationRequest(session_id=f"s{i}", segment_index=0,
                                 prompt_ids=tuple(128000 + (j % 200) for j in range(prompt_len + i)),
                                 max_tokens=10_000)
-        out.append(Generation(gen_id=i, request=req, arrival=0.0, seed=i, slot=i))
-    return out
+        batch.attach(i, i, req, i, TokenState(0, None, 0, 0, False, ()))
+        prefill.append(StepRow(gen_id=i, slot=i, request=req, seed=i, prefill=True,
+                               num_generated=0, last_token=None, position=0, frame_position=0,
+                               stop_allowed=False))
+    return batch, prefill
 
 
-def _advance(gens, tokens):
-    for g, t in zip(gens, tokens):
-        g.feed([t])  # counts it; the grammar state the next row carries
-        if g.parser.stopped:  # a random model may stop: keep decoding, as a benchmark
-            g.set_counters(stopped=False)
+def _advance(batch: BatchState, res) -> None:
+    """One sampled token per row, as the scheduler takes it (BatchState.advance: counts it;
+    the grammar state the next row carries)."""
+    slots = np.arange(len(batch.gen_id))
+    batch.advance(slots, [res.tokens[int(s)][0] for s in slots])
+    batch.stopped[:] = False  # a random model may stop: keep decoding, as a benchmark
 
 
-def _plan(gens, prefill=False):
-    rows = tuple(g.row() for g in gens)
-    return StepPlan(0, prefill=rows) if prefill else StepPlan(0, decode=rows)
+def _decode(batch: BatchState) -> StepPlan:
+    return StepPlan(0, decode=batch.rows(np.arange(len(batch.gen_id))))
 
 
 def tokens_per_second(backend: TorchBackend, batch: int, steps: int) -> float:
-    gens = _gens(batch, prompt_len=40)
-    res = backend.step(_plan(gens, prefill=True))
-    _advance(gens, [res.tokens[g.gen_id][0] for g in gens])
+    state, prefill = _batch(batch, prompt_len=40)
+    _advance(state, backend.step(StepPlan(0, prefill=tuple(prefill))))
     for _ in range(3):  # warm-up
-        res = backend.step(_plan(gens))
-        _advance(gens, [res.tokens[g.gen_id][0] for g in gens])
+        _advance(state, backend.step(_decode(state)))
     t0 = time.perf_counter()
     for _ in range(steps):
-        res = backend.step(_plan(gens))
-        _advance(gens, [res.tokens[g.gen_id][0] for g in gens])
+        _advance(state, backend.step(_decode(state)))
     return batch * steps / (time.perf_counter() - t0)
 
 

@@ -84,7 +84,6 @@ class Flusher:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._wake_at: float | None = None  # clock time a withheld chunk becomes due
-        self._plan_all = False  # tests only: plan every stream every iteration (the reference)
         self.backlog = False  # the last iteration left due windows undecoded (time limit)
         self.num_iterations = 0  # flusher thread only; read it for metrics, never reset it
 
@@ -214,7 +213,7 @@ class Flusher:
         low = self.settings.low_water_samples
         events, self._ends = self._ends, []  # ends of dropped generations (from _drain)
         due: list[tuple[int, Stream, list[Window]]] = []
-        planned = self._streams.due(now, self._plan_all)
+        planned = self._streams.due(now)
         for gid, st in planned:
             if st.seed is not None:
                 windows = plan_fixed_windows(st.num_frames, st.final, st.emitted,

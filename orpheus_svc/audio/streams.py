@@ -159,18 +159,14 @@ class Streams:
         """`gid`'s final event was not sent after all: its drop sends one."""
         self._closed.pop(gid, None)
 
-    def due(self, now: float, plan_all: bool = False) -> list[tuple[int, Stream]]:
-        """The streams whose plan can differ from their last one, in arrival order
-        (`plan_all`: every stream, the reference the marks are tested against)."""
+    def due(self, now: float) -> list[tuple[int, Stream]]:
+        """The streams whose plan can differ from their last one, in arrival order."""
         heap = self._wakes
         while heap and heap[0][0] - WAKE_SLACK_S <= now:
             t, _, gid, st = heapq.heappop(heap)
             if st.wake_at == t and self._live.get(gid) is st:
                 st.wake_at = None
                 self._dirty.add(gid)
-        if plan_all:
-            self._dirty.clear()
-            return list(self._live.items())
         found = [(st.seq, gid, st) for gid in self._dirty
                  if (st := self._live.get(gid)) is not None]
         self._dirty.clear()

@@ -79,46 +79,9 @@ class Generation:
         b = self._batch
         return self._tokens.num_generated if b is None else int(b.num_generated[self.slot])
 
-    @num_generated.setter
-    def num_generated(self, value: int) -> None:
-        self.set_counters(num_generated=value)
-
     @property
     def last_token(self) -> int | None:
         return self._state().last_token
-
-    @last_token.setter
-    def last_token(self, value: int | None) -> None:
-        self.set_counters(last_token=value)
-
-    def feed(self, tokens) -> list[tuple[int, ...]]:
-        """Advance by `tokens` outside a scheduler (tools and tests; the scheduler advances
-        the batch rows): counts them, follows the grammar (raises AudioGrammarError as
-        FrameParser does, the bad token counted), returns the frames they complete."""
-        parser, n, last, frames = self.parser, self.num_generated, self.last_token, []
-        try:
-            for tok in tokens:
-                n, last = n + 1, tok
-                frame = parser.feed_one(tok)
-                if frame is not None:
-                    frames.append(frame)
-        finally:
-            self.set_counters(num_generated=n, last_token=last, position=parser.position,
-                              frames=parser.frames, stopped=parser.stopped,
-                              pending=tuple(parser._pending))
-        return frames
-
-    def set_counters(self, **changes) -> None:
-        """Set counters by hand (tools and tests; the scheduler advances the batch rows):
-        any TokenState field (core/batch.py)."""
-        if self._batch is None:
-            self._tokens = self._tokens._replace(**changes)
-        else:
-            batch, slot = self._batch, self.slot
-            self._batch = None
-            self._tokens = batch.read(slot)._replace(**changes)
-            batch.attach(slot, self.gen_id, self.request, self.seed, self._tokens)
-            self._batch = batch
 
     @property
     def num_prompt_tokens(self) -> int:

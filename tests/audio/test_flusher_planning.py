@@ -1,8 +1,9 @@
 """Planning only the streams that can have changed gives the events of planning them all.
 
 The flusher plans a stream again only when a command touched it, its windows were left
-undecoded, or its withheld audio became due (a wake heap). The reference is the flusher's
-private `_plan_all` mode: every stream every iteration (the rule before the dirty set).
+undecoded, or its withheld audio became due (a wake heap). The reference is a flusher whose
+streams (audio/streams.py) give every live stream every iteration (the rule before the dirty
+set): PlanEveryStream below.
 Both run the same random script: pushes, finals, playout clocks, drops, a clock that moves
 between iterations and during decodes (so the iteration deadline cuts), a codec that fails
 on poisoned windows, and must emit identical event streams.
@@ -16,6 +17,7 @@ import torch
 
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.audio.settings import HOP, FlusherSettings
+from orpheus_svc.audio.streams import Streams
 from orpheus_svc.core.events import Finish
 from orpheus_svc.core.playout import PlayoutSnapshot
 
@@ -48,6 +50,15 @@ class FakeCodec:
         return pcm[:, keep[0]:keep[1]]
 
 
+class PlanEveryStream(Streams):
+    """The reference: due() keeps its bookkeeping (wakes popped, marks cleared) but gives
+    every live stream, in arrival order."""
+
+    def due(self, now):
+        super().due(now)
+        return list(self._live.items())
+
+
 def run_script(seed: int, plan_all: bool, settings: FlusherSettings) -> list[tuple]:
     rng = np.random.default_rng(seed)
     codec = FakeCodec(call_s=float(rng.choice([0.0, 0.004, 0.03])))
@@ -59,7 +70,8 @@ def run_script(seed: int, plan_all: bool, settings: FlusherSettings) -> list[tup
 
     flusher = Flusher(codec, settings, sink, clock=codec.clock,
                       on_error=lambda ids, exc: f"failed {ids}")
-    flusher._plan_all = plan_all
+    if plan_all:
+        flusher._streams = PlanEveryStream(settings)
     live: list[int] = []
     next_gid = 0
     for _ in range(400):

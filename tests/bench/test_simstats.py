@@ -12,6 +12,7 @@ from orpheus_svc.engine.sim.backend import SimBackend
 from orpheus_svc.engine.sim.profiles import get_profile
 
 from tests.engine_sim.test_sim_backend import FakeClock, _plan, make_gen
+from tests.unit.gen_helpers import set_counters
 
 H100 = get_profile("h100-fp8")
 
@@ -27,11 +28,11 @@ def test_step_periods_are_counted_and_a_slow_host_shows():
     gens = [make_gen(i, seed=i, expected_frames=50) for i in range(1, 5)]
     be.step(_plan(1, prefill=gens))  # idle start: no period
     for g in gens:
-        g.num_generated = 1
+        set_counters(g, num_generated=1)
     d = H100.step_seconds(4, 4 * 41)
     be.step(_plan(2, decode=gens))  # host kept up: period d
     for g in gens:
-        g.num_generated = 2
+        set_counters(g, num_generated=2)
     clock.advance(3 * d)  # host slower than the step
     be.step(_plan(3, decode=gens))  # period 3 d, host-bound
     s = be.stats()

@@ -17,6 +17,8 @@ from orpheus_svc.engine.sim.backend import SimBackend
 from orpheus_svc.engine.sim.encode import sim_encode
 from orpheus_svc.engine.sim.profiles import PROFILES, get_profile
 
+from tests.unit.gen_helpers import set_counters
+
 H100 = get_profile("h100-fp8")
 
 
@@ -142,7 +144,7 @@ def test_step_period_equals_the_model_when_the_host_is_faster():
     plan = _plan(1, prefill=gens)
     be.step(plan)
     for g in gens:
-        g.num_generated = 1
+        set_counters(g, num_generated=1)
     d_prefill = H100.step_seconds(0, 0, 32, 32 * 40, 32 * 40 * 40)
     assert clock.sleeps[-1] == pytest.approx(d_prefill)  # idle start: the whole step
     t_end = clock.t
@@ -161,7 +163,7 @@ def _four_live(clock):
     gens = [make_gen(i, seed=i, expected_frames=50) for i in range(1, 5)]
     be.step(_plan(1, prefill=gens))
     for g in gens:
-        g.num_generated = 1
+        set_counters(g, num_generated=1)
     return be, gens, H100.step_seconds(4, 4 * 41)
 
 
@@ -192,7 +194,7 @@ def test_a_late_wake_up_is_told_apart_from_slow_host_work():
     assert s["late_wakes"] == 1 and s["late_wake_s"] == pytest.approx(1.5 * d)
     assert s["max_late_wake_s"] == pytest.approx(1.5 * d)
     for g in gens:
-        g.num_generated = 2
+        set_counters(g, num_generated=2)
     clock.advance(0.25 * d)  # then a quarter step of its own work: fine on its own
     be.step(_plan(3, decode=gens))
     s = be.stats()
@@ -201,7 +203,7 @@ def test_a_late_wake_up_is_told_apart_from_slow_host_work():
     assert s["host_excess_s"] == pytest.approx(1.75 * d - d3)
     assert s["host_excess_wake_s"] == pytest.approx(s["host_excess_s"])  # all of it the wake's
     for g in gens:
-        g.num_generated = 3
+        set_counters(g, num_generated=3)
     clock.advance(3 * d)  # on time back, then slow work: none of that excess is the wake's
     be.step(_plan(4, decode=gens))
     s = be.stats()

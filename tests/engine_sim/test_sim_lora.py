@@ -7,6 +7,8 @@ import pytest
 
 from orpheus_svc.engine.sim.profiles import LORA_KERNELS, LORA_PARAMS_PER_RANK, get_profile
 
+from tests.unit.gen_helpers import set_counters
+
 from .test_sim_backend import FakeClock, _plan, backend, make_gen
 
 H200 = get_profile("h200-bf16")
@@ -36,7 +38,7 @@ def _step_seconds(adapters, **kw):
         g.request = dataclasses.replace(g.request, adapter=a)
     be.step(_plan(1, prefill=gens))
     for g in gens:
-        g.num_generated = 1
+        set_counters(g, num_generated=1)
     clock.sleeps.clear()
     be.step(_plan(2, decode=gens))
     return clock.sleeps[-1]

@@ -13,6 +13,7 @@ from orpheus_svc.core.request import GenerationRequest
 from orpheus_svc.core.step import DecodeRows, StepPlan, StepResult
 from orpheus_svc.core.tokens import AUDIO_BASE, END_OF_SPEECH_ID, audio_token_id
 
+from .gen_helpers import feed
 from .sched_helpers import legal_token, make_gen, make_scheduler
 
 
@@ -83,7 +84,7 @@ def test_decode_rows_are_read_only_copies():
     gens = [make_gen(prompt_len=5) for _ in range(3)]
     for slot, g in enumerate(gens):
         g.attach(batch, slot)
-        g.feed([audio_token_id(0, slot)])
+        feed(g, [audio_token_id(0, slot)])
     rows = batch.rows(batch.decode_slots())
     assert rows.gen_ids.tolist() == [g.gen_id for g in gens]
     assert rows.position.tolist() == [5, 5, 5] and rows.frame_position.tolist() == [1, 1, 1]
@@ -91,7 +92,7 @@ def test_decode_rows_are_read_only_copies():
         rows.num_generated[0] = 7
     with pytest.raises(AttributeError):
         rows.slots = np.zeros(3)
-    gens[0].feed([audio_token_id(1, 0)])
+    feed(gens[0], [audio_token_id(1, 0)])
     assert rows.num_generated.tolist() == [1, 1, 1]  # the snapshot did not move
     assert [r.gen_id for r in rows] == rows.gen_ids.tolist()
     assert rows == DecodeRows.from_rows(rows.rows)
@@ -151,7 +152,7 @@ def test_a_generation_fed_by_hand_counts_the_token_that_breaks_the_grammar():
     g = Generation(gen_id=1, request=GenerationRequest("s", 0, (1, 2), 50), arrival=0.0,
                    seed=1)
     with pytest.raises(AudioGrammarError):
-        g.feed([audio_token_id(0, 1), audio_token_id(0, 1)])
+        feed(g, [audio_token_id(0, 1), audio_token_id(0, 1)])
     assert g.num_generated == 2 and g.frame_position == 1
 
 

@@ -8,6 +8,8 @@ from orpheus_svc.core.generation import Generation
 from orpheus_svc.core.request import GenerationRequest
 from orpheus_svc.core.tokens import END_OF_SPEECH_ID, FRAME_TOKENS, audio_token_id
 
+from .gen_helpers import feed
+
 PROMPT = (128259, 128000, 40, 128009, 128260, 128261, 128257)
 
 
@@ -41,7 +43,7 @@ def test_a_generations_row_carries_the_grammar_state_of_its_parser():
     row = gen.row()
     assert row.prefill and row.last_token is None and row.position == 0
     assert (row.frame_position, row.stop_allowed) == (0, False)
-    gen.feed(_speech(1) + [audio_token_id(0, 9)])
+    feed(gen, _speech(1) + [audio_token_id(0, 9)])
     row = gen.row()
     assert not row.prefill and row.num_generated == 8 and row.last_token == audio_token_id(0, 9)
     assert row.position == len(PROMPT) + 7  # KV index of the token fed now
