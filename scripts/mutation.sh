@@ -56,7 +56,7 @@ declare -A MUTATE=(
   [invariant]="orpheus_svc/engine/model/invariant.py"
 )
 declare -A TESTS=(
-  [core]="tests/unit"
+  [core]="tests/core tests/server/test_segmenter.py tests/server/test_segmenter_cuts.py tests/server/test_segmenter_languages.py tests/app tests/package"
   [options]="tests/server/test_options.py tests/server/test_settings.py tests/http/test_hostile_inputs.py"
   [jsonwire]="tests/http/test_jsonwire.py tests/http/test_hostile_inputs.py"
   [limits]="tests/http/test_limits_body.py tests/http/test_slow_clients.py tests/http/test_early_refusals.py tests/http/test_hostile_inputs.py"
@@ -70,8 +70,8 @@ declare -A WHOLE_MODULE=([limits]=1)
 # trampolines: about as long as the rest of the core's mutants together); the score of
 # core/scheduler.py is a lower bound without them
 declare -A SKIP=(
-  [core]="tests/unit/test_scheduler_fastpath.py::test_the_shortcut_makes_the_same_plans_as_keying_and_sorting_everything
-          tests/unit/test_scheduler_parking.py::test_parking_makes_the_same_plans_as_judging_everything_every_step"
+  [core]="tests/core/test_scheduler_fastpath.py::test_the_shortcut_makes_the_same_plans_as_keying_and_sorting_everything
+          tests/core/test_scheduler_parking.py::test_parking_makes_the_same_plans_as_judging_everything_every_step"
 )
 ALL=(core options jsonwire limits buckets invariant)
 
@@ -107,7 +107,7 @@ for group in "${groups[@]}"; do
     echo "pytest_add_cli_args_test_selection ="
     for t in ${TESTS[${group}]}; do echo "    ${t}"; done
     # test_layers reads the sources' imports, and a mutated module imports mutmut
-    printf 'pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    --ignore=tests/unit/test_layers.py\n'
+    printf 'pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    --ignore=tests/package/test_layers.py\n'
     # a fork server that has collected the tests (imported torch, grpc) but run none of
     # them: each mutant's process starts from there, with no thread of an earlier test
     echo "process_isolation = forkserver"

@@ -70,7 +70,7 @@ class AdmissionQueue:
         flight), and refusing it would break a conversation midway; so later segments wait
         outside the cap. Should one of them take a free slot a new session was counted
         against, admit() turns the newest session away: the cap holds exactly
-        (tests/unit/test_admission_cap.py)."""
+        (tests/core/test_admission_cap.py)."""
         if gen.request.segment_index == 0:
             queued = self._new_waiting - free
             if queued >= max_waiting:

@@ -17,7 +17,7 @@ Per slot (sketch of one row; `pending` holds the codes of the frame being built)
 
 A generation is attached when it gets its slot and detached when it ends; between the two
 this is the one copy of its counters (Generation reads them through, core/generation.py).
-The same rule as FrameParser, applied to arrays; tests/unit/test_batch.py checks the two
+The same rule as FrameParser, applied to arrays; tests/core/test_batch.py checks the two
 agree token for token, on legal and illegal streams.
 """
 

@@ -7,7 +7,7 @@ import pytest
 
 from orpheus_bench.policies import POLICIES, fifo, main, round_robin
 from orpheus_svc.core.scheduler_settings import SchedulerSettings, deadline_priority
-from tests.unit.sched_helpers import make_gen, make_scheduler, run_step
+from tests.core.sched_helpers import make_gen, make_scheduler, run_step
 
 
 def _three_sessions_one_ahead(priority=deadline_priority):

@@ -12,7 +12,7 @@ from orpheus_svc.engine.sim.backend import SimBackend
 from orpheus_svc.engine.sim.profiles import get_profile
 
 from tests.engine_sim.test_sim_backend import FakeClock, _plan, make_gen
-from tests.unit.gen_helpers import set_counters
+from tests.core.gen_helpers import set_counters
 
 H100 = get_profile("h100-fp8")
 

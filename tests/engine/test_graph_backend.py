@@ -205,7 +205,7 @@ def test_run_ahead_through_the_engine_loop_gives_the_eager_frames_and_ends():
 
 
 # The plan made while a step is in flight (Scheduler.schedule's in_flight, what the graph
-# engine's run-ahead launches): tests/unit/test_scheduler_in_flight.py.
+# engine's run-ahead launches): tests/core/test_scheduler_in_flight.py.
 
 
 def test_the_decode_step_has_no_host_sync_or_data_dependent_shape():

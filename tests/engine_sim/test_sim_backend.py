@@ -17,7 +17,7 @@ from orpheus_svc.engine.sim.backend import SimBackend
 from orpheus_svc.engine.sim.encode import sim_encode
 from orpheus_svc.engine.sim.profiles import PROFILES, get_profile
 
-from tests.unit.gen_helpers import set_counters
+from tests.core.gen_helpers import set_counters
 
 H100 = get_profile("h100-fp8")
 

@@ -7,7 +7,7 @@ import pytest
 
 from orpheus_svc.engine.sim.profiles import LORA_KERNELS, LORA_PARAMS_PER_RANK, get_profile
 
-from tests.unit.gen_helpers import set_counters
+from tests.core.gen_helpers import set_counters
 
 from .test_sim_backend import FakeClock, _plan, backend, make_gen
 

@@ -1,12 +1,12 @@
-"""Records what the scheduler decides in each life of tests/unit/test_scheduler_replay.py:
-tests/unit/scheduler_lives/<life>.jsonl.gz, which that test replays today's Scheduler
+"""Records what the scheduler decides in each life of tests/core/test_scheduler_replay.py:
+tests/core/scheduler_lives/<life>.jsonl.gz, which that test replays today's Scheduler
 against.
 
 How these were recorded (issue 44): once, from the frozen pre-split scheduler that the
 replay used to compare today's with live, tests/unit/legacy_scheduler.py at commit de3b2a0
 (deleted since):
 
-    .venv/bin/python -m tests.unit.record_scheduler_lives --legacy de3b2a0
+    .venv/bin/python -m tests.core.record_scheduler_lives --legacy de3b2a0
 
 (--legacy REV takes that file from git, `git show REV:tests/unit/legacy_scheduler.py`, so
 it works without the file in the tree; the frozen copy imports today's core modules besides
@@ -20,8 +20,8 @@ its counts; then one line per step (see test_scheduler_replay.py's docstring for
 `git config diff.gzip.textconv "gzip -dc"` once makes `git diff` show them as text
 (scheduler_lives/.gitattributes names the driver):
 
-    .venv/bin/python -m tests.unit.record_scheduler_lives [LIFE ...]
-    git diff tests/unit/scheduler_lives
+    .venv/bin/python -m tests.core.record_scheduler_lives [LIFE ...]
+    git diff tests/core/scheduler_lives
 
 Regenerating keeps each life's script: the steps that ran ahead are read from its record
 (the frozen scheduler's choices: test_scheduler_replay.py's docstring), the rest follows
@@ -135,13 +135,13 @@ def record(name: str, legacy=None, legacy_rev: str = "") -> dict:
     obs = Recorder()
     if legacy is not None:
         source = (f"tests/unit/legacy_scheduler.py at {legacy_rev} (the scheduler before "
-                  f"issue 38 split it), by tests/unit/record_scheduler_lives.py")
+                  f"issue 38 split it), by tests/core/record_scheduler_lives.py")
         seen, ahead = replay(life, Legacy(legacy, life), obs, None, legacy_insides)
     else:
         path = record_path(name)
         script = set(read_record(name)[0]["ahead_steps"]) if path.exists() else None
         source = (f"orpheus_svc/core/scheduler.py at {git_rev()}, by "
-                  f"tests/unit/record_scheduler_lives.py")
+                  f"tests/core/record_scheduler_lives.py")
         seen, ahead = replay(life, scheduler(life), obs, script, current_insides)
     head = {"life": name, "recorded_from": source, "ahead_steps": ahead, "seen": seen}
     lines = [head, *encode_changes(obs.steps)]

@@ -6,7 +6,7 @@ stopping, breaking the grammar, several at once, or failing; clients cancel; a b
 drains confirms its ends late; settings are swapped on a live scheduler. replay() drives
 core/scheduler.py's Scheduler through a life and hands every answer, as plain JSON values,
 to an observer. The test's observer compares each with the record of that life,
-tests/unit/scheduler_lives/<life>.jsonl.gz (one JSON line per step once decompressed), and
+tests/core/scheduler_lives/<life>.jsonl.gz (one JSON line per step once decompressed), and
 fails at the first step that differs, naming the life, the step and what differs.
 
 Where the records come from. Until issue 44 this test fed each life both to today's
@@ -15,13 +15,13 @@ concern (tests/unit/legacy_scheduler.py, 717 lines, deleted by issue 44: `git sh
 de3b2a0:tests/unit/legacy_scheduler.py`), and compared their answers live. The records were
 made once from that frozen copy at commit de3b2a0, where the live comparison passed:
 
-    .venv/bin/python -m tests.unit.record_scheduler_lives --legacy de3b2a0
+    .venv/bin/python -m tests.core.record_scheduler_lives --legacy de3b2a0
 
 Recorded from today's Scheduler at that commit they are the same, step for step. After a
 change of behaviour made on purpose, regenerate them from today's Scheduler and read the
-diff before committing it (tests/unit/record_scheduler_lives.py says how):
+diff before committing it (tests/core/record_scheduler_lives.py says how):
 
-    .venv/bin/python -m tests.unit.record_scheduler_lives [LIFE ...]
+    .venv/bin/python -m tests.core.record_scheduler_lives [LIFE ...]
 
 Which steps ran ahead is part of a life's script, not of what it checks: the frozen
 scheduler planned a step ahead only when nothing waited, was cancelled, drained or parked
@@ -30,7 +30,7 @@ step in flight, issue 32 item 2). So each record keeps the steps where the froze
 ahead (`ahead_steps`, in its first line); the replay plans ahead exactly there and, where the
 frozen one declined, goes on as it did (the step after is planned once the tokens are
 known). Regenerating keeps those steps. The steps today's scheduler runs ahead of the
-frozen one are checked in tests/unit/test_scheduler_in_flight.py.
+frozen one are checked in tests/core/test_scheduler_in_flight.py.
 
 The live comparison's checks, and which test holds each now. All but the last are
 test_the_scheduler_decides_as_recorded, on the same lives with the same calls and the same

@@ -1,4 +1,4 @@
-"""The edges of core/normalize.py's rules that the table of tests/unit/test_normalize.py
+"""The edges of core/normalize.py's rules that the table of tests/core/test_normalize.py
 leaves open: each range's both bounds and one past them (a day 1..31, an hour 1..12 before
 am/pm), what an impossible date or time keeps, and the words that only some inputs reach
 (a decade of whole hundreds, a currency after the number, ordinals with commas)."""

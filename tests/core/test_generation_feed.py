@@ -1,4 +1,4 @@
-"""The tests' helpers feed and set_counters (tests/unit/gen_helpers.py), which advance a
+"""The tests' helpers feed and set_counters (tests/core/gen_helpers.py), which advance a
 Generation (core/generation.py) outside a scheduler: the frames come back, and every counter
 and the grammar state follow, as the generation's public properties read them and as its
 detach hands them back, whether it holds a batch row or not (one without goes through a
