@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Mutation testing (mutmut 3, the `dev` extra) of the modules issue 38 names: core/,
 # server/settings.py (group "options"), http/jsonwire.py, http/limits.py and
-# engine/graph/buckets.py, and of engine/model/invariant.py (batch invariance on the CPU).
+# engine/graph/buckets.py, of engine/model/invariant.py (batch invariance on the CPU), and
+# of the engine step's scheduler modules (group "step": core/scheduler.py and the parts it
+# composes; a subset of "core", to score them without the whole core).
 # Not part of the test command (scripts/test.sh): it takes hours on two cores.
 # RELIABILITY.md ("Mutation testing") has the last run's score.
 #
-#   scripts/mutation.sh [group ...]     groups: core options jsonwire limits buckets invariant
+#   scripts/mutation.sh [group ...]     groups: core options jsonwire limits buckets invariant step
 #                                       (default: all, one after the other)
 #   MUTATION_JOBS=2                     mutants run at once (default: 1)
 #   MUTATION_SAMPLE=300                 run only this many of each group's mutants not run
@@ -54,6 +56,8 @@ declare -A MUTATE=(
   [limits]="orpheus_svc/http/limits.py"
   [buckets]="orpheus_svc/engine/graph/buckets.py"
   [invariant]="orpheus_svc/engine/model/invariant.py"
+  [step]="orpheus_svc/core/scheduler.py orpheus_svc/core/sessions.py orpheus_svc/core/progress.py
+          orpheus_svc/core/order.py orpheus_svc/core/scheduler_settings.py orpheus_svc/core/output.py"
 )
 declare -A TESTS=(
   [core]="tests/core tests/server/test_segmenter.py tests/server/test_segmenter_cuts.py tests/server/test_segmenter_languages.py tests/app tests/package"
@@ -62,6 +66,7 @@ declare -A TESTS=(
   [limits]="tests/http/test_limits_body.py tests/http/test_slow_clients.py tests/http/test_early_refusals.py tests/http/test_hostile_inputs.py"
   [buckets]="tests/engine/test_graph_buckets.py tests/engine/test_graph_backend.py"
   [invariant]="tests/engine/test_batch_invariance.py"
+  [step]="tests/core"
 )
 # groups whose tests build something once per session that mutmut cannot credit per test
 declare -A WHOLE_MODULE=([limits]=1)
@@ -69,11 +74,10 @@ declare -A WHOLE_MODULE=([limits]=1)
 # thousands of random steps (40 s and 14 s here, ten times that under mutmut's
 # trampolines: about as long as the rest of the core's mutants together); the score of
 # core/scheduler.py is a lower bound without them
-declare -A SKIP=(
-  [core]="tests/core/test_scheduler_fastpath.py::test_the_shortcut_makes_the_same_plans_as_keying_and_sorting_everything
+SLOW_PROPERTIES="tests/core/test_scheduler_fastpath.py::test_the_shortcut_makes_the_same_plans_as_keying_and_sorting_everything
           tests/core/test_scheduler_parking.py::test_parking_makes_the_same_plans_as_judging_everything_every_step"
-)
-ALL=(core options jsonwire limits buckets invariant)
+declare -A SKIP=([core]="${SLOW_PROPERTIES}" [step]="${SLOW_PROPERTIES}")
+ALL=(core options jsonwire limits buckets invariant step)
 
 summary() { "${PY}" "${ROOT}/scripts/mutation_stats.py" summary "${OUT}" "${ALL[@]}"; }
 
@@ -103,7 +107,8 @@ for group in "${groups[@]}"; do
   {
     echo "[mutmut]"
     echo "source_paths = orpheus_svc"
-    echo "only_mutate = ${MUTATE[${group}]}"
+    echo "only_mutate ="
+    for m in ${MUTATE[${group}]}; do echo "    ${m}"; done
     echo "pytest_add_cli_args_test_selection ="
     for t in ${TESTS[${group}]}; do echo "    ${t}"; done
     # test_layers reads the sources' imports, and a mutated module imports mutmut
