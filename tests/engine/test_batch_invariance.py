@@ -193,3 +193,93 @@ def test_unseeded_rows_take_the_batched_path():
     assert invariant.prompt_groups([9, 30], [False, False], SEQ) == [([0, 1], None)]
     assert invariant.prompt_groups([9, 30, 33], [True, False, True], SEQ) == [
         ([0], 32), ([1], None), ([2], 64)]
+    assert invariant.prompt_groups([9, 30], None, SEQ) == [([0, 1], None)]
+
+
+def test_no_prompts_make_no_prefill_groups():
+    assert invariant.prompt_groups([], None, SEQ) == []
+    assert invariant.prompt_groups([], [], SEQ) == []
+
+
+class _OnCuda:
+    """Stands for a CUDA tensor: rows_matmul reads only its device before handing it on."""
+    device = torch.device("cuda")
+
+
+def test_on_cuda_an_invariant_step_hands_the_matmul_to_the_fixed_tile_kernel(monkeypatch):
+    """On CUDA the fixed-shape blocks are fixed_gemm's one tile shape, not torch.mm calls
+    (the kernel itself is tested in tests/engine/test_invariant_kernels.py)."""
+    from orpheus_svc.engine.model import fixed_gemm
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append((args, kwargs))
+        return "fixed_gemm's"
+
+    monkeypatch.setattr(fixed_gemm, "fixed_gemm", spy)
+    x, w_t = _OnCuda(), object()
+    with invariant.invariant_step():
+        assert invariant.rows_matmul(x, w_t) == "fixed_gemm's"
+    assert len(seen) == 1
+    (args, kwargs), = seen
+    assert len(args) == 2 and args[0] is x and args[1] is w_t and kwargs == {}
+
+
+def _probe_calls(monkeypatch, **kwargs) -> list[tuple]:
+    """What the self-check hands rows_matmul, call by call: (x's shape, w_t's shape, the
+    places in x of the row it follows (None: the call that sets its bits), dtypes,
+    devices, x's sum). The stand-in multiplies nothing (every row gets zeros: it passes)."""
+    calls: list[tuple] = []
+    probe: dict = {}
+
+    def spy(x, w_t):
+        meta = x.device.type == "meta"
+        if probe.get("w_t") is not w_t:  # a new weight: its first call is the row alone
+            probe.update(w_t=w_t, row=None if meta else x[0].clone())
+            at = None
+        else:
+            at = None if meta else (x == probe["row"]).all(1).nonzero().flatten().tolist()
+        calls.append((tuple(x.shape), tuple(w_t.shape), at, (x.dtype, w_t.dtype),
+                      (x.device.type, w_t.device.type),
+                      None if meta else float(x.double().sum())))
+        return torch.zeros((x.shape[0], w_t.shape[1]))
+
+    monkeypatch.setattr(invariant, "rows_matmul", spy)
+    assert invariant.gemm_rows_invariant(**kwargs)
+    return calls
+
+
+def test_the_self_check_tries_every_batch_size_and_place_it_names(monkeypatch):
+    """gemm_rows_invariant as the invariance probe calls it (a 256-deep weight of 96
+    columns, then of one: the stop logit): the row alone, then M = 1 .. 2 x GEMM_ROW_BLOCK
+    + 8 and 64 at every place, 257 at the first, middle and last rows and the edges of the
+    first and last blocks, each once; in the dtype asked for."""
+    block = invariant.GEMM_ROW_BLOCK
+    places = {m: [[at] for at in range(m)] for m in (*range(1, 2 * block + 9), 64)}
+    places[257] = [[0], [block - 1], [block], [128], [255], [256]]
+    want = []
+    for cols in (96, 1):
+        want.append(((1, 256), (256, cols), None))
+        want += [((m, 256), (256, cols), at) for m, ats in places.items() for at in ats]
+    calls = _probe_calls(monkeypatch, dtype=torch.float64)
+    assert [c[:3] for c in calls] == want
+    assert {c[3] for c in calls} == {(torch.float64, torch.float64)}
+    assert {c[4] for c in calls} == {("cpu", "cpu")}
+
+
+def test_the_self_check_builds_its_operands_on_the_device_it_is_asked_for(monkeypatch):
+    calls = _probe_calls(monkeypatch, device="meta", k=8, n=4)
+    assert calls and {c[4] for c in calls} == {("meta", "meta")}
+
+
+def test_the_self_check_draws_from_its_own_seeded_generator(monkeypatch):
+    """The same seed, the same batches (a failure can be run again); torch's global
+    generator neither used nor moved."""
+    with torch.random.fork_rng():
+        torch.manual_seed(7)
+        state = torch.get_rng_state()
+        first = _probe_calls(monkeypatch, k=8, n=4, seed=3)
+        assert torch.equal(torch.get_rng_state(), state)
+        torch.manual_seed(8)
+        assert _probe_calls(monkeypatch, k=8, n=4, seed=3) == first
+        assert _probe_calls(monkeypatch, k=8, n=4, seed=4) != first
