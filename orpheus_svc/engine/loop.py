@@ -8,16 +8,13 @@ Message based on both sides, so it can move to its own process without a rewrite
     engine thread  ->  flusher.push_many([FramePush ...])  once per step / drop(gen_id, finish)
     flusher thread ->  sink([AudioEvent ...])              one call per decode batch
 
-A step is three calls, and the loop only moves what they return:
+A step is three calls; the loop only moves what they return (refusals to the sink, pushes
+and drops to the flusher, ended generations back to the backend: runner.release, whose
+answer the slot pool reads through Scheduler.freed):
 
-    plan = scheduler.schedule(now, runner.in_flight)    core/scheduler.py
-    done = runner.run(plan)                            engine/runner.py (run-ahead,
-                                                       fault isolation, launch/collect)
-    out  = scheduler.update(done.plan, done.result, now)   -> StepOutput (core/output.py)
-
-then the plan's refusals go to the sink, its cancelled rows and the output's pushes and
-drops to the flusher, and every generation that ended back to the backend (runner.release,
-whose answer the scheduler's slot pool reads: Scheduler.freed).
+    plan = scheduler.schedule(now, runner.in_flight)        core/scheduler.py
+    done = runner.run(plan)                                 engine/runner.py
+    out  = scheduler.update(done.plan, done.result, now)    core/output.py StepOutput
 
 A generation's end (its Finish) goes to the flusher with its last frames or with drop, and
 comes out on its final AudioEvent: after admission the flusher thread alone speaks for a
