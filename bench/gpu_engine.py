@@ -7,8 +7,11 @@ parity, the decode-attention kernel against its reference, and SNAC beside the L
     python bench/gpu_engine.py --device cpu --tiny --out DIR # the dry run CI executes
 
 Writes DIR/gpu-engine.json (every figure) and DIR/summary.json (the shape BENCHMARKS.md and
-issue 28 name; scripts/gpu-engine-check.sh adds the server's rows). Weights are random with
-the Orpheus-3B shapes (no model hub there); a step's time does not depend on their values.
+issue 28 name, every ACCEPTANCE field present: null with its reason in "missing" where not
+measured; scripts/gpu-engine-check.sh adds the server's part with `finish`), both after every
+section (and --write-checkpoint before the first), so a run killed mid-way keeps the rest.
+Weights are random with the Orpheus-3B shapes (no model hub there); a step's time does not
+depend on their values.
 
 Sections (each its own key; one that fails records its error and the rest go on):
   env        card, versions, measured copy bandwidth (bytes read + written per second)
@@ -636,6 +639,148 @@ def snac(device, windows=(16, 64), streams: int = 256) -> dict:
 
 # -- main ----------------------------------------------------------------------------------
 
+def _write_json(path: Path, obj) -> None:
+    """Whole or not at all (a run killed mid-write keeps the previous file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
+    tmp.replace(path)
+
+
+# The acceptance's fields (issue 45 item 5): every one in summary.json, null with a reason in
+# "missing" where it could not be measured. A type: "number", or "map" (a dict of weight
+# variant -> number, bool or {batch: number or null}; parity's two numbers).
+ACCEPTANCE = {
+    "server_step_ratio": "number",   # the server's step period / the graph's device step
+    "snac_gpu_share": "number",      # 1 - null-codec step period / codec step period
+    "ahead_share": "number",         # the server's steps launched ahead (engine/ahead.py)
+    "graph_nodes": "map",            # kernels in the step at 8 rows, per weight variant
+    "parity": "map",                 # teacher-forced top-1 agreement, max |logit diff|
+    "step_ms": "map", "device_ms": "map",
+    "seeded_step_ms": "map", "seeded_device_ms": "map", "seeded_row_identical": "map",
+}
+
+
+def _leaves(v):
+    if isinstance(v, dict):
+        for x in v.values():
+            yield from _leaves(x)
+    else:
+        yield v
+
+
+def complete(out: dict, why: dict | None = None) -> dict:
+    """Every ACCEPTANCE field present: one not measured (absent, empty, or all its figures
+    null) is null with its reason in out["missing"] ("field: why"); a map with some nulls
+    (seeded_device_ms on the CPU) stays, its reason listed too."""
+    why = dict(why or {})
+    missing = [m for m in out.get("missing", []) if m.split(":")[0] not in ACCEPTANCE]
+    for key in ACCEPTANCE:
+        v = out.get(key)
+        leaves = list(_leaves(v)) if isinstance(v, dict) else [v]
+        if v == {} or all(x is None for x in leaves):
+            out[key] = None
+        if out[key] is None or any(x is None for x in leaves):
+            cpu = key.endswith("device_ms") and out.get("card") == "cpu-dry-run"
+            reason = why.get(key) or ("no CUDA graphs on the CPU" if cpu else
+                                      "not measured (its section failed, was skipped or "
+                                      "timed out: see gpu-engine.json)")
+            missing.append(f"{key}: {reason}")
+    out["missing"] = missing
+    return out
+
+
+SERVER_PART = {k: "the server's part (scripts/gpu-engine-check.sh) has not run yet"
+               for k in ("server_step_ratio", "snac_gpu_share", "ahead_share")}
+
+
+def _server_rows(path: Path, weights: str, null_codec: bool) -> list:
+    """orpheus-bench's rows, with the server's own step counters per level (steps over the
+    level's wall time, tokens per step: bench/orpheus_bench's `server` block)."""
+    rows = []
+    for r in json.loads(path.read_text())["runs"]:
+        sv = r.get("server") or {}
+        sps = sv.get("steps_per_s")
+        rows.append({
+            "sessions": r["concurrency"], "ttfb_p95_ms": round(r["ttfb_ms"]["p95"], 1),
+            "sessions_underran": r["underruns"]["sessions_with_underrun"],
+            "ok": r["succeeded"] == r["sessions"], "succeeded": r["succeeded"],
+            "requests": r["sessions"], "slo_pass": r["slo"]["pass"],
+            "weights": weights, "null_codec": null_codec,
+            "step_period_ms": round(1000 / sps, 3) if sps else None,
+            "mean_batch": round(sv["mean_batch"], 1) if sv.get("mean_batch") else None,
+            "server_steps": sv.get("steps")})
+    return rows
+
+
+def _ratio_level(rows: list) -> dict | None:
+    """The level the acceptance names (128 sessions), else the largest measured."""
+    timed = [r for r in rows if r.get("step_period_ms") and r.get("mean_batch")]
+    at128 = [r for r in timed if r["sessions"] == 128]
+    return at128[0] if at128 else max(timed, key=lambda r: r["sessions"], default=None)
+
+
+def finish(out_dir, weights: str = "none rowwise", null_codec: bool = False) -> dict:
+    """The server's part of summary.json (scripts/gpu-engine-check.sh, after the server
+    runs): its rows (serve.summary.json; serve-null.summary.json from the null-codec pass),
+    server_step_ratio, snac_gpu_share, ahead_share; every acceptance field present."""
+    import ast
+    import re
+    out = Path(out_dir)
+    path = out / "summary.json"
+    summary_ = json.loads(path.read_text()) if path.is_file() else {"card": "unknown"}
+    why: dict = {}
+    serve, null = out / "serve.summary.json", out / "serve-null.summary.json"
+    rows = _server_rows(serve, weights, null_codec) if serve.is_file() else []
+    nulls = _server_rows(null, weights, True) if null.is_file() else []
+    summary_["server"] = rows + nulls
+    codec_rows = [r for r in rows if not r["null_codec"]]
+    summary_["server_step_ratio"] = summary_["snac_gpu_share"] = None
+    level = _ratio_level(codec_rows or rows)
+    if level is None:
+        why["server_step_ratio"] = ("no server step counters (serve.summary.json absent: "
+                                    "SERVE=0, no checkpoint, or the server did not start)")
+    else:
+        # the graph's device time alone at the bench's batch nearest the server's mean
+        # batch (the step time, launch + read, where nothing was captured: the CPU)
+        name = "bf16" if weights.startswith("none") else "fp8"
+        dev = (summary_.get("device_ms") or {}).get(name) or {}
+        basis = "device_ms" if any(v for v in dev.values()) else "step_ms"
+        per = {int(b): v for b, v in ((summary_.get(basis) or {}).get(name) or {}).items() if v}
+        if per:
+            b = min(per, key=lambda b: (abs(b - level["mean_batch"]), b))
+            summary_["server_step_ratio"] = round(level["step_period_ms"] / per[b], 3)
+            summary_["server_step"] = {
+                "sessions": level["sessions"], "step_period_ms": level["step_period_ms"],
+                "mean_batch": level["mean_batch"], "bench_batch": b, "weights": name,
+                "basis": basis, "bench_ms": per[b],
+                "null_codec": level["null_codec"]}
+        else:
+            why["server_step_ratio"] = f"no bench step time for {name} (steps section)"
+    pair = [(c, n) for c in codec_rows for n in nulls if c["sessions"] == n["sessions"]
+            and c["step_period_ms"] and n["step_period_ms"]]
+    if pair:
+        c, n = next(((c, n) for c, n in pair if c["sessions"] == 128), pair[-1])
+        summary_["snac_gpu_share"] = round(1 - n["step_period_ms"] / c["step_period_ms"], 3)
+        summary_["snac_step"] = {"sessions": c["sessions"], "codec_ms": c["step_period_ms"],
+                                 "null_codec_ms": n["step_period_ms"]}
+    else:
+        why["snac_gpu_share"] = ("needs a codec and a null-codec server pass at the same "
+                                 "level (SNAC_SHARE=1 runs both)")
+    steps_txt = out / "server-steps.txt"
+    ahead = [line for line in steps_txt.read_text().splitlines() if "run-ahead:" in line] \
+        if steps_txt.is_file() else []
+    summary_.setdefault("ahead_share", None)
+    if ahead:  # the last record of the whole run: "... in all {'steps': .., 'share': ..}"
+        record = ast.literal_eval(re.search(r"in all (\{.*\})", ahead[-1]).group(1))
+        summary_["ahead_share"] = record["share"]
+        summary_["ahead"] = record
+    else:
+        why["ahead_share"] = "no run-ahead record in the server's log (server-steps.txt)"
+    complete(summary_, why)
+    _write_json(path, summary_)
+    return summary_
+
+
 def summary(doc: dict) -> dict:
     """The shape issue 28 names (the server rows are added by gpu-engine-check.sh)."""
     st = doc.get("steps", {})
@@ -647,7 +792,7 @@ def summary(doc: dict) -> dict:
            "ours_tokens_per_s": None, "server": []}
     fp8 = [q for q in ("fp8", "fp8t") if st.get(q, {}).get("graph")]
     if fp8:  # the summary's fp8 is the faster fp8 gemm at the largest batch
-        big = max(st[fp8[0]]["graph"])
+        big = max(st[fp8[0]]["graph"], key=int)
         best = min(fp8, key=lambda q: st[q]["graph"][big]["step_ms"])
         out["fp8_gemm"] = DTYPES[best][1]
     out["fused"] = {SUMMARY_NAMES[q]: st[q].get("fused") for q in DTYPES if st.get(q)}
@@ -680,11 +825,40 @@ def summary(doc: dict) -> dict:
     else:
         for key in keys:
             out[key]["fp8_tensorwise"] = out[key].pop("fp8t")
+    ran = {n for n, v in out["step_ms"].items() if v}  # the variants this run measured
+    for key in keys:
+        out[key] = {n: v for n, v in out[key].items() if n in ran}
     b64 = (st.get("bf16") or {}).get("graph", {}).get(64 if doc.get("device") == "cuda" else 8)
     if b64:
         rows = 64 if doc.get("device") == "cuda" else 8
         out["ours_tokens_per_s"] = round(rows / (b64["step_ms"] / 1000), 1)
     return out
+
+
+def _unknown(name):
+    def run(*_):
+        raise ValueError(f"unknown section {name}")
+    return run
+
+
+class _Sections(dict):
+    """name -> fn(device, args, doc, batches); an unknown name raises in its own section."""
+
+    def __missing__(self, name):
+        return _unknown(name)
+
+
+SECTIONS = _Sections({
+    "env": lambda device, a, doc, batches: env(device),
+    "kernel": lambda device, a, doc, batches: kernel(device, a.tiny, batches, a.context),
+    "steps": lambda device, a, doc, batches: steps(
+        device, a.tiny, batches, a.context, a.steps, doc.get("env", {}).get("copy_bandwidth_gbs"),
+        {"parity_steps": a.parity_steps}, a.dtypes.split(",")),
+    "fp8gemm": lambda device, a, doc, batches: fp8gemm(device, a.tiny, batches),
+    "hf": lambda device, a, doc, batches: hf(device, a.tiny, a.hf_batch, a.context, 16),
+    "snac": lambda device, a, doc, batches: snac(device, [int(w) for w in
+                                                          a.snac_windows.split(",")]),
+})
 
 
 def main(argv=None) -> int:
@@ -709,41 +883,36 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     batches = [int(b) for b in args.batches.split(",")]
     doc: dict = {"device": device.type, "args": vars(args)}
+
+    def write() -> None:  # after every section: a killed run leaves what it had measured
+        _write_json(out_dir / "gpu-engine.json", doc)
+        _write_json(out_dir / "summary.json", complete(summary(doc), SERVER_PART))
+
+    write()
+    if args.write_checkpoint:  # first: the server step runs on it even if a section hangs
+        from orpheus_svc.models.loader import write_checkpoint
+        from orpheus_svc.models.tokenizer import build_byte_level_tokenizer_json
+        t = time.perf_counter()
+        spec, w = _weights(args.tiny, device, torch.bfloat16)
+        write_checkpoint(args.write_checkpoint, spec, {n: x.cpu() for n, x in w.items()},
+                         build_byte_level_tokenizer_json(), max_shard_bytes=2 * 10**9)
+        doc["checkpoint"] = {"dir": args.write_checkpoint,
+                             "section_s": round(time.perf_counter() - t, 1)}
+        del w
+        _free(device)
+        write()
     for name in args.sections.split(","):
         t = time.perf_counter()
         print(f"== {name} ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
         try:
-            if name == "env":
-                doc[name] = env(device)
-            elif name == "kernel":
-                doc[name] = kernel(device, args.tiny, batches, args.context)
-            elif name == "steps":
-                bw = doc.get("env", {}).get("copy_bandwidth_gbs")
-                doc[name] = steps(device, args.tiny, batches, args.context, args.steps, bw,
-                                  {"parity_steps": args.parity_steps},
-                                  args.dtypes.split(","))
-            elif name == "fp8gemm":
-                doc[name] = fp8gemm(device, args.tiny, batches)
-            elif name == "hf":
-                doc[name] = hf(device, args.tiny, args.hf_batch, args.context, 16)
-            elif name == "snac":
-                doc[name] = snac(device, [int(w) for w in args.snac_windows.split(",")])
-            else:
-                raise ValueError(f"unknown section {name}")
+            doc[name] = SECTIONS[name](device, args, doc, batches)
         except Exception as exc:  # one broken path must not hide the rest
             traceback.print_exc()
             doc[name] = {"error": f"{type(exc).__name__}: {exc}"}
         doc[name]["section_s"] = round(time.perf_counter() - t, 1)
-        (out_dir / "gpu-engine.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+        write()
         _free(device)
-    (out_dir / "summary.json").write_text(json.dumps(summary(doc), indent=1) + "\n")
-    if args.write_checkpoint:
-        from orpheus_svc.models.loader import write_checkpoint
-        from orpheus_svc.models.tokenizer import build_byte_level_tokenizer_json
-        spec, w = _weights(args.tiny, device, torch.bfloat16)
-        write_checkpoint(args.write_checkpoint, spec, {n: x.cpu() for n, x in w.items()},
-                         build_byte_level_tokenizer_json(), max_shard_bytes=2 * 10**9)
-    print(json.dumps(summary(doc), indent=1))
+    print(json.dumps(complete(summary(doc), SERVER_PART), indent=1))
     return 0
 
 

@@ -20,10 +20,20 @@
 # step timings while serving) and OUT_DIR/server-tail.log. PYTHON (python3)
 # must have torch with CUDA and the server's dependencies; the checkout is used from
 # PYTHONPATH, not installed. SECTIONS picks the bench's sections; SERVE=0 skips step 2.
-# NULL_CODEC=1 serves with flusher.null_codec (silence, no SNAC): run step 2 once with and
-# once without (SECTIONS= SERVE=1 for the second) to get SNAC's share from the two runs; the
-# server's rows say which (null_codec). The run-ahead record (engine/ahead.py) of the
-# server goes to summary.json as ahead_share and ahead.
+# The bench writes the checkpoint first and both JSON files after every section, so a
+# section that fails or runs past BENCH_TIMEOUT leaves the others' figures and step 2 still
+# runs (on bf16 weights if the steps section did not finish).
+# summary.json holds every field of the acceptance (issue 45 item 5; bench/gpu_engine.py
+# ACCEPTANCE), null with its reason in "missing" where it was not measured:
+# server_step_ratio (the server's step period at 128 sessions, else the largest level, over
+# the bench's graph device time at the batch nearest the server's mean batch: server_step),
+# snac_gpu_share (1 - the null-codec pass's step period / the codec pass's, same level:
+# snac_step), ahead_share and ahead (the server's run-ahead record, engine/ahead.py),
+# graph_nodes, parity (teacher-forced top-1 agreement, max |logit diff|), step_ms /
+# device_ms and their seeded twins, seeded_row_identical.
+# SNAC_SHARE=1 runs step 2 twice, with the codec and then with flusher.null_codec (silence,
+# no SNAC: serve-null.summary.json, server-steps-null.txt), for snac_gpu_share; NULL_CODEC=1
+# runs the one pass with the null codec only (the server's rows say which: null_codec).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:?usage: gpu-engine-check.sh OUT_DIR}
@@ -61,11 +71,14 @@ echo "bench exit $?" >&2
 # overrides: "none", "fp8 rowwise" or "fp8 tensorwise").
 WEIGHTS=${WEIGHTS:-$("$PY" - "$OUT_DIR/gpu-engine.json" <<'EOF'
 import json, sys
-st = json.load(open(sys.argv[1])).get("steps", {})
 names = {"bf16": "none rowwise", "fp8": "fp8 rowwise", "fp8t": "fp8 tensorwise"}
-timed = {q: st[q]["graph"] for q in names if st.get(q, {}).get("graph")}
-big = max(max(g, key=int) for g in timed.values()) if timed else None
-print(names[min(timed, key=lambda q: timed[q][big]["step_ms"])] if timed else "none rowwise")
+try:  # bf16 when the steps section did not finish
+    st = json.load(open(sys.argv[1])).get("steps", {})
+    timed = {q: st[q]["graph"] for q in names if st.get(q, {}).get("graph")}
+    big = max((max(g, key=int) for g in timed.values()), key=int)
+    print(names[min(timed, key=lambda q: timed[q][big]["step_ms"])])
+except Exception:
+    print("none rowwise")
 EOF
 )}
 read -r QUANT GEMM <<<"$WEIGHTS"
@@ -78,17 +91,22 @@ if [[ -n "${SWITCH_INTERVAL:-}" ]]; then
   SERVER_PATH=/tmp/orpheus-si:$PYTHONPATH
 fi
 
-if [[ "${SERVE:-1}" == 1 && -f "$CKPT/config.json" ]]; then
-  say "server: graph backend, weights $QUANT ($GEMM), $SLOTS slots, batch $BATCH, max_seq_len $SEQ, switch interval ${SWITCH_INTERVAL:-default}"
+# serve NULL SUFFIX: the server on the checkpoint (NULL=1: flusher.null_codec) under
+# orpheus-bench; writes serve$SUFFIX.summary.json, serve$SUFFIX.txt, server-steps$SUFFIX.txt
+# and server-tail$SUFFIX.log
+serve() {
+  local null=$1 sfx=$2
+  say "server${null:+ (null codec)}: graph backend, weights $QUANT ($GEMM), $SLOTS slots, batch $BATCH, max_seq_len $SEQ, switch interval ${SWITCH_INTERVAL:-default}"
   PYTHONPATH=$SERVER_PATH "$PY" -m orpheus_svc.app.cli serve --model "$CKPT" --device "$DEVICE" --port "$PORT" \
     --backend graph --set model.quantization="$QUANT" --set model.fp8_gemm="$GEMM" \
     --set engine.max_sessions="$SLOTS" \
     --set engine.max_batch_size="$BATCH" --set engine.max_seq_len="$SEQ" \
     --set engine.max_waiting=1024 --set engine.row_budget=true \
-    ${NULL_CODEC:+--set flusher.null_codec=true} \
+    ${null:+--set flusher.null_codec=true} \
     --set server.log_format=console >"$OUT_DIR/server.log" 2>&1 &
   SERVER_PID=$!
   trap 'kill $SERVER_PID 2>/dev/null; wait $SERVER_PID 2>/dev/null' EXIT
+  local start
   start=$(date +%s)
   until "$PY" -c "import sys; from orpheus_bench.runner import status
 s = status('localhost:$PORT', timeout=1); sys.exit(0 if s and s.get('serving') else 1)" 2>/dev/null; do
@@ -103,39 +121,29 @@ s = status('localhost:$PORT', timeout=1); sys.exit(0 if s and s.get('serving') e
   timeout "${SERVE_TIMEOUT:-120}" "$PY" -m orpheus_bench.cli scaling --target "localhost:$PORT" \
     --concurrent "$LEVELS" --rounds 1 --warmup 2 --procs 4 --ramp "$RAMP" \
     --server-pid "$SERVER_PID" --no-raw \
-    --label "graph backend, weights $QUANT $GEMM, CUDA graphs, Orpheus-3B shapes (random weights)" \
-    --output "$OUT_DIR/serve.summary.json" 2>&1 | tail -12 | tee "$OUT_DIR/serve.txt"
+    --label "graph backend, weights $QUANT $GEMM, CUDA graphs, Orpheus-3B shapes (random weights)${null:+, null codec}" \
+    --output "$OUT_DIR/serve$sfx.summary.json" 2>&1 | tail -12 | tee "$OUT_DIR/serve$sfx.txt"
   # the graph engine's step timings every 10 s (engine/graph/timing.py): device time per
   # step in the server against the bench's, and the device's idle time between steps; and
   # the engine's run-ahead record (engine/ahead.py: steps launched ahead, why not)
-  grep -a "graph engine, last\|run-ahead:" "$OUT_DIR/server.log" > "$OUT_DIR/server-steps.txt" || true
-  tail -60 "$OUT_DIR/server.log" > "$OUT_DIR/server-tail.log"
+  grep -a "graph engine, last\|run-ahead:" "$OUT_DIR/server.log" > "$OUT_DIR/server-steps$sfx.txt" || true
+  tail -60 "$OUT_DIR/server.log" > "$OUT_DIR/server-tail$sfx.log"
   rm -f "$OUT_DIR/server.log"
+  kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null
+  trap - EXIT
+}
+
+if [[ "${SERVE:-1}" == 1 && -f "$CKPT/config.json" ]]; then
+  serve "${NULL_CODEC:-}" ""
+  # SNAC's share of the step: the same levels again with the null codec (SNAC_SHARE=1)
+  if [[ -n "${SNAC_SHARE:-}" && -z "${NULL_CODEC:-}" ]]; then serve 1 -null; fi
+elif [[ "${SERVE:-1}" == 1 ]]; then
+  echo "no checkpoint at $CKPT: the server part is skipped" >&2
 fi
 
 say "summary"
 "$PY" - "$OUT_DIR" "$QUANT $GEMM" <<'EOF'
 import json, os, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-summary = json.loads((out / "summary.json").read_text())
-serve = out / "serve.summary.json"
-if serve.is_file():
-    summary["server"] = [
-        {"sessions": r["concurrency"], "ttfb_p95_ms": round(r["ttfb_ms"]["p95"], 1),
-         "sessions_underran": r["underruns"]["sessions_with_underrun"],
-         "ok": r["succeeded"] == r["sessions"], "succeeded": r["succeeded"],
-         "requests": r["sessions"], "slo_pass": r["slo"]["pass"],
-         "weights": sys.argv[2], "null_codec": bool(os.environ.get("NULL_CODEC"))}
-        for r in json.loads(serve.read_text())["runs"]]
-steps = out / "server-steps.txt"
-ahead = [line for line in steps.read_text().splitlines() if "run-ahead:" in line] \
-    if steps.is_file() else []
-if ahead:  # the last record of the whole run: "... in all {'steps': .., 'share': ..}"
-    import ast, re
-    record = ast.literal_eval(re.search(r"in all (\{.*\})", ahead[-1]).group(1))
-    summary["ahead_share"] = record["share"]
-    summary["ahead"] = record
-(out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-print(json.dumps(summary, indent=1))
+from gpu_engine import finish  # bench/gpu_engine.py: every acceptance field, null if unmeasured
+print(json.dumps(finish(sys.argv[1], sys.argv[2], bool(os.environ.get("NULL_CODEC"))), indent=1))
 EOF

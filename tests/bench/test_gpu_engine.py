@@ -90,3 +90,114 @@ def test_the_cpu_dry_run_of_the_whole_check(tmp_path):
     assert summary["graph_nodes"]["fp8"] > summary["graph_nodes"]["bf16"]  # activation quant
     # the CPU captures nothing: the dry run must not claim a comparison it did not make
     assert parity["uncaptured_vs_captured"] == {"skipped": "no CUDA graphs on the CPU"}
+    # issue 45 item 5: every acceptance field, a number or null with its reason
+    assert_acceptance_fields(summary)
+    assert summary["server_step_ratio"] > 0 and summary["server_step"]["sessions"] == 2
+    assert summary["server_step"]["basis"] == "step_ms"  # nothing captured on the CPU
+    assert summary["snac_gpu_share"] is None  # one pass (SNAC_SHARE=1 runs the null codec too)
+    assert summary["device_ms"] is None and "device_ms: no CUDA graphs on the CPU" in \
+        summary["missing"]
+    assert doc["checkpoint"]["dir"] == env["CKPT"]
+
+
+# issue 45 item 5: the acceptance's fields, each a number (or a map of them) or null with its
+# reason in "missing"
+ACCEPTANCE = {"server_step_ratio": (int, float), "snac_gpu_share": (int, float),
+              "ahead_share": (int, float), "graph_nodes": dict, "parity": dict,
+              "step_ms": dict, "device_ms": dict, "seeded_step_ms": dict,
+              "seeded_device_ms": dict, "seeded_row_identical": dict}
+
+
+def assert_acceptance_fields(summary):
+    assert set(gpu_engine.ACCEPTANCE) == set(ACCEPTANCE)
+    missing = {m.split(":")[0]: m for m in summary["missing"]}
+    for key, kind in ACCEPTANCE.items():
+        assert key in summary, key
+        v = summary[key]
+        if v is None:
+            assert key in missing and missing[key].split(": ", 1)[1], (key, summary["missing"])
+        else:
+            assert isinstance(v, kind) and not isinstance(v, bool), (key, v)
+
+
+def test_each_section_is_on_disk_as_it_finishes_and_the_checkpoint_comes_first(
+        tmp_path, monkeypatch):
+    """A section that raises is recorded and the rest go on; one that kills the run (a
+    timeout) leaves the earlier sections' figures in both files; the checkpoint is written
+    before any section."""
+    import orpheus_svc.models.loader as loader
+    out = tmp_path / "out"
+    seen = []
+
+    def on_disk():
+        return (json.loads((out / "gpu-engine.json").read_text()),
+                json.loads((out / "summary.json").read_text()))
+
+    def checkpoint(path, *a, **k):
+        doc, summary = on_disk()
+        seen.append(("checkpoint", [s for s in ("env", "hf") if s in doc]))
+        assert_acceptance_fields(summary)  # complete from the first write
+
+    def killed(*_):
+        doc, summary = on_disk()
+        seen.append(("killed", doc["hf"], doc["broken"]["error"], summary["hf_tokens_per_s"]))
+        raise KeyboardInterrupt  # not an Exception: the run ends here, as a timeout's would
+
+    def broken(*_):
+        raise RuntimeError("planted")
+    monkeypatch.setattr(loader, "write_checkpoint", checkpoint)
+    monkeypatch.setitem(gpu_engine.SECTIONS, "hf", lambda *_: {"tokens_per_s": 12.5})
+    monkeypatch.setitem(gpu_engine.SECTIONS, "broken", broken)
+    monkeypatch.setitem(gpu_engine.SECTIONS, "killed", killed)
+    args = ["--device", "cpu", "--tiny", "--out", str(out), "--write-checkpoint",
+            str(tmp_path / "ckpt"), "--sections", "hf,broken,nosuch,killed,snac"]
+    try:
+        gpu_engine.main(args)
+        raise AssertionError("the killed section ended nothing")
+    except KeyboardInterrupt:
+        pass
+    assert seen[0] == ("checkpoint", [])
+    assert seen[1][:3] == ("killed", {"tokens_per_s": 12.5, "section_s": seen[1][1]["section_s"]},
+                           "RuntimeError: planted")
+    assert seen[1][3] == 12.5
+    doc, summary = on_disk()
+    assert doc["nosuch"]["error"] == "ValueError: unknown section nosuch"
+    assert "snac" not in doc and "killed" not in doc and summary["hf_tokens_per_s"] == 12.5
+    assert_acceptance_fields(summary)
+    assert summary["server_step_ratio"] is None and "has not run" in " ".join(summary["missing"])
+
+
+def _serve_summary(rows):
+    run = {"ttfb_ms": {"p95": 100.0}, "underruns": {"sessions_with_underrun": 0},
+           "succeeded": 4, "sessions": 4, "slo": {"pass": True}}
+    return {"runs": [dict(run, concurrency=c, server={"steps_per_s": sps, "mean_batch": mb,
+                                                      "steps": 100})
+                     for c, sps, mb in rows]}
+
+
+def test_the_server_part_of_the_summary(tmp_path):
+    """server_step_ratio: the server's step period at 128 sessions over the bench's device
+    time at the batch nearest its mean batch; snac_gpu_share from the null-codec pass at the
+    same level; with nothing measured, every field null with its reason."""
+    (tmp_path / "summary.json").write_text(json.dumps(gpu_engine.complete({
+        "card": "H200", "device_ms": {"bf16": {"1": 4.0, "64": 6.0, "256": 10.0}},
+        "step_ms": {"bf16": {"1": 4.5, "64": 6.5, "256": 11.0}}})))
+    (tmp_path / "serve.summary.json").write_text(json.dumps(_serve_summary(
+        [(128, 80.0, 70.0), (256, 40.0, 170.0)])))  # 12.5 ms at mean batch 70, 25 ms
+    (tmp_path / "serve-null.summary.json").write_text(json.dumps(_serve_summary(
+        [(128, 100.0, 70.0), (256, 50.0, 170.0)])))  # 10 ms with the null codec
+    (tmp_path / "server-steps.txt").write_text(
+        "x run-ahead: 1 of 2 steps (50.0%) since the last report; in all "
+        "{'steps': 10, 'ahead': 9, 'share': 0.9}\n")
+    got = gpu_engine.finish(tmp_path, "none rowwise")
+    assert got["server_step_ratio"] == round(12.5 / 6.0, 3)  # batch 64 nearest 70
+    assert got["server_step"]["basis"] == "device_ms" and got["server_step"]["sessions"] == 128
+    assert got["snac_gpu_share"] == 0.2 and got["ahead_share"] == 0.9
+    assert [r["null_codec"] for r in got["server"]] == [False, False, True, True]
+    assert json.loads((tmp_path / "summary.json").read_text()) == got
+    assert_acceptance_fields(got)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    got = gpu_engine.finish(empty)
+    assert_acceptance_fields(got)
+    assert all(got[k] is None for k in ACCEPTANCE) and len(got["missing"]) == len(ACCEPTANCE)
