@@ -62,3 +62,12 @@ def test_the_step_period_starts_at_the_first_step_after_a_wait_then_at_each_end(
     assert out.period_s == 0.5  # began when it was planned
     out = s.update(s.schedule(2.0), StepResult({1: FRAME[1:2]}), 2.25)
     assert out.period_s == 0.75  # since the step before ended
+
+
+def test_the_scheduler_stamps_admission_and_the_first_token_for_the_finish():
+    g = _gen(1)
+    s = _sched(g)
+    s.update(s.schedule(2.0), StepResult({1: FRAME[:1]}), 2.5)
+    out = s.update(s.schedule(3.0), StepResult(errors={1: "x"}), 3.0)
+    (_, fin), = out.drops
+    assert (fin.queued_s, fin.first_token_s) == (2.0, 2.5)  # arrival 0.0
