@@ -109,7 +109,7 @@ def test_padding_rows_touch_only_the_dummy_slot():
     # 3 rows (slots 0, 1, 2) run in the bucket of 4: one padding row
     rows = np.array([[0, 1, 2], [20, 3, 5], [0, 1, 2], [0, 0, 0], [0, 0, 0]], np.int64)
     runner.collect(runner.launch([], rows))
-    padding = dict(zip(INPUT_ROWS, runner.ints[:, 3].tolist()))
+    padding = dict(zip(INPUT_ROWS, runner.inputs(4)[0][:, 3].tolist()))
     assert padding == dict(slots=dummy, pos=0, fpos=0, stop_ok=0, counter=0, token=-1,
                            sample=0, first=0, seed=0, adapter=-1)
     for li, k in enumerate(model.k_cache):
@@ -222,7 +222,7 @@ def test_the_decode_step_has_no_host_sync_or_data_dependent_shape():
         torch._dynamo.reset()
         step = torch.compile(decode_step, backend="eager", fullgraph=True)
         with torch.inference_mode(), invariant_step(invariant):
-            step(runner.model, runner.state, runner.ints[:, :2], runner.floats[:, :2],
+            step(runner.model, runner.state, *runner.inputs(2),
                  runner._attend[2, invariant], runner.out[:2])
 
 

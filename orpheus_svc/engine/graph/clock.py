@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from orpheus_svc.engine.graph.runner import EVENTS
 from orpheus_svc.engine.graph.timing import StepTimes
 
 
@@ -32,12 +33,18 @@ class StepClock:
         self.cuda = cuda
         self.times = StepTimes(time.monotonic())
         self._last_end = None  # the last collected step's end event (CUDA)
+        # start events, reused as the runner's end events are (runner.py EVENTS): step i's
+        # is read when step i is collected, before step i + EVENTS begins
+        self._starts = [torch.cuda.Event(enable_timing=True) for _ in range(EVENTS)] \
+            if cuda else None
+        self._begun = 0
 
     def begin(self, ahead: bool) -> StepMark:
         start = None
-        if self.cuda:
-            start = torch.cuda.Event(enable_timing=True)
+        if self._starts is not None:
+            start = self._starts[self._begun % EVENTS]
             start.record()
+        self._begun += 1
         return StepMark(time.perf_counter(), start, ahead)
 
     def launched(self, mark: StepMark) -> None:

@@ -94,6 +94,6 @@ def _count(runner, bucket: int, fused: bool) -> Counter:
             for name, n in FUSED_KERNELS.items()})
         attend = _Kernel(mode, attend, ATTENTION_KERNELS, "attention")
     with torch.inference_mode(), mode:
-        decode_step(runner.model, runner.state, runner.ints[:, :bucket],
-                    runner.floats[:, :bucket], attend, runner.out[:bucket], ops)
+        decode_step(runner.model, runner.state, *runner.inputs(bucket), attend,
+                    runner.out[:bucket], ops)
     return mode.ops

@@ -2,13 +2,15 @@
 
     host (engine thread)                         device (one stream)
     launch(step n):  rows.py: decode rows + one  -> per chunk of <= capacity rows:
-                     row per prompt token, packed     H2D copy -> graph(bucket) -> D2H copy
-                     into pinned staging (turn n % 2)    of the ids into pinned (turn n % 2)
-                     record event n              -> event n
+                     row per prompt token, packed     one H2D copy of its block -> graph(bucket)
+                     into a pinned staging block      -> D2H copy of the ids into pinned
+                     per chunk (inputs.py; turn n % 2)   (turn n % 2)
+                     record end event n % 4      -> event
     collect(n):      wait for event n, read the ids (decode rows; each prompt's last row)
 
 Nothing of a step runs eagerly: a new prompt's tokens are rows of the captured step
-(rows.py), and every host-to-device copy is from pinned memory, non-blocking.
+(rows.py), and a chunk's inputs go to the device in one non-blocking copy from pinned
+memory, contiguous bytes into the bucket's own contiguous input block (inputs.py).
 Everything a step needs beyond its input rows lives on the device (step.py SlotState), so
 step n+1 can be launched before step n's ids are read (run-ahead, engine/loop.py): its
 decode rows' input tokens are the ids step n writes into last_ids. Two sets of pinned
@@ -35,7 +37,8 @@ from orpheus_svc.engine.graph.attention import (INVARIANT_SPLITS, DecodeAttentio
                                                 decode_attention_reference, splits_for,
                                                 triton_kernel_works)
 from orpheus_svc.engine.graph.buckets import batch_buckets, bucket_for
-from orpheus_svc.engine.graph.rows import INPUT_ROWS, PARAM_ROWS, PrefillRow, step_rows
+from orpheus_svc.engine.graph.inputs import block_bytes, np_views, views
+from orpheus_svc.engine.graph.rows import PrefillRow, step_rows
 from orpheus_svc.engine.graph.fused import TorchOps, TritonOps, triton_ops_work
 from orpheus_svc.engine.graph.step import MakeLora, SlotState, decode_step
 from orpheus_svc.engine.model.invariant import invariant_step
@@ -43,6 +46,8 @@ from orpheus_svc.engine.model.llama import SlotLlama
 from orpheus_svc.engine.model.lora import LoraRows, gather_expand, gather_shrink
 
 log = logging.getLogger(__name__)
+
+EVENTS = 4  # end events in the ring (GraphRunner.__init__)
 
 
 @dataclass
@@ -89,22 +94,29 @@ class GraphRunner:
                  "graphs %s", self.kernel, self.ops.name, self.lora_kernels,
                  "on" if graphs else "off")
         width = self.capacity = self.buckets[-1]
-        self.ints = torch.zeros((len(INPUT_ROWS), width), dtype=torch.long, device=device)
-        self.floats = torch.ones((len(PARAM_ROWS), width), dtype=torch.float32, device=device)
+        # one input block per bucket (inputs.py), which that bucket's step reads its rows
+        # from; a chunk's rows arrive in one copy of contiguous bytes
+        self._inputs = {b: torch.zeros((block_bytes(b),), dtype=torch.uint8, device=device)
+                        for b in self.buckets}
         self.out = torch.zeros((width,), dtype=torch.long, device=device)
         # Host side, two turns (a step in flight keeps its own): a step holds at most
         # max_batch decode rows and, beside them, prefill_rows prompt tokens or one whole
-        # prompt of up to max_seq_len; each chunk's staging has a region of its own (its H2D
-        # copy may still be reading it when the next chunk is packed), so the staging is one
-        # bucket wider than the rows.
+        # prompt of up to max_seq_len; each chunk's staging has a block of its own (its H2D
+        # copy may still be reading it when the next chunk is packed), so the staging is
+        # one largest block more than the rows' chunks.
         rows = max_batch + max(prefill_rows, model.max_seq_len)
-        self._staging = [(torch.zeros((len(INPUT_ROWS), rows + width), dtype=torch.long,
-                                      pin_memory=cuda),
-                          torch.ones((len(PARAM_ROWS), rows + width), dtype=torch.float32,
-                                     pin_memory=cuda)) for _ in range(2)]
+        staging = (-(-rows // width) + 1) * block_bytes(width)
+        self._staging = [torch.zeros((staging,), dtype=torch.uint8, pin_memory=cuda)
+                         for _ in range(2)]
+        self._staging_np = [t.numpy() for t in self._staging]
         self._host_out = [torch.zeros((rows,), dtype=torch.long, pin_memory=cuda)
                           for _ in range(2)]
-        self._events: list = [None, None]
+        # End events, reused: step i records _ends[i % EVENTS]; a launch waits on the step
+        # before last (its turn's buffers), and the clock reads step i - 1's event when step
+        # i is collected, so with at most two steps in flight four never collide.
+        self._ends = [torch.cuda.Event(blocking=True, enable_timing=True)
+                      for _ in range(EVENTS)] if cuda else None
+        self._launched = 0
         self._turn = 0
         spec = model.spec
         sms = torch.cuda.get_device_properties(device).multi_processor_count if cuda else 8
@@ -154,10 +166,14 @@ class GraphRunner:
         """One step of `bucket` rows on the static buffers; `invariant`: a step that holds a
         seeded row, whose every row's bits are its own (engine/model/invariant.py:
         fixed-shape GEMMs, an attention split that does not follow the bucket)."""
+        ints, floats = self.inputs(bucket)
         with invariant_step(invariant):
-            decode_step(self.model, self.state, self.ints[:, :bucket], self.floats[:, :bucket],
-                        self._attend[bucket, invariant], self.out[:bucket], self.ops,
-                        self._make_lora)
+            decode_step(self.model, self.state, ints, floats, self._attend[bucket, invariant],
+                        self.out[:bucket], self.ops, self._make_lora)
+
+    def inputs(self, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (ints, floats) rows bucket `bucket`'s step reads (views of its input block)."""
+        return views(self._inputs[bucket], bucket)
 
     def capture(self) -> None:
         """Two CUDA graphs per bucket (unseeded, invariant), into one memory pool (module
@@ -169,11 +185,10 @@ class GraphRunner:
         torch.cuda.empty_cache()
         t0, reserved0 = time.perf_counter(), torch.cuda.memory_reserved(dev)
         pool = torch.cuda.graph_pool_handle()
-        pad, fpad = np.zeros(tuple(self.ints.shape), np.int64), np.ones(tuple(self.floats.shape),
-                                                                        np.float32)
-        step_rows(None, ()).pack(pad, fpad, 0, 0, self.capacity, self.state.dummy)
-        self.ints.copy_(torch.from_numpy(pad))  # warm-up runs touch the dummy slot only
-        self.floats.copy_(torch.from_numpy(fpad))
+        pad = torch.zeros((block_bytes(self.capacity),), dtype=torch.uint8)
+        for b in self.buckets:  # warm-up runs touch the dummy slot only
+            step_rows(None, ()).pack(*np_views(pad.numpy(), b), 0, 0, b, self.state.dummy)
+            self._inputs[b].copy_(pad[:block_bytes(b)])
         side = torch.cuda.Stream(dev)
         for b in reversed(self.buckets):
             for invariant in (False, True):
@@ -202,36 +217,35 @@ class GraphRunner:
         counter; [6, n] with the adapter) and new prompts (rows.py), all in the captured
         step: one replay per chunk of at most `capacity` rows. Returns at once on CUDA.
         `invariant`: every row's bits are its own (_run). (Timed from outside: clock.py.)"""
-        cuda = self.device.type == "cuda"
         turn = self._turn
         self._turn ^= 1
-        if self._events[turn] is not None:
-            self._events[turn].synchronize()  # the step before last: collected already
+        if self._launched >= 2 and self._ends is not None:
+            self._ends[(self._launched - 2) % EVENTS].synchronize()  # collected already
         rows = step_rows(decode, prefill)
-        ints, floats = self._staging[turn]
+        staging, staging_np = self._staging[turn], self._staging_np[turn]
         host = self._host_out[turn]
-        at = 0  # each chunk's own staging region
+        at = 0  # each chunk's own staging block
         with torch.inference_mode():
             for lo, hi in rows.chunks(self.capacity):
                 bucket = bucket_for(self.buckets, hi - lo)
-                rows.pack(ints.numpy()[:, at:at + bucket], floats.numpy()[:, at:at + bucket],
-                          lo, hi, bucket, self.state.dummy)
-                self.ints[:, :bucket].copy_(ints[:, at:at + bucket], non_blocking=True)
-                self.floats[:, :bucket].copy_(floats[:, at:at + bucket], non_blocking=True)
+                size = block_bytes(bucket)
+                rows.pack(*np_views(staging_np[at:at + size], bucket), lo, hi, bucket,
+                          self.state.dummy)
+                self._inputs[bucket].copy_(staging[at:at + size], non_blocking=True)
                 graph = self.graphs.get((bucket, invariant))
                 if graph is not None:
                     graph.replay()
                 else:
                     self._run(bucket, invariant)
                 host[lo:hi].copy_(self.out[:hi - lo], non_blocking=True)
-                at += bucket
+                at += size
         event = None
-        if cuda:
+        if self._ends is not None:
             # blocking: the engine thread sleeps until the step is done instead of spinning
             # on a core (the GIL is released either way)
-            event = torch.cuda.Event(blocking=True, enable_timing=True)
+            event = self._ends[self._launched % EVENTS]
             event.record()
-        self._events[turn] = event
+        self._launched += 1
         return Launch(turn, len(prefill), rows.decode, event, rows.prefill_last)
 
     def collect(self, launch: Launch) -> tuple[np.ndarray, np.ndarray]:
