@@ -110,10 +110,13 @@ class SimBackend:
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
                  faults: SimFaults | None = None, max_adapters: int = 0,
-                 lora_rank: int = 0) -> None:
+                 lora_rank: int = 0, never_stop: bool = False) -> None:
         """`max_adapters`, `lora_rank`: the LoRA pool a real engine would hold
         (engine.max_adapters, engine.max_lora_rank); each step pays its modelled cost
-        (GpuProfile.lora_seconds) for the rows on adapters."""
+        (GpuProfile.lora_seconds) for the rows on adapters. `never_stop`: every stream is
+        audio up to its max_tokens, as random weights give (they never sample the stop id):
+        the load of a GPU run with a random checkpoint."""
+        self.never_stop = never_stop
         self.faults = faults or SimFaults()
         self.lora_rank = lora_rank if max_adapters else 0
         self.profile = profile
@@ -350,6 +353,8 @@ class SimBackend:
         truncated to max_tokens. Depends only on g.seed and the request."""
         rng = np.random.default_rng(g.seed)
         frames = self.num_frames(g, rng)
+        if self.never_stop:
+            frames = -(-max(g.request.max_tokens, 0) // FRAME_TOKENS)
         codes = rng.integers(0, CODES_PER_POSITION, size=(frames, FRAME_TOKENS), dtype=np.int64)
         if g.seed in self.faults.codec_error:
             codes[:] = POISON_CODES  # SimCodec fails on these windows
