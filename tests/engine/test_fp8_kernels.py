@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 from orpheus_svc.engine.graph.fp8_paths import RULE_MAX_M, choose_fp8_paths
@@ -71,7 +72,10 @@ _GEMM = textwrap.dedent("""
             out.append({"m": m, "dtype": str(dtype), "split": split_for(m, n, k, sms)[0],
                         "err": err, "same_twice": bool(torch.equal(got, again)),
                         "counters_zero": int(counters.abs().sum()) == 0})
-    print(out)
+    from orpheus_svc.engine.model.fp8_kernels import fp8_kernels_work
+    from orpheus_svc.engine.model.linear import quantize_rows
+    print({"rows": out, "start_up_check": fp8_kernels_work(torch.device("cpu"), torch.float16,
+                                                                       quantize_rows)})
 """)
 
 
@@ -94,6 +98,8 @@ def test_the_one_kernel_quantisation_gives_torchs_bits_and_scales():
 
 def test_the_weight_only_gemm_matches_fp8linears_cpu_path_split_or_not():
     got = _interpret(_GEMM)
+    assert got["start_up_check"] is True  # the card's start-up check passes on these kernels
+    got = got["rows"]
     assert {r["split"] for r in got} == {1, 2, 3}, got  # both kernel endings ran
     for r in got:
         # float32 x: the same products summed in another order; float16 x: the same (the
@@ -109,6 +115,37 @@ def test_split_k_fills_the_card_at_batch_one_and_keeps_whole_chunks():
     assert split_for(1, 16384, 3072, 132) == (2, 1536)  # gate_up: 256 tiles already
     split, chunk = split_for(1, 80, 1100, 64)
     assert (split, chunk) == (3, 384)  # cut in 4, then whole BLOCK_K steps: 3 chunks
+
+
+def test_the_start_up_check_falls_back_on_a_failure_and_refuses_wrong_bits(monkeypatch,
+                                                                            caplog):
+    from orpheus_svc.engine.model import fp8_kernels
+    from orpheus_svc.engine.model.linear import quantize_rows
+    cpu = torch.device("cpu")
+
+    def broken(x):
+        raise RuntimeError("no kernel image")
+    monkeypatch.setattr(fp8_kernels, "_WORKS", {})
+    monkeypatch.setattr(fp8_kernels, "quantize_rows_triton", broken)
+    with caplog.at_level(logging.ERROR):
+        assert fp8_kernels.fp8_kernels_work(cpu, torch.float32, quantize_rows) is False
+    assert "failed to run here" in caplog.text
+
+    def one_bit_off(x):  # torch's quantisation with one element's last bit flipped
+        q, s = quantize_rows(x)
+        bits = q.view(torch.uint8).clone()
+        bits[0, 0] ^= 1
+        return bits.view(torch.float8_e4m3fn), s
+
+    def reference_gemm(x, qw, sw, out_dtype, counters, sms):
+        return (x.float() @ (qw.float() * sw.view(-1, 1)).T).to(out_dtype)
+    monkeypatch.setattr(fp8_kernels, "_WORKS", {})
+    monkeypatch.setattr(fp8_kernels, "weight_only_gemm", reference_gemm)
+    monkeypatch.setattr(fp8_kernels, "quantize_rows_triton", one_bit_off)
+    with pytest.raises(RuntimeError, match="other bits"):
+        fp8_kernels.fp8_kernels_work(cpu, torch.float32, quantize_rows)
+    monkeypatch.setattr(fp8_kernels, "quantize_rows_triton", quantize_rows)
+    assert fp8_kernels.fp8_kernels_work(cpu, torch.float32, quantize_rows) is True
 
 
 def _lin(n=48, k=64, seed=0):

@@ -228,18 +228,18 @@ def weight_only_gemm(x: torch.Tensor, qweight: torch.Tensor, scale_row: torch.Te
 _WORKS: dict[str, bool] = {}
 
 
-def fp8_kernels_work(device: torch.device) -> bool:
-    """Whether both kernels compile on `device` and agree with the torch path: the quant
-    bit for bit with linear.quantize_rows, the GEMM with the dequantised weight's product
-    (the start-up check, once per device). A compile or launch failure leaves Fp8Linear
-    on its torch path (W8A8 only) with an error in the log; a kernel that computes
-    something else stops start-up."""
-    key = str(device)
+def fp8_kernels_work(device: torch.device, dtype: torch.dtype, quantize_rows) -> bool:
+    """Whether both kernels compile on `device` and agree with the torch path on
+    activations in `dtype`: the quant bit for bit with `quantize_rows` (linear.py's), the
+    GEMM with the dequantised weight's product (the start-up check, once per device and
+    dtype). A compile or launch failure leaves Fp8Linear on its torch path (W8A8 only)
+    with an error in the log; a kernel that computes something else stops start-up.
+    (Triton's interpreter has no bfloat16 dot: there the check runs in float16.)"""
+    key = f"{device} {dtype}"
     if key in _WORKS:
         return _WORKS[key]
-    from orpheus_svc.engine.model.linear import quantize_rows
     g = torch.Generator(device=device).manual_seed(0)
-    x = (torch.randn((5, 384), device=device, generator=g) * 3).to(torch.bfloat16)
+    x = (torch.randn((5, 384), device=device, generator=g) * 3).to(dtype)
     w = torch.randn((200, 384), device=device, generator=g)
     qw, sw = quantize_rows(w)
     sw = sw.view(1, -1).contiguous()

@@ -118,7 +118,8 @@ class Fp8Linear:
         # rows -> path (module docstring), written once at start-up by its owner's engine
         self.paths: dict[int, str] = {}
         # CUDA: the Triton quantisation and weight-only GEMM, when they pass their check
-        self.triton = self.on_cuda and fp8_kernels_work(weight.device)
+        self.triton = self.on_cuda and fp8_kernels_work(weight.device, out_dtype,
+                                                         quantize_rows)
         self._counters = (torch.zeros(counter_slots(weight.shape[0]), dtype=torch.int32,
                                       device=weight.device) if self.triton else None)
         self._sms = (torch.cuda.get_device_properties(weight.device).multi_processor_count
