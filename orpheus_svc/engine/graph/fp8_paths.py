@@ -7,6 +7,9 @@ every layer. Expected on an H200 (paper, not measured): weight-only wins at smal
 the step reads weights and the W8A8 path pays a quantisation kernel per GEMM on top of
 _scaled_mm; W8A8 wins once the tensor-core FP8 arithmetic matters (somewhere around
 M = 64 .. 128); above WEIGHT_ONLY_MAX_M there is no weight-only kernel and no measurement.
+The calls are timed eagerly, between CUDA events, so W8A8's second kernel launch weighs a
+little more than it does as a graph node; the measurement (a few hundred calls of tens of
+microseconds, plus a compile per tile shape and split) costs seconds of start-up at most.
 
 Elsewhere (the CPU, the tests) nothing is measured: `rule_path`, weight-only up to
 RULE_MAX_M rows, W8A8 above, which is the choice the card is expected to make.
