@@ -23,3 +23,19 @@ def test_the_fused_step_launches_no_more_kernels_than_it_did():
     eager = count_step_nodes(runner, 8, fused=False)
     assert eager["per_layer"] > 4 * fused["per_layer"] - 1  # what the fusion saves per layer
     assert fused["ops"]["fused.rope_qkv"] == 2 and fused["ops"]["attention"] == 4
+
+
+def test_the_fp8_step_launches_no_more_kernels_than_bf16s():
+    """Each FP8 projection counts as its CUDA kernels (Fp8Linear.gpu_kernels): at 8 rows the
+    weight-only GEMM, one kernel as bf16's matmul; W8A8 adds the quantisation kernel."""
+    bf16 = count_step_nodes(_graph(max_batch=8).runner, 8)
+    runner = _graph("fp8", max_batch=8).runner
+    assert runner.fp8_paths["down"][8] == "weight_only"
+    fp8 = count_step_nodes(runner, 8)
+    assert fp8["total"] <= bf16["total"] and fp8["per_layer"] <= bf16["per_layer"], fp8["ops"]
+    assert fp8["ops"]["fp8.weight_only"] == 4 * fp8["layers"]
+    for layer in runner.model.layers:
+        for name in ("qkv", "o", "gate_up", "down"):
+            layer[name].paths[8] = "w8a8"
+    w8a8 = count_step_nodes(runner, 8)
+    assert w8a8["per_layer"] == fp8["per_layer"] + 4  # quantisation + _scaled_mm per GEMM

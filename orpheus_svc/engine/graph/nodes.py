@@ -11,8 +11,11 @@ call as the kernels it is on the GPU, whatever runs in its place here.
 
 `fused=True` counts the step as the GPU runs it with TritonOps (each fused operation one
 kernel, the split-K attention two); `fused=False` counts it with TorchOps, the unfused
-eager arithmetic. tests/engine/test_graph_nodes.py holds the counts of today's step, so a
-change that adds kernels to it fails there; scripts/gpu-engine-check.sh records them.
+eager arithmetic. Either way an FP8 projection (engine/model/linear.py) counts as the
+kernels its path at the bucket's row count launches on CUDA (`Fp8Linear.gpu_kernels`: one
+for the weight-only GEMM, the quantisation and _scaled_mm for W8A8).
+tests/engine/test_graph_nodes.py holds the counts of today's step, so a change that adds
+kernels to it fails there; scripts/gpu-engine-check.sh records them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from orpheus_svc.engine.graph.fused import TorchOps
+from orpheus_svc.engine.model.linear import Fp8Linear
 
 # aten operations that only make a view or read metadata: no kernel on the GPU
 _NO_KERNEL = {
@@ -93,7 +97,18 @@ def _count(runner, bucket: int, fused: bool) -> Counter:
             name: staticmethod(_Kernel(mode, getattr(TorchOps, name), n, f"fused.{name}"))
             for name, n in FUSED_KERNELS.items()})
         attend = _Kernel(mode, attend, ATTENTION_KERNELS, "attention")
-    with torch.inference_mode(), mode:
-        decode_step(runner.model, runner.state, *runner.inputs(bucket), attend,
-                    runner.out[:bucket], ops)
+    layers = runner.model.layers
+    saved = [dict(layer) for layer in layers]
+    try:
+        for layer in layers:
+            for name, lin in list(layer.items()):
+                if isinstance(lin, Fp8Linear):
+                    layer[name] = _Kernel(mode, lin, lin.gpu_kernels(bucket),
+                                          f"fp8.{lin.path(bucket)}")
+        with torch.inference_mode(), mode:
+            decode_step(runner.model, runner.state, *runner.inputs(bucket), attend,
+                        runner.out[:bucket], ops)
+    finally:
+        for layer, before in zip(layers, saved):
+            layer.update(before)
     return mode.ops

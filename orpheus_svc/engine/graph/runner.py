@@ -37,6 +37,7 @@ from orpheus_svc.engine.graph.attention import (INVARIANT_SPLITS, DecodeAttentio
                                                 decode_attention_reference, splits_for,
                                                 triton_kernel_works)
 from orpheus_svc.engine.graph.buckets import batch_buckets, bucket_for
+from orpheus_svc.engine.graph.fp8_paths import choose_fp8_paths
 from orpheus_svc.engine.graph.inputs import block_bytes, np_views, views
 from orpheus_svc.engine.graph.rows import PrefillRow, step_rows
 from orpheus_svc.engine.graph.fused import TorchOps, TritonOps, triton_ops_work
@@ -90,6 +91,8 @@ class GraphRunner:
         self.ops = {"triton": TritonOps, "torch": TorchOps}[fused]
         self.lora_kernels = "none"
         self._make_lora = self._lora_rows(model, cuda)
+        # each FP8 projection's path at each bucket's row count, before the capture
+        self.fp8_paths = choose_fp8_paths(model, self.buckets)
         log.info("graph engine: decode attention %s, small operations %s, LoRA %s, CUDA "
                  "graphs %s", self.kernel, self.ops.name, self.lora_kernels,
                  "on" if graphs else "off")

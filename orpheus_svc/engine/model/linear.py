@@ -15,12 +15,27 @@ same function up to the order of the sums.
 
 A layer's weight is read once per step whatever the batch, so at decode batch sizes FP8
 halves the bytes a step moves, and with them the step's memory-bandwidth floor.
+
+Two ways to multiply, chosen per row count (`Fp8Linear.paths`, set at start-up by the
+graph engine: engine/graph/fp8_paths.py):
+
+    "w8a8"         x quantised per row, then the FP8 x FP8 GEMM above (two kernels on CUDA:
+                   the one-kernel quantisation of fp8_kernels.py, then _scaled_mm)
+    "weight_only"  x as it is times the E4M3 weight up-cast in registers, the scales in the
+                   epilogue (one Triton kernel on CUDA, fp8_kernels.py; up to
+                   WEIGHT_ONLY_MAX_M rows): y ~ sum_k x[i, k] s_j q[j, k]
+
+A batch-invariant step always takes "w8a8" (through fixed_gemm on CUDA), whatever the
+row count, so a seeded row's bits do not depend on its batch.
 """
 
 from __future__ import annotations
 
 import torch
 
+from orpheus_svc.engine.model.fp8_kernels import (WEIGHT_ONLY_MAX_M, counter_slots,
+                                                  fp8_kernels_work, quantize_rows_triton,
+                                                  weight_only_gemm)
 from orpheus_svc.engine.model.invariant import in_invariant_step, rows_matmul
 
 FP8 = torch.float8_e4m3fn
@@ -34,8 +49,10 @@ QUANTIZATIONS = ("none", "fp8")
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """[N, K] -> (E4M3 [N, K], float32 scales [N, 1]) with x ~ q * scale per row.
 
-    Four kernels: the row maxima (in float32), the scale, the division and the cast (the
-    largest |x| / scale rounds to 448 at most, so nothing saturates)."""
+    Five kernels: the row maxima (in float32), the scale, its floor, the division and the
+    cast (the largest |x| / scale rounds to 448 at most, so nothing saturates). On CUDA
+    Fp8Linear quantises its input with fp8_kernels.quantize_rows_triton instead: one
+    kernel, the same bits."""
     amax = torch.linalg.vector_norm(x, float("inf"), dim=-1, keepdim=True,
                                     dtype=torch.float32 if x.element_size() < 8 else None)
     scale = amax.float().mul_(1.0 / FP8_MAX).clamp_(min=_MIN_SCALE)
@@ -65,11 +82,13 @@ class Linear:
 
 
 FP8_GEMMS = ("rowwise", "tensorwise")
+FP8_PATHS = ("w8a8", "weight_only")
 
 
 class Fp8Linear:
     """y = x @ w.T with w in E4M3 and one float32 scale per output row; x is quantised per
-    row at each call (module docstring). Output in `out_dtype` (the model's dtype).
+    row at each call, or not at all on the weight-only path (module docstring). Output in
+    `out_dtype` (the model's dtype).
 
     gemm (CUDA): "rowwise" hands both scale vectors to torch._scaled_mm (CUTLASS's rowwise
     kernel); "tensorwise" multiplies the E4M3 operands with unit scales (cuBLASLt's FP8
@@ -96,6 +115,15 @@ class Fp8Linear:
         self._one = torch.ones((), dtype=torch.float32, device=weight.device)
         # off CUDA: the float32 weight the quantised operands stand for, made once
         self._float = None if self.on_cuda else self.dequantized()
+        # rows -> path (module docstring), written once at start-up by its owner's engine
+        self.paths: dict[int, str] = {}
+        # CUDA: the Triton quantisation and weight-only GEMM, when they pass their check
+        self.triton = self.on_cuda and fp8_kernels_work(weight.device, out_dtype,
+                                                         quantize_rows)
+        self._counters = (torch.zeros(counter_slots(weight.shape[0]), dtype=torch.int32,
+                                      device=weight.device) if self.triton else None)
+        self._sms = (torch.cuda.get_device_properties(weight.device).multi_processor_count
+                     if self.on_cuda else 0)
 
     @property
     def out_features(self) -> int:
@@ -109,23 +137,53 @@ class Fp8Linear:
         """The weight this layer really multiplies by, in float32 (for checks)."""
         return self.qweight.float() * self.scale_row.view(-1, 1)
 
+    def path(self, m: int) -> str:
+        """How a call of `m` rows multiplies outside a batch-invariant step: its entry in
+        `paths` ("w8a8" where none)."""
+        path = self.paths.get(m, "w8a8")
+        return path if path == "w8a8" or self.weight_only_ok(m) else "w8a8"
+
+    def weight_only_ok(self, m: int) -> bool:
+        """Whether `m` rows can take the weight-only GEMM here."""
+        return m <= WEIGHT_ONLY_MAX_M and (not self.on_cuda or self.triton)
+
+    def gpu_kernels(self, m: int) -> int:
+        """Kernels a call of `m` rows launches on CUDA outside a batch-invariant step (the
+        graph's node count, engine/graph/nodes.py)."""
+        if self.path(m) == "weight_only":
+            return 1
+        quant = 1 if self.triton or not self.on_cuda else 5
+        return quant + (3 if self.gemm == "tensorwise" else 1)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
-        qx, sx = quantize_rows(x2)
+        path = "w8a8" if in_invariant_step() else self.path(x2.shape[0])
+        y = self.run(x2, path)
+        return y.reshape(*shape[:-1], y.shape[-1])
+
+    def run(self, x2: torch.Tensor, path: str) -> torch.Tensor:
+        """x2 [M, K] -> [M, N] by `path` (module docstring; "weight_only" needs
+        weight_only_ok(M)); timed as it is by engine/graph/fp8_paths.py."""
+        if path == "weight_only":
+            if self.on_cuda:
+                return weight_only_gemm(x2, self.qweight, self.scale_row, self.out_dtype,
+                                        self._counters, self._sms)
+            # x as it is (in float32) times the weight the quantised operands stand for
+            return rows_matmul(x2.float(), self._float.T).to(self.out_dtype)
+        qx, sx = quantize_rows_triton(x2) if self.triton else quantize_rows(x2)
         if self.on_cuda and in_invariant_step():  # a batch-invariant step (invariant.py)
             from orpheus_svc.engine.model.fixed_gemm import fixed_gemm
-            y = fixed_gemm(qx, self.qweight.T, sx, self.scale_row, self.out_dtype)
-        elif self.on_cuda and self.gemm == "tensorwise":
+            return fixed_gemm(qx, self.qweight.T, sx, self.scale_row, self.out_dtype)
+        if self.on_cuda and self.gemm == "tensorwise":
             y = torch._scaled_mm(qx, self.qweight.T, scale_a=self._one, scale_b=self._one,
                                  out_dtype=self.out_dtype, use_fast_accum=True)
-            y.mul_(sx).mul_(self.scale_row)
-        elif self.on_cuda:
-            y = torch._scaled_mm(qx, self.qweight.T, scale_a=sx, scale_b=self.scale_row,
-                                 out_dtype=self.out_dtype, use_fast_accum=True)
-        else:  # the same quantised operands, multiplied in float32
-            y = rows_matmul(qx.float() * sx, self._float.T).to(self.out_dtype)
-        return y.reshape(*shape[:-1], y.shape[-1])
+            return y.mul_(sx).mul_(self.scale_row)
+        if self.on_cuda:
+            return torch._scaled_mm(qx, self.qweight.T, scale_a=sx, scale_b=self.scale_row,
+                                    out_dtype=self.out_dtype, use_fast_accum=True)
+        # the same quantised operands, multiplied in float32
+        return rows_matmul(qx.float() * sx, self._float.T).to(self.out_dtype)
 
 
 def make_linear(weight: torch.Tensor, quantization: str, dtype: torch.dtype,
