@@ -8,6 +8,13 @@ lengths (the sim's length model, about 4 s per segment). The frames go to a sink
 copies and validates them like Flusher.push_many and keeps nothing else.
 
     PYTHONPATH=bench python bench/engine_host.py [--sessions 512] [--steps 3000]
+    PYTHONPATH=bench python bench/engine_host.py --backend graph --sessions 64,256,512
+
+`--backend graph` drives the graph backend instead (a tiny Llama on the CPU, no CUDA
+graphs) with its step's device work replaced by a stub that writes a legal audio id per
+row: what is timed is the engine thread's host path of a graph step (the scheduler, rows.py,
+packing the staging, the copies, collecting), at the row counts given. To compare code
+versions, run this file against each (PYTHONPATH=<checkout>:bench) in the same window.
 
 Prints per-step and per-row host time (CPU time of this thread: time.thread_time) and the
 CPU-seconds per audio second it implies. A figure from one machine: compare code versions by
@@ -58,27 +65,69 @@ class CopySink:
         pass
 
 
-def _request(i: int) -> GenerationRequest:
+def _request(i: int, max_tokens: int = 1200) -> GenerationRequest:
     prompt = tuple(range(128000, 128000 + PROMPT_TOKENS))
     return GenerationRequest(session_id=f"s{i}", segment_index=0, prompt_ids=prompt,
-                             max_tokens=1200, sampling=SamplingParams(seed=i),
+                             max_tokens=max_tokens, sampling=SamplingParams(seed=i),
                              expected_frames=EXPECTED_FRAMES)
 
 
-def run(sessions: int, steps: int, warmup: int, profile: str) -> dict:
-    backend = SimBackend(get_profile(profile), num_slots=max(1024, sessions),
-                         max_seq_len=4096, sleep=lambda s: None)
+def _graph_backend(sessions: int):
+    """The graph backend on a tiny Llama (CPU), its device step a stub (module docstring)."""
+    import torch
+
+    from orpheus_svc.core.tokens import AUDIO_BASE, CODES_PER_POSITION
+    from orpheus_svc.engine.graph.backend import GraphBackend
+    from orpheus_svc.engine.graph.rows import INPUT
+    from orpheus_svc.engine.model.llama import SlotLlama
+    from orpheus_svc.models.demo import demo_spec, random_state_dict
+
+    spec = demo_spec()
+    model = SlotLlama(spec, random_state_dict(spec, 0, dtype=torch.float32), num_slots=sessions,
+                      max_seq_len=GRAPH_SEQ, dtype=torch.float32, spare_slots=1)
+    backend = GraphBackend(model, sessions, graphs=False)
+    runner = backend.runner
+
+    def stub(bucket: int, invariant: bool = False) -> None:
+        ints = runner.inputs(bucket)[0] if hasattr(runner, "inputs") else runner.ints[:, :bucket]
+        runner.out[:bucket] = AUDIO_BASE + ints[INPUT["fpos"]] * CODES_PER_POSITION + 1
+
+    runner._run = stub
+    backend.counters = {"rows": 0}  # decode rows and new prompts, as the sim counts them
+    launch = backend.launch
+
+    def counted(plan):
+        backend.counters["rows"] += len(plan.decode) + len(plan.prefill)
+        return launch(plan)
+
+    backend.launch = counted
+    return backend
+
+
+GRAPH_SEQ = 512  # the graph bench's slot: a prompt and max_tokens fit
+
+
+def run(sessions: int, steps: int, warmup: int, profile: str, backend_name: str = "sim") -> dict:
+    if backend_name == "graph":
+        backend = _graph_backend(sessions)
+        slots = sessions
+    else:
+        backend = SimBackend(get_profile(profile), num_slots=max(1024, sessions),
+                             max_seq_len=4096, sleep=lambda s: None)
+        slots = max(1024, sessions)
     sink = CopySink()
-    settings = SchedulerSettings(max_batch_size=max(1024, sessions), max_waiting=4 * sessions)
+    settings = SchedulerSettings(max_batch_size=slots, max_waiting=4 * sessions)
     loop = EngineLoop(backend, sink, lambda events: None, settings=settings, seed=1)
     events = EventBatch(lambda evs: None)
     live = 0
     submitted = 0
 
+    max_tokens = EXPECTED_FRAMES * FRAME_TOKENS if backend_name == "graph" else 1200
+
     def top_up() -> None:
         nonlocal live, submitted
         while live < sessions:
-            loop.submit(_request(submitted))
+            loop.submit(_request(submitted, max_tokens))
             submitted += 1
             live += 1
         loop._drain(events, block=False)
@@ -100,8 +149,8 @@ def run(sessions: int, steps: int, warmup: int, profile: str) -> dict:
         live -= after - before
         if n >= warmup:
             t_cpu += c1 - c0
-            rows += backend.counters["rows"] - prev_rows
-        prev_rows = backend.counters["rows"]
+            rows += _rows(backend) - prev_rows
+        prev_rows = _rows(backend)
         top_up()
     audio_s = (sink.frames - frames0) * FRAME_SECONDS
     return {"sessions": sessions, "steps": steps, "rows": rows,
@@ -112,16 +161,24 @@ def run(sessions: int, steps: int, warmup: int, profile: str) -> dict:
             "cpu_s_per_audio_s": round(t_cpu / audio_s, 6) if audio_s else None}
 
 
+def _rows(backend) -> int:
+    """Rows stepped so far: the sim counts them; the graph bench's launch wrapper too."""
+    return backend.counters["rows"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sessions", type=int, default=512)
+    ap.add_argument("--sessions", default="512", help="one count or several, comma-separated")
+    ap.add_argument("--backend", choices=("sim", "graph"), default="sim")
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--profile", default="h100-fp8")
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
     for _ in range(a.repeat):
-        print(json.dumps(run(a.sessions, a.steps, a.warmup, a.profile)), flush=True)
+        for sessions in (int(n) for n in a.sessions.split(",")):
+            print(json.dumps({"backend": a.backend, **run(sessions, a.steps, a.warmup,
+                                                           a.profile, a.backend)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -131,8 +131,27 @@ def test_prompts_are_rows_of_the_step_and_give_the_eager_tokens(prefill_rows):
     eager = _drive(TorchBackend(_model(False)), reqs, max_batch=4)
     backend = GraphBackend(_model(True), 4, graphs=False, prefill_rows=prefill_rows)
     assert backend.runner.capacity == 4 + prefill_rows
-    assert backend.capabilities.max_prefill_tokens == (prefill_rows or None)
+    assert backend.capabilities.max_prefill_tokens == (prefill_rows or 160)  # or the slot
     assert _drive(backend, reqs, max_batch=4) == eager
+
+
+@pytest.mark.parametrize("prefill_rows", [0, 8])
+def test_a_step_holds_every_prompt_the_capped_budget_admits(prefill_rows):
+    """The prefill budget the engine really runs with (engine/intake.py effective_settings,
+    from the backend's max_prefill_tokens) never admits more prompt tokens than the runner's
+    staging holds: many long prompts arriving at once, with the scheduler's default budget
+    of 4096 tokens."""
+    from orpheus_svc.engine.intake import effective_settings
+    backend = GraphBackend(_model(True, slots=12), 12, graphs=False, prefill_rows=prefill_rows)
+    settings = effective_settings(SchedulerSettings(max_batch_size=12), backend.capabilities)
+    sched = Scheduler(SlotPool(12, 160), settings)
+    prompt = (list(PROMPT) * 20)[:120]
+    for i in range(12):
+        sched.add(Generation(gen_id=i + 1, request=GenerationRequest(
+            f"s{i}", 0, prompt, 2, SamplingParams(seed=i)), arrival=0.0, seed=i))
+    while sched.has_work:
+        plan = sched.schedule(0.0)
+        sched.update(plan, backend.step(plan), 0.0)
 
 
 def test_a_prompt_row_before_the_last_writes_only_its_own_kv():

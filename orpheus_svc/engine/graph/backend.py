@@ -45,7 +45,9 @@ class GraphBackend:
                  fused: str = "auto", prefill_rows: int = 0) -> None:
         """prefill_rows: prompt tokens a step's graphs hold beside the decode rows
         (engine.graph_prefill_rows); the scheduler's prefill budget is capped to it, so a
-        step with new prompts is one replay (a lone longer prompt takes several)."""
+        step with new prompts is one replay (a lone longer prompt takes several). 0: the
+        budget is capped to one slot's length instead, what the runner's staging holds
+        beside the decode rows."""
         self.runner = GraphRunner(model, max_batch_size, graphs=graphs, kernel=kernel,
                                   buckets=buckets, fused=fused, prefill_rows=prefill_rows)
         self.model = model
@@ -53,7 +55,7 @@ class GraphBackend:
         self._in_flight = 0  # steps launched and not collected yet
         self.capabilities = BackendCapabilities(
             name="graph", num_slots=model.num_slots, max_seq_len=model.max_seq_len,
-            runs_ahead=True, max_prefill_tokens=prefill_rows or None,
+            runs_ahead=True, max_prefill_tokens=prefill_rows or model.max_seq_len,
             max_adapters=model.lora.capacity if model.lora else 0,
             max_lora_rank=model.lora.rank if model.lora else 0)
 
