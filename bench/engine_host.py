@@ -85,7 +85,7 @@ def _graph_backend(sessions: int):
     spec = demo_spec()
     model = SlotLlama(spec, random_state_dict(spec, 0, dtype=torch.float32), num_slots=sessions,
                       max_seq_len=GRAPH_SEQ, dtype=torch.float32, spare_slots=1)
-    backend = GraphBackend(model, sessions, graphs=False)
+    backend = GraphBackend(model, sessions, graphs=False, prefill_rows=256)  # the default
     runner = backend.runner
 
     def stub(bucket: int, invariant: bool = False) -> None:

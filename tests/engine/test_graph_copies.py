@@ -12,7 +12,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from orpheus_svc.engine.graph.buckets import bucket_for
-from orpheus_svc.engine.graph.inputs import block_bytes, np_views, views
+from orpheus_svc.engine.graph.inputs import block_words, np_views, views
 from orpheus_svc.engine.graph.rows import INPUT, PrefillRow, step_rows
 from tests.engine.test_graph_backend import PROMPT, _graph
 
@@ -79,7 +79,7 @@ def test_each_chunk_is_one_contiguous_copy_into_its_whole_input_block(prompt_len
         assert bucket == bucket_for(runner.buckets, hi - lo)
         block = runner._inputs[bucket]
         assert src.is_contiguous() and dst.is_contiguous()
-        assert src.dtype == dst.dtype == torch.uint8
+        assert src.dtype == dst.dtype == torch.int64
         assert dst.data_ptr() == block.data_ptr() and dst.numel() == block.numel()
         assert src.numel() == block.numel()
         assert not cuda or src.is_pinned()
@@ -109,12 +109,12 @@ def test_the_block_holds_the_rows_the_step_reads():
 
 def test_views_of_a_block_are_contiguous_and_disjoint():
     for bucket in (1, 3, 8, 256):
-        block = torch.zeros((block_bytes(bucket) + 64,), dtype=torch.uint8)
+        block = torch.zeros((block_words(bucket) + 8,), dtype=torch.int64)
         ints, floats = views(block, bucket)
         assert ints.is_contiguous() and floats.is_contiguous()
-        assert block_bytes(bucket) % 64 == 0
+        assert block_words(bucket) % 8 == 0  # 64-byte blocks
         assert floats.data_ptr() >= ints.data_ptr() + ints.numel() * 8
-        assert floats.data_ptr() + floats.numel() * 4 <= block.data_ptr() + block_bytes(bucket)
+        assert floats.data_ptr() + floats.numel() * 4 <= block.data_ptr() + 8 * block_words(bucket)
         ints.fill_(-1)
         floats.fill_(2.5)
         npi, npf = np_views(block.numpy(), bucket)

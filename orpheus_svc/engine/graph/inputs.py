@@ -1,8 +1,13 @@
-"""A graph-engine step's inputs as one contiguous block of bytes per chunk, so that a chunk's
-whole input goes host-to-device in one copy between two contiguous buffers.
+"""A graph-engine step's inputs as one contiguous block of int64 words per chunk, so that a
+chunk's whole input goes host-to-device in one copy between two contiguous buffers.
 
-    block (bucket b)   [ ints: len(INPUT_ROWS) x b int64 | floats: len(PARAM_ROWS) x b float32 | pad ]
-                       0                          8 * 10 * b                            block_bytes(b)
+    block (bucket b)   [ ints: len(INPUT_ROWS) x b int64 | floats: len(PARAM_ROWS) x b float32, | pad ]
+                                                           two to a word (their bits)
+                       0                          10 * b                           block_words(b)
+
+The block is int64, not bytes: the same copy on the device, and on the CPU a copy of
+words, where a byte tensor's copy is an elementwise loop (about 10x slower) that torch
+also splits across threads.
 
 The host packs a chunk's rows (rows.py StepRows.pack) into numpy views of a region of a
 pinned staging block; the device holds one such block per bucket, and the bucket's
@@ -18,33 +23,36 @@ import torch
 
 from orpheus_svc.engine.graph.rows import INPUT_ROWS, PARAM_ROWS
 
-INT_BYTES = 8 * len(INPUT_ROWS)    # one row's ints
-FLOAT_BYTES = 4 * len(PARAM_ROWS)  # one row's floats
-# every block starts on a 64-byte boundary of its staging buffer (the int64 view's
-# alignment, and a whole number of cache lines for the copy engine)
-ALIGN = 64
+# every block starts on a 64-byte boundary of its staging buffer (8 words: a whole number
+# of cache lines for the copy engine)
+ALIGN_WORDS = 8
 
 
-def block_bytes(bucket: int) -> int:
-    """The bytes of one chunk's block at `bucket` rows, rounded up to ALIGN."""
-    return -(-(INT_BYTES + FLOAT_BYTES) * bucket // ALIGN) * ALIGN
+def _float_words(bucket: int) -> int:
+    return -(-len(PARAM_ROWS) * bucket // 2)
+
+
+def block_words(bucket: int) -> int:
+    """The int64 words of one chunk's block at `bucket` rows, rounded up to ALIGN_WORDS."""
+    words = len(INPUT_ROWS) * bucket + _float_words(bucket)
+    return -(-words // ALIGN_WORDS) * ALIGN_WORDS
 
 
 def views(block: torch.Tensor, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(ints [len(INPUT_ROWS), bucket] int64, floats [len(PARAM_ROWS), bucket] float32):
-    views of a uint8 block (device or host) of at least block_bytes(bucket), each
+    views of an int64 block (device or host) of at least block_words(bucket), each
     contiguous."""
-    split = INT_BYTES * bucket
-    ints = block[:split].view(torch.int64).view(len(INPUT_ROWS), bucket)
-    floats = block[split:split + FLOAT_BYTES * bucket].view(torch.float32).view(
-        len(PARAM_ROWS), bucket)
+    split = len(INPUT_ROWS) * bucket
+    ints = block[:split].view(len(INPUT_ROWS), bucket)
+    floats = block[split:split + _float_words(bucket)].view(torch.float32)[
+        :len(PARAM_ROWS) * bucket].view(len(PARAM_ROWS), bucket)
     return ints, floats
 
 
 def np_views(block: np.ndarray, bucket: int) -> tuple[np.ndarray, np.ndarray]:
-    """views() of a uint8 numpy block (the pinned staging, seen from numpy)."""
-    split = INT_BYTES * bucket
-    ints = block[:split].view(np.int64).reshape(len(INPUT_ROWS), bucket)
-    floats = block[split:split + FLOAT_BYTES * bucket].view(np.float32).reshape(
-        len(PARAM_ROWS), bucket)
+    """views() of an int64 numpy block (the pinned staging, seen from numpy)."""
+    split = len(INPUT_ROWS) * bucket
+    ints = block[:split].reshape(len(INPUT_ROWS), bucket)
+    floats = block[split:split + _float_words(bucket)].view(np.float32)[
+        :len(PARAM_ROWS) * bucket].reshape(len(PARAM_ROWS), bucket)
     return ints, floats

@@ -38,7 +38,7 @@ from orpheus_svc.engine.graph.attention import (INVARIANT_SPLITS, DecodeAttentio
                                                 triton_kernel_works)
 from orpheus_svc.engine.graph.buckets import batch_buckets, bucket_for
 from orpheus_svc.engine.graph.fp8_paths import choose_fp8_paths
-from orpheus_svc.engine.graph.inputs import block_bytes, np_views, views
+from orpheus_svc.engine.graph.inputs import block_words, np_views, views
 from orpheus_svc.engine.graph.rows import PrefillRow, step_rows
 from orpheus_svc.engine.graph.fused import TorchOps, TritonOps, triton_ops_work
 from orpheus_svc.engine.graph.step import MakeLora, SlotState, decode_step
@@ -99,7 +99,7 @@ class GraphRunner:
         width = self.capacity = self.buckets[-1]
         # one input block per bucket (inputs.py), which that bucket's step reads its rows
         # from; a chunk's rows arrive in one copy of contiguous bytes
-        self._inputs = {b: torch.zeros((block_bytes(b),), dtype=torch.uint8, device=device)
+        self._inputs = {b: torch.zeros((block_words(b),), dtype=torch.int64, device=device)
                         for b in self.buckets}
         self.out = torch.zeros((width,), dtype=torch.long, device=device)
         # Host side, two turns (a step in flight keeps its own): a step holds at most
@@ -108,8 +108,8 @@ class GraphRunner:
         # copy may still be reading it when the next chunk is packed), so the staging is
         # one largest block more than the rows' chunks.
         rows = max_batch + max(prefill_rows, model.max_seq_len)
-        staging = (-(-rows // width) + 1) * block_bytes(width)
-        self._staging = [torch.zeros((staging,), dtype=torch.uint8, pin_memory=cuda)
+        staging = (-(-rows // width) + 1) * block_words(width)
+        self._staging = [torch.zeros((staging,), dtype=torch.int64, pin_memory=cuda)
                          for _ in range(2)]
         self._staging_np = [t.numpy() for t in self._staging]
         self._host_out = [torch.zeros((rows,), dtype=torch.long, pin_memory=cuda)
@@ -188,10 +188,10 @@ class GraphRunner:
         torch.cuda.empty_cache()
         t0, reserved0 = time.perf_counter(), torch.cuda.memory_reserved(dev)
         pool = torch.cuda.graph_pool_handle()
-        pad = torch.zeros((block_bytes(self.capacity),), dtype=torch.uint8)
+        pad = torch.zeros((block_words(self.capacity),), dtype=torch.int64)
         for b in self.buckets:  # warm-up runs touch the dummy slot only
             step_rows(None, ()).pack(*np_views(pad.numpy(), b), 0, 0, b, self.state.dummy)
-            self._inputs[b].copy_(pad[:block_bytes(b)])
+            self._inputs[b].copy_(pad[:block_words(b)])
         side = torch.cuda.Stream(dev)
         for b in reversed(self.buckets):
             for invariant in (False, True):
@@ -231,7 +231,7 @@ class GraphRunner:
         with torch.inference_mode():
             for lo, hi in rows.chunks(self.capacity):
                 bucket = bucket_for(self.buckets, hi - lo)
-                size = block_bytes(bucket)
+                size = block_words(bucket)
                 rows.pack(*np_views(staging_np[at:at + size], bucket), lo, hi, bucket,
                           self.state.dummy)
                 self._inputs[bucket].copy_(staging[at:at + size], non_blocking=True)
