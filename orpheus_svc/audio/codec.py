@@ -318,14 +318,11 @@ class SnacCodec:
         stacked = np.stack([self._check_codes(w) for w in batch])  # [B, F, 7]
         b = stacked.shape[0]
         c0, c1, c2 = frames_to_codebooks(stacked.reshape(-1, FRAME_TOKENS))
-        if self.device.type != "cuda":
-            codes = [torch.from_numpy(c.reshape(b, -1)) for c in (c0, c1, c2)]
-        else:  # one copy from pinned memory, queued: the flusher thread does not wait for it
-            flat = torch.from_numpy(np.concatenate([c0, c1, c2])).pin_memory()
-            flat = flat.to(self.device, non_blocking=True)
-            n0, n1 = c0.size, c1.size
-            codes = [flat[:n0].view(b, -1), flat[n0:n0 + n1].view(b, -1),
-                     flat[n0 + n1:].view(b, -1)]
+        flat = torch.from_numpy(np.concatenate([c0, c1, c2]))  # [B*F | B*2F | B*4F]
+        if self.device.type == "cuda":  # one copy from pinned memory, queued, not waited for
+            flat = flat.pin_memory().to(self.device, non_blocking=True)
+        n0, n1 = c0.size, c1.size
+        codes = [flat[:n0].view(b, -1), flat[n0:n0 + n1].view(b, -1), flat[n0 + n1:].view(b, -1)]
         return self.quantizer.from_codes(codes).to(self.dtype)
 
     @torch.inference_mode()
