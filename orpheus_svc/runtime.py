@@ -214,8 +214,11 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
         log.warning("flusher.null_codec is on: every decode is silence (a benchmark setting)")
         codec = NullCodec(device)
     else:
+        fl = config.flusher
         codec = built.codec or load_snac(_snac_ref(config, built.is_demo), device=device,
-                                         dtype=torch.float32)
+                                         dtype=resolve_dtype(fl.codec_dtype, device),
+                                         max_batch_frames=fl.max_decode_frames,
+                                         graphs=fl.codec_graphs)
     flusher = Flusher(codec, config.flusher, router, on_error=router.on_audio_error,
                       on_decode=on_decode)
     engine = EngineLoop(built.backend, flusher, router, settings=settings, seed=e.seed,

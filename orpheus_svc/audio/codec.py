@@ -24,6 +24,7 @@ global RNG, which the engine thread may use) and can be switched off per call:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import warnings
 from pathlib import Path
@@ -33,10 +34,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, GPU_BATCH_FRAMES
+from orpheus_svc.audio.gpu_streams import codec_stream
+from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, GPU_CALL_FRAMES
+from orpheus_svc.audio.snac_graphs import BucketRunner
+from orpheus_svc.audio.snac_kernels import fused_snake, fused_snake_works
 from orpheus_svc.core.tokens import FRAME_TOKENS, SAMPLES_PER_FRAME, frames_to_codebooks
 from orpheus_svc.files import read_mapping
 from orpheus_svc.hub import CheckpointNotFoundError, resolve_checkpoint
+
+log = logging.getLogger(__name__)
 
 SNAC_FILES = ("config.json", "pytorch_model.bin")
 
@@ -67,7 +73,12 @@ class SnacLoadError(ValueError):
 
 
 class _Noise(nn.Module):
-    """SNAC's NoiseBlock with a private generator and an off switch (see module docstring)."""
+    """SNAC's NoiseBlock with a private generator and an off switch (see module docstring).
+
+    `supplied`: noise drawn before the call (snac_graphs.py: a CUDA graph reads it from a
+    static buffer, filled by `fill` before each replay); `keep_last`: keep the noise this
+    forward drew in `last` (the runner adopts it as its static buffer).
+    """
 
     def __init__(self, linear: nn.Module, index: int = 0):
         super().__init__()
@@ -76,19 +87,30 @@ class _Noise(nn.Module):
         self.enabled = True
         self.generator: torch.Generator | None = None
         self.row_seeds: Sequence[int | None] | None = None  # set for one call only
+        self.supplied: torch.Tensor | None = None
+        self.keep_last = False
+        self.last: torch.Tensor | None = None
+
+    def fill(self, noise: torch.Tensor) -> torch.Tensor:
+        """Draw one call's noise into `noise` [B, 1, T]: every row from the codec's generator,
+        then each seeded row (row_seeds) again from its seed alone. Returns `noise`."""
+        noise.normal_(generator=self.generator)  # what torch.randn(shape, generator) draws
+        if self.row_seeds is not None:
+            for row, seed in enumerate(self.row_seeds):
+                if seed is not None:
+                    g = torch.Generator(device=noise.device)
+                    g.manual_seed((seed * 0x100000001B3 + self.index) % (1 << 63))
+                    noise[row].normal_(generator=g)
+        return noise
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.enabled:
             return x
-        shape = (x.shape[0], 1, x.shape[2])
-        noise = torch.randn(shape, generator=self.generator, device=x.device, dtype=x.dtype)
-        if self.row_seeds is not None:
-            for row, seed in enumerate(self.row_seeds):
-                if seed is not None:
-                    g = torch.Generator(device=x.device)
-                    g.manual_seed((seed * 0x100000001B3 + self.index) % (1 << 63))
-                    noise[row] = torch.randn(shape[1:], generator=g, device=x.device,
-                                             dtype=x.dtype)
+        noise = self.supplied
+        if noise is None:
+            noise = self.fill(x.new_empty((x.shape[0], 1, x.shape[2])))
+            if self.keep_last:
+                self.last = noise
         return x + noise * self.linear(x)
 
 
@@ -101,14 +123,20 @@ class _Snake(nn.Module):
     large (64 channels x 512 samples per latent step: 10 MB for a 19-frame window), and
     out-of-place elementwise ops allocate a fresh buffer per op; in place they reuse one.
     Measured on CPU: 15-20% less decode time, more the longer the window.
+
+    On CUDA, once the start-up check passed (SnacCodec), `fused` runs the same function as
+    one Triton kernel instead (audio/snac_kernels.py: 1 launch, not 5).
     """
 
     def __init__(self, alpha: torch.Tensor):
         super().__init__()
         self.alpha = alpha
         self.register_buffer("inv_alpha", (alpha.detach().float() + 1e-9).reciprocal().to(alpha.dtype))
+        self.fused = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return fused_snake(x, self.alpha, self.inv_alpha)
         y = torch.mul(x, self.alpha)
         return y.sin_().square_().mul_(self.inv_alpha).add_(x)
 
@@ -163,16 +191,27 @@ def _build_snac(config: dict) -> nn.Module:
 class SnacCodec:
     """A SNAC decoder ready for inference: folded weights, eval mode, switchable noise.
 
+    On CUDA (module docstring of snac_graphs.py for the whole picture): the decoder runs in
+    `dtype` (bfloat16 by default: runtime.py), the quantizer in float32; the Snake layers
+    are one Triton kernel each once `fused_snake_works` passed; calls run on the codec's own
+    low-priority `stream` (audio/gpu_streams.py), as CUDA graphs per bucketed shape when
+    `graphs` > 0 (how many it may hold); codes go up from pinned memory without blocking
+    and PCM comes back into pinned memory, waited for on an event that sleeps (the GIL is
+    released meanwhile). On a CPU none of this applies and decoding is plain eager torch.
+
     Not thread-safe: use one codec from one thread (the flusher's) at a time.
     """
 
     def __init__(self, model: nn.Module, config: dict, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32, noise: bool = True, seed: int = 0):
+                 dtype: torch.dtype = torch.float32, noise: bool = True, seed: int = 0,
+                 max_batch_frames: int = 0, graphs: int = 0, fused_snake: bool = True):
         self.config = dict(config)
         self.device = torch.device(device)
+        cuda = self.device.type == "cuda"
         # Frames per decode call the flusher aims for (max_decode_frames = 0): on a CPU the
-        # cost per frame rises past ~24; a GPU is cheapest with one large call.
-        self.max_batch_frames = CPU_BATCH_FRAMES if self.device.type == "cpu" else GPU_BATCH_FRAMES
+        # cost per frame rises past ~24; on a GPU the cap keeps one call short enough not
+        # to hold a new stream's first chunk back (settings.GPU_CALL_FRAMES).
+        self.max_batch_frames = max_batch_frames or (GPU_CALL_FRAMES if cuda else CPU_BATCH_FRAMES)
         self.dtype = dtype
         self.sample_rate = int(config.get("sampling_rate", 24000))
         self.hop_length = int(np.prod(config["decoder_rates"]))
@@ -195,6 +234,26 @@ class SnacCodec:
         for block in self._noise_blocks:
             block.generator = self.generator
         self.noise = noise
+        self.stream = codec_stream(self.device) if cuda else None
+        self._done = torch.cuda.Event(blocking=True) if cuda else None  # sleeps, no spin
+        self.fused_snake = bool(cuda and fused_snake and fused_snake_works(self.device, dtype))
+        self._set_fused_snake(self.fused_snake)
+        self.graphs = BucketRunner(self, capture=True, max_graphs=graphs) if cuda and graphs else None
+        if cuda:
+            log.info("SNAC on %s in %s: fused Snake %s, CUDA graphs %s, %d frames per call",
+                     self.device, str(dtype).removeprefix("torch."),
+                     "on" if self.fused_snake else "off (torch Snake)",
+                     f"up to {graphs}" if graphs else "off", self.max_batch_frames)
+
+    def _set_fused_snake(self, on: bool) -> None:
+        for module in self.decoder.modules():
+            if isinstance(module, _Snake):
+                module.fused = on
+
+    @property
+    def snake_layers(self) -> int:
+        """How many Snake activations one decode runs (29 for snac_24khz)."""
+        return sum(isinstance(m, _Snake) for m in self.decoder.modules())
 
     @staticmethod
     def _replace_noise_blocks(decoder: nn.Module) -> list[_Noise]:
@@ -259,7 +318,11 @@ class SnacCodec:
         stacked = np.stack([self._check_codes(w) for w in batch])  # [B, F, 7]
         b = stacked.shape[0]
         c0, c1, c2 = frames_to_codebooks(stacked.reshape(-1, FRAME_TOKENS))
-        codes = [torch.from_numpy(c.reshape(b, -1)).to(self.device) for c in (c0, c1, c2)]
+        flat = torch.from_numpy(np.concatenate([c0, c1, c2]))  # [B*F | B*2F | B*4F]
+        if self.device.type == "cuda":  # one copy from pinned memory, queued, not waited for
+            flat = flat.pin_memory().to(self.device, non_blocking=True)
+        n0, n1 = c0.size, c1.size
+        codes = [flat[:n0].view(b, -1), flat[n0:n0 + n1].view(b, -1), flat[n0 + n1:].view(b, -1)]
         return self.quantizer.from_codes(codes).to(self.dtype)
 
     @torch.inference_mode()
@@ -288,16 +351,44 @@ class SnacCodec:
             for block in self._noise_blocks:
                 block.row_seeds = noise_seeds
         try:
-            x, base = z, 0
-            for i, layer in enumerate(self.decoder.model):
-                x = layer(x)
-                if i == self._crop_after and keep is not None:
-                    x, base = self._crop(x, steps, lo, hi)
+            if self.stream is None:
+                if self.graphs is None:
+                    return self.forward(z, lo, hi, keep is not None).float().numpy()
+                return self.graphs.run(z, lo, hi, keep is not None).float().numpy().copy()
+            caller = torch.cuda.current_stream(self.device)
+            with torch.cuda.stream(self.stream):
+                if caller != self.stream:  # z was made on the caller's stream
+                    self.stream.wait_stream(caller)
+                if self.graphs is not None:
+                    pcm = self.graphs.run(z, lo, hi, keep is not None)
+                else:
+                    pcm = self.forward(z, lo, hi, keep is not None)
+                return self._to_host(pcm)
         finally:
             self.noise = previous
             for block in self._noise_blocks:
                 block.row_seeds = None
-        return x[:, 0, lo - base:hi - base].float().cpu().numpy()
+
+    def forward(self, z: torch.Tensor, lo: int, hi: int, crop: bool) -> torch.Tensor:
+        """The decoder on z [B, latent_dim, T]: samples [lo, hi) of each row, [B, hi - lo] in
+        the decoder's dtype (a view into its last activation). `crop`: drop the context
+        after the first upsampling block (_crop). Eager, or inside a graph capture."""
+        x, base = z, 0
+        for i, layer in enumerate(self.decoder.model):
+            x = layer(x)
+            if i == self._crop_after and crop:
+                x, base = self._crop(x, z.shape[-1], lo, hi)
+        return x[:, 0, lo - base:hi - base]
+
+    def _to_host(self, pcm: torch.Tensor) -> np.ndarray:
+        """[B, n] on the device -> float32 numpy, through pinned memory: the copy is queued on
+        the codec's stream and the thread sleeps on an event until it is done (CUDA)."""
+        pcm = pcm.float().contiguous()
+        host = torch.empty(pcm.shape, dtype=torch.float32, pin_memory=True)
+        host.copy_(pcm, non_blocking=True)
+        self._done.record(self.stream)
+        self._done.synchronize()
+        return host.numpy()
 
     def _crop(self, x: torch.Tensor, steps: int, lo: int, hi: int) -> tuple[torch.Tensor, int]:
         """Cut the activation after the first upsampling block to the kept samples + margin.
@@ -330,12 +421,16 @@ class SnacCodec:
 
 def load_snac(ref: str | os.PathLike[str], device: str | torch.device = "cpu",
               dtype: torch.dtype = torch.float32, noise: bool | None = None,
-              seed: int = 0) -> SnacCodec:
+              seed: int = 0, max_batch_frames: int = 0, graphs: int = 0,
+              fused_snake: bool = True) -> SnacCodec:
     """Load a SNAC checkpoint (local dir or hub id, HF layout: config.json + pytorch_model.bin).
 
-    Weight norm is folded, the encoder is dropped, the model is in eval mode on `device`
-    in `dtype`. `noise=None` keeps the checkpoint's own setting (config `noise`, true for
-    snac_24khz); `seed` seeds the codec's private noise generator.
+    Weight norm is folded, the encoder is dropped, the model is in eval mode on `device`,
+    the decoder in `dtype` (the quantizer, a lookup and three 1x1 convs, stays float32).
+    `noise=None` keeps the checkpoint's own setting (config `noise`, true for snac_24khz);
+    `seed` seeds the codec's private noise generator. CUDA only: `max_batch_frames` (0:
+    settings.GPU_CALL_FRAMES) sizes the graph buckets, `graphs` caps the CUDA graphs held
+    (0: eager), `fused_snake` allows the Triton Snake (SnacCodec).
     """
     directory = resolve_checkpoint(ref, list(SNAC_FILES), what="SNAC checkpoint")
     missing = [name for name in SNAC_FILES if not (directory / name).is_file()]
@@ -360,9 +455,11 @@ def load_snac(ref: str | os.PathLike[str], device: str | torch.device = "cpu",
     _fold_weight_norm(model)
     model.encoder = None  # decoding only: saves its memory
     model.eval().requires_grad_(False)
-    model.to(device=device, dtype=dtype)
+    model.to(device=device)
+    model.decoder.to(dtype=dtype)
     use_noise = bool(config.get("noise", True)) if noise is None else noise
-    return SnacCodec(model, config, device=device, dtype=dtype, noise=use_noise, seed=seed)
+    return SnacCodec(model, config, device=device, dtype=dtype, noise=use_noise, seed=seed,
+                     max_batch_frames=max_batch_frames, graphs=graphs, fused_snake=fused_snake)
 
 
 def write_random_snac(out_dir: str | os.PathLike[str], seed: int,

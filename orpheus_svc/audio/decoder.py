@@ -149,7 +149,10 @@ class Decoder:
             order.extend(members)
         z = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
         if len(pieces) > 1:
-            z = z[torch.from_numpy(np.argsort(np.asarray(order)))]
+            index = torch.from_numpy(np.argsort(np.asarray(order)))
+            if z.device.type == "cuda":  # queued from pinned memory, not a blocking copy
+                index = index.pin_memory().to(z.device, non_blocking=True)
+            z = z[index]
         if rows is not None and rows > len(jobs):
             z = torch.cat([z, z.new_zeros((rows - len(jobs), *z.shape[1:]))])
             self.num_padded_windows += rows - len(jobs)

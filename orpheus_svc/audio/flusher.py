@@ -182,7 +182,9 @@ class Flusher:
             self._thread = None
 
     def _run(self) -> None:
-        stream = torch.cuda.Stream(self.codec.device) if self.codec.device.type == "cuda" else None
+        stream = None  # off the engine's stream: the codec's own (low priority), else a new one
+        if self.codec.device.type == "cuda":
+            stream = getattr(self.codec, "stream", None) or torch.cuda.Stream(self.codec.device)
         while True:
             with self._lock:
                 while not self._commands and not self._stopping and not self.backlog:

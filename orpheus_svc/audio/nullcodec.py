@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, GPU_BATCH_FRAMES
+from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, GPU_CALL_FRAMES
 from orpheus_svc.core.tokens import SAMPLES_PER_FRAME
 
 STEP_SAMPLES = SAMPLES_PER_FRAME // 4  # one latent step: a frame's first codebook is 4 steps
@@ -28,7 +28,7 @@ class NullCodec:
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
-        self.max_batch_frames = CPU_BATCH_FRAMES if self.device.type == "cpu" else GPU_BATCH_FRAMES
+        self.max_batch_frames = CPU_BATCH_FRAMES if self.device.type == "cpu" else GPU_CALL_FRAMES
         self.num_calls = 0
 
     def latents(self, batch: Sequence[np.ndarray]) -> torch.Tensor:

@@ -12,9 +12,20 @@ FRAME = 2048
 #: Frames per SNAC call on a CPU: the cost per frame is flat to ~24 and rises beyond
 #: (docs/snac-streaming.md). A codec without its own `max_batch_frames` gets this.
 CPU_BATCH_FRAMES = 24
-#: Frames per SNAC call on a GPU: large, so that one call decodes a whole iteration's
-#: windows (a call's launch cost dominates small ones).
+#: Frames per call of the simulator's GPU codec (engine/sim/codec.py), which models eager
+#: float32 SNAC: one large call per iteration, a call's launch cost dominating small ones.
 GPU_BATCH_FRAMES = 1024
+#: Frames per SNAC call on CUDA (bfloat16, fused Snake, CUDA graphs: audio/snac_graphs.py),
+#: the cap that keeps one call from holding a new stream's first chunk back. On paper:
+#: SNAC is bound by activation traffic, not FLOPs (0.67 GFLOP per decoded frame). Eager
+#: float32 with the torch Snake moves ~137 MB per decoded frame (a dispatch-mode count on
+#: the cropped 24 kHz decoder), bfloat16 with the fused Snake ~29 MB. Taking today's
+#: 67 ms eager call as ~1,024 frames (~65 us a frame), the traffic ratio gives ~14 us a
+#: frame: 256 frames are ~3.5 ms, the longest a first chunk waits for a call in progress;
+#: at 256 streams (~3,500 frames/s decoded, context included) ~14 calls a second, ~5% of
+#: the GPU.
+GPU_CALL_FRAMES = 256
+CODEC_DTYPES = ("auto", "float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,11 @@ class FlusherSettings:
         buffered. So when the codec cannot keep up (the CPU demo under load), a new
         generation's first audio waits for at most about one SNAC call, not for the whole
         backlog. A GPU decodes each iteration's windows well within it, so it never binds.
+    codec_dtype: the SNAC decoder's dtype: "auto" (bfloat16 on CUDA, float32 on a CPU),
+        "float32" or "bfloat16". tests/audio/test_snac_precision.py bounds bfloat16's
+        error against float32 on the same codes.
+    codec_graphs: CUDA only: how many SNAC CUDA graphs (one per bucketed call shape,
+        audio/snac_graphs.py) the codec may hold; 0 runs SNAC eagerly.
     null_codec: benchmarks only: SNAC is not loaded and every decode is silence of the
         right length at no cost (audio/nullcodec.py), batched as SNAC would be, so that a
         run beside one with SNAC gives SNAC's share of the device. Never serve
@@ -88,12 +104,14 @@ class FlusherSettings:
     max_decode_frames: int = 0
     max_iteration_s: float = 0.1
     seeded_call_windows: int = 8
+    codec_dtype: str = "auto"
+    codec_graphs: int = 64
     null_codec: bool = False
 
     def __post_init__(self) -> None:
         for name in ("first_chunk_samples", "left_context_samples", "lookahead_samples",
                      "min_chunk_samples", "max_chunk_samples", "low_water_samples",
-                     "max_decode_frames", "seeded_call_windows"):
+                     "max_decode_frames", "seeded_call_windows", "codec_graphs"):
             require(is_int(getattr(self, name)), self, name, "must be an int")
         require(0 <= self.first_chunk_samples <= FRAME, self, "first_chunk_samples",
                 f"must be 0..{FRAME} (a part of frame 0)")
@@ -112,6 +130,9 @@ class FlusherSettings:
                 "max_iteration_s", "must be a finite number > 0")
         require(self.low_water_samples >= 0, self, "low_water_samples", "must be >= 0")
         require(self.seeded_call_windows >= 1, self, "seeded_call_windows", "must be >= 1")
+        require(self.codec_dtype in CODEC_DTYPES, self, "codec_dtype",
+                f"must be one of {', '.join(CODEC_DTYPES)}")
+        require(self.codec_graphs >= 0, self, "codec_graphs", "must be >= 0 (0: eager)")
         require(isinstance(self.null_codec, bool), self, "null_codec", "must be true or false")
         require(self.max_decode_frames >= 0, self, "max_decode_frames",
                 "must be >= 0 (0: the codec's max_batch_frames)")

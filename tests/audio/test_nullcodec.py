@@ -8,7 +8,7 @@ import pytest
 
 from orpheus_svc.audio.flusher import Flusher
 from orpheus_svc.audio.nullcodec import NullCodec
-from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, GPU_BATCH_FRAMES, FlusherSettings
+from orpheus_svc.audio.settings import CPU_BATCH_FRAMES, GPU_CALL_FRAMES, FlusherSettings
 
 from .conftest import random_frames
 from .test_flusher import Collect, check_accounting, frozen
@@ -39,7 +39,7 @@ def test_the_null_codec_cuts_and_batches_as_snac_does(tiny_codec):
     assert all(not e.pcm.any() for e in sink.events())  # silence
 
 
-@pytest.mark.parametrize("device, frames", [("cpu", CPU_BATCH_FRAMES), ("cuda", GPU_BATCH_FRAMES)])
+@pytest.mark.parametrize("device, frames", [("cpu", CPU_BATCH_FRAMES), ("cuda", GPU_CALL_FRAMES)])
 def test_it_batches_as_snac_would_on_its_device(device, frames):
     assert NullCodec(device).max_batch_frames == frames
 
