@@ -63,13 +63,14 @@ class GraphBackend:
         """Queue the step; one that holds a seeded row runs batch-invariant, every row of
         it (StepPlan.seeded; GraphRunner._run)."""
         ahead = self._in_flight > 0  # launched before the step before it was read
-        mark = self.clock.begin(ahead)
-        try:
-            launched = self.runner.launch(_prefill_rows(plan), _decode_rows(plan.decode),
-                                          invariant=plan.seeded)
-        except Exception as exc:
-            fatal_if_device_lost(exc)  # a poisoned CUDA context fails every later step
-            raise
+        with self.runner.on_stream():  # the start event on the step's stream
+            mark = self.clock.begin(ahead)
+            try:
+                launched = self.runner.launch(_prefill_rows(plan), _decode_rows(plan.decode),
+                                              invariant=plan.seeded)
+            except Exception as exc:
+                fatal_if_device_lost(exc)  # a poisoned CUDA context fails every later step
+                raise
         self.clock.launched(mark)
         self._in_flight += 1
         return tuple(r.gen_id for r in plan.prefill), launched, mark
@@ -101,7 +102,8 @@ class GraphBackend:
         """Rewrite LoRA pool slot `slot` with `adapter` (None: clear it) in place
         (Backend.write_adapter; engine/model/lora.py LoraPool.write)."""
         try:
-            self.model.lora.write(slot, adapter)
+            with self.runner.on_stream():  # in order with the steps that read the pool
+                self.model.lora.write(slot, adapter)
         except Exception as exc:
             fatal_if_device_lost(exc)
             raise

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
 
+from orpheus_svc.audio.gpu_streams import lm_stream
 from orpheus_svc.engine.graph.attention import (INVARIANT_SPLITS, DecodeAttention,
                                                 decode_attention_reference, splits_for,
                                                 triton_kernel_works)
@@ -121,6 +123,9 @@ class GraphRunner:
                       for _ in range(EVENTS)] if cuda else None
         self._launched = 0
         self._turn = 0
+        # the step's stream, above SNAC's on the device (audio/gpu_streams.py): a codec call
+        # fills the step's gaps and yields the SMs when step kernels are queued
+        self.stream = lm_stream(device) if cuda else None
         spec = model.spec
         sms = torch.cuda.get_device_properties(device).multi_processor_count if cuda else 8
         # (bucket, invariant) -> attention: a seeded step splits every row's keys
@@ -214,41 +219,47 @@ class GraphRunner:
 
     # -- the step -------------------------------------------------------------------------
 
+    def on_stream(self):
+        """The context in which the engine thread's device work runs: the step's stream
+        (CUDA), so that its launches, copies, events and LoRA writes stay in one order."""
+        return torch.cuda.stream(self.stream) if self.stream is not None else nullcontext()
+
     def launch(self, prefill: Sequence[PrefillRow], decode: np.ndarray | None,
                invariant: bool = False) -> Launch:
         """Queue one step: decode rows as a [5, n] int64 array (slots, pos, fpos, stop_ok,
         counter; [6, n] with the adapter) and new prompts (rows.py), all in the captured
         step: one replay per chunk of at most `capacity` rows. Returns at once on CUDA.
         `invariant`: every row's bits are its own (_run). (Timed from outside: clock.py.)"""
-        turn = self._turn
-        self._turn ^= 1
-        if self._launched >= 2 and self._ends is not None:
-            self._ends[(self._launched - 2) % EVENTS].synchronize()  # collected already
-        rows = step_rows(decode, prefill)
-        staging, staging_np = self._staging[turn], self._staging_np[turn]
-        host = self._host_out[turn]
-        at = 0  # each chunk's own staging block
-        with torch.inference_mode():
-            for lo, hi in rows.chunks(self.capacity):
-                bucket = bucket_for(self.buckets, hi - lo)
-                size = block_words(bucket)
-                rows.pack(*np_views(staging_np[at:at + size], bucket), lo, hi, bucket,
-                          self.state.dummy)
-                self._inputs[bucket].copy_(staging[at:at + size], non_blocking=True)
-                graph = self.graphs.get((bucket, invariant))
-                if graph is not None:
-                    graph.replay()
-                else:
-                    self._run(bucket, invariant)
-                host[lo:hi].copy_(self.out[:hi - lo], non_blocking=True)
-                at += size
-        event = None
-        if self._ends is not None:
-            # blocking: the engine thread sleeps until the step is done instead of spinning
-            # on a core (the GIL is released either way)
-            event = self._ends[self._launched % EVENTS]
-            event.record()
-        self._launched += 1
+        with self.on_stream():
+            turn = self._turn
+            self._turn ^= 1
+            if self._launched >= 2 and self._ends is not None:
+                self._ends[(self._launched - 2) % EVENTS].synchronize()  # collected already
+            rows = step_rows(decode, prefill)
+            staging, staging_np = self._staging[turn], self._staging_np[turn]
+            host = self._host_out[turn]
+            at = 0  # each chunk's own staging block
+            with torch.inference_mode():
+                for lo, hi in rows.chunks(self.capacity):
+                    bucket = bucket_for(self.buckets, hi - lo)
+                    size = block_words(bucket)
+                    rows.pack(*np_views(staging_np[at:at + size], bucket), lo, hi, bucket,
+                              self.state.dummy)
+                    self._inputs[bucket].copy_(staging[at:at + size], non_blocking=True)
+                    graph = self.graphs.get((bucket, invariant))
+                    if graph is not None:
+                        graph.replay()
+                    else:
+                        self._run(bucket, invariant)
+                    host[lo:hi].copy_(self.out[:hi - lo], non_blocking=True)
+                    at += size
+            event = None
+            if self._ends is not None:
+                # blocking: the engine thread sleeps until the step is done instead of
+                # spinning on a core (the GIL is released either way)
+                event = self._ends[self._launched % EVENTS]
+                event.record()
+            self._launched += 1
         return Launch(turn, len(prefill), rows.decode, event, rows.prefill_last)
 
     def collect(self, launch: Launch) -> tuple[np.ndarray, np.ndarray]:
