@@ -4,6 +4,9 @@
 #
 #   scripts/gpu-engine-check.sh OUT_DIR                 # on a CUDA machine (H100 / H200)
 #   DEVICE=cpu TINY=1 scripts/gpu-engine-check.sh DIR   # the dry run (tests/bench runs it)
+#   WHEELS=.whl scripts/gpu-engine-check.sh OUT_DIR     # on a card whose image lacks the
+#                                                       # server's packages: the wheels that
+#                                                       # scripts/gpu-wheels.sh makes here
 #
 # 1. bench/gpu_engine.py: decode step per batch (bf16 and fp8 weights; graph, run-ahead,
 #    device-only and eager), the paper floor on the card's measured bandwidth, transformers'
@@ -53,6 +56,11 @@ else
 fi
 mkdir -p "$OUT_DIR"
 export PYTHONPATH=$PWD:$PWD/bench:$PWD/clients/python/src${PYTHONPATH:+:$PYTHONPATH}
+if [[ -n "${WHEELS:-}" ]]; then  # scripts/gpu-wheels.sh's folder, installed beside the image's
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/orpheus-site "$WHEELS"/*.whl || { echo "cannot install $WHEELS" >&2; exit 3; }
+  export PYTHONPATH=/tmp/orpheus-site:$PYTHONPATH
+fi
 export ORPHEUS_SVC_CACHE=${ORPHEUS_SVC_CACHE:-/tmp/orpheus-cache}
 export PYTHONUNBUFFERED=1
 say() { printf '\n== %s (%s)\n' "$*" "$(date +%T)" >&2; }
