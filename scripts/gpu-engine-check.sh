@@ -34,7 +34,9 @@
 # snac_step), ahead_share and ahead (the server's run-ahead record, engine/ahead.py),
 # graph_nodes, parity (teacher-forced top-1 agreement, max |logit diff|), step_ms /
 # device_ms and their seeded twins, seeded_row_identical.
-# SNAC_SHARE=1 runs step 2 twice, with the codec and then with flusher.null_codec (silence,
+# SNAC_GPU=1 also runs bench/snac_gpu.py after step 1 (SNAC's CUDA graphs, bf16 and fused
+# Snake against the eager float32 codec: snac-gpu.json; about 1-2 minutes, so not in the
+# first run's five). SNAC_SHARE=1 runs step 2 twice, with the codec and then with flusher.null_codec (silence,
 # no SNAC: serve-null.summary.json, server-steps-null.txt), for snac_gpu_share; NULL_CODEC=1
 # runs the one pass with the null codec only (the server's rows say which: null_codec).
 set -uo pipefail
@@ -74,6 +76,12 @@ rm -rf "$CKPT"
 timeout "${BENCH_TIMEOUT:-230}" "$PY" bench/gpu_engine.py --device "$DEVICE" $TINY $BENCH_ARGS \
   ${SECTIONS:+--sections "$SECTIONS"} --out "$OUT_DIR" --write-checkpoint "$CKPT" >/dev/null
 echo "bench exit $?" >&2
+if [[ -n "${SNAC_GPU:-}" ]]; then
+  say "bench/snac_gpu.py"
+  timeout "${SNAC_TIMEOUT:-150}" "$PY" bench/snac_gpu.py --device "$DEVICE" ${TINY:+--quick} \
+    --output "$OUT_DIR/snac-gpu.json" >/dev/null
+  echo "snac_gpu exit $?" >&2
+fi
 
 # The server runs the weights the bench measured fastest at its largest batch (WEIGHTS
 # overrides: "none", "fp8 rowwise" or "fp8 tensorwise").
