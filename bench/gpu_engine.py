@@ -444,6 +444,11 @@ def steps(device, tiny, batches, context, steps_n, bandwidth, results, dtypes=("
             del twin
             _free(device)
         r["graph_nodes"] = count_step_nodes(graph.runner, 8)
+        # the kernels per step at every timed bucket (fp8: the path each bucket runs, chosen
+        # at start-up by timing on CUDA: engine/graph/fp8_paths.py)
+        r["graph_nodes_by_bucket"] = {b: count_step_nodes(graph.runner, b)["total"]
+                                      for b in buckets}
+        r["fp8_paths"] = getattr(graph.runner, "fp8_paths", None)
         if qname == "bf16":
             if cuda:  # on the CPU nothing is captured: no comparison to make (and none named)
                 uncaptured = GraphBackend(model, 8, graphs=False)
@@ -800,6 +805,10 @@ def summary(doc: dict) -> dict:
     # parity of the bf16 graph step against the eager one (bench/gpu_parity.py)
     out["graph_nodes"] = {SUMMARY_NAMES[q]: st[q]["graph_nodes"]["total"] for q in DTYPES
                           if st.get(q, {}).get("graph_nodes")}
+    out["graph_nodes_by_bucket"] = {SUMMARY_NAMES[q]: st[q]["graph_nodes_by_bucket"]
+                                    for q in DTYPES if st.get(q, {}).get("graph_nodes_by_bucket")}
+    out["fp8_paths"] = {SUMMARY_NAMES[q]: st[q]["fp8_paths"] for q in DTYPES
+                        if st.get(q, {}).get("fp8_paths")}
     tf = (st.get("bf16") or {}).get("parity", {}).get("teacher_forced") or {}
     out["parity"] = {k: tf.get(k) for k in ("top1_agreement", "max_abs_logit_diff")}
     for q in ("bf16", "bf16u", "fp8", "fp8t"):

@@ -89,6 +89,10 @@ def test_the_cpu_dry_run_of_the_whole_check(tmp_path):
     assert set(summary["graph_nodes"]) >= {"bf16", "fp8"}
     # the weight-only FP8 GEMM at 8 rows: no activation quantisation kernel
     assert summary["graph_nodes"]["fp8"] <= summary["graph_nodes"]["bf16"]
+    assert set(summary["graph_nodes_by_bucket"]["bf16"]) == {"1", "8"}  # every timed bucket
+    # the path each fp8 bucket runs (off CUDA by rule: weight-only up to 64 rows)
+    assert {path for by_m in summary["fp8_paths"]["fp8"].values() for path in by_m.values()} \
+        == {"weight_only"}
     # the CPU captures nothing: the dry run must not claim a comparison it did not make
     assert parity["uncaptured_vs_captured"] == {"skipped": "no CUDA graphs on the CPU"}
     # issue 45 item 5: every acceptance field, a number or null with its reason
