@@ -63,8 +63,9 @@ _KERNELS = None
 def _kernels():
     """The Triton kernels, compiled on first use (Triton is imported only here). The
     helpers a kernel calls are module globals, not closure variables: Triton's interpreter
-    runs a kernel's source against its module's globals alone."""
-    global _KERNELS, e4m3_bits, row_scale
+    runs a kernel's source against its module's globals alone (and wants triton.language
+    among them before a helper called from another module's kernel runs)."""
+    global _KERNELS, e4m3_bits, row_scale, tl
     if _KERNELS is not None:
         return _KERNELS
     import triton
