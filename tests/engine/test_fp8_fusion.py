@@ -67,6 +67,15 @@ _PARITY = textwrap.dedent("""
         r["attention"] = {"out": same(out, plain), **quant_same(out, q),
                           "shape": tuple(q[0].shape) + tuple(q[1].shape)}
         res[str(dtype)] = r
+    # the card's start-up checks, on a tiny model's shapes in float16
+    from types import SimpleNamespace
+    from orpheus_svc.engine.graph.attention import triton_kernel_works
+    from orpheus_svc.engine.graph.fused import triton_ops_work
+    from tests.engine.test_graph_backend import _model
+    m = _model(True)
+    tiny = SimpleNamespace(spec=m.spec, device=torch.device("cpu"), dtype=torch.float16,
+                           cos=m.cos.half(), sin=m.sin.half())
+    res["start_up"] = [triton_ops_work(tiny), triton_kernel_works(tiny)]
     print(res)
 """)
 
@@ -81,6 +90,7 @@ def _interpret(script: str):
 
 def test_the_fused_quantising_kernels_give_the_one_kernel_quantisations_bits():
     got = _interpret(_PARITY)
+    assert got.pop("start_up") == [True, True]  # the card's checks pass on these kernels
     for dtype, ops in got.items():
         for name, r in ops.items():
             assert r["out"], (dtype, name, r)  # the plain output is unchanged

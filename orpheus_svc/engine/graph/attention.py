@@ -256,7 +256,8 @@ def triton_next_pow2(n: int) -> int:
 
 def triton_kernel_works(model) -> bool:
     """Whether the Triton decode attention compiles here for `model` (a SlotLlama: its
-    shapes, device and dtype) and matches its reference on random data (the start-up check
+    shapes, device and dtype) and matches its reference on random data, its quantising
+    reduce (fp8=True) linear.quantize_rows of its output bit for bit (the start-up check
     of kernel "auto"). A kernel that does not compile falls back to the torch reference with
     an error in the log; one that compiles and computes something else stops start-up: it
     must never serve."""
@@ -274,6 +275,7 @@ def triton_kernel_works(model) -> bool:
         att = DecodeAttention(b, spec.num_attention_heads, spec.num_key_value_heads,
                               spec.head_dim, 4, dev, model.dtype)
         got = att(q, kc, vc, slots, lens).float()
+        out8, (q8, s8) = att(q, kc, vc, slots, lens, fp8=True)
     except Exception:  # noqa: BLE001 - any compile or launch failure
         log.exception("graph engine: the Triton decode attention kernel failed to run here; "
                       "using the torch reference attention (slower: its cost follows "
@@ -284,4 +286,11 @@ def triton_kernel_works(model) -> bool:
     if not err < 2e-2:
         raise RuntimeError(f"the Triton decode attention kernel disagrees with its reference "
                            f"(relative error {err:.3g}): refusing to serve with it")
+    qr, sr = quantize_rows(out8.reshape(b, -1))
+    err8 = float((out8.float() - ref).norm() / ref.norm())
+    if not (err8 < 2e-2 and torch.equal(q8.view(torch.uint8), qr.view(torch.uint8))
+            and torch.equal(s8, sr)):
+        raise RuntimeError(f"the Triton decode attention's quantising reduce (fp8=True) "
+                           f"disagrees with its reference (relative error {err8:.3g}) or "
+                           f"quantises to other bits than torch: refusing to serve with it")
     return True

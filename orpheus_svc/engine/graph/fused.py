@@ -269,7 +269,8 @@ def _quant_out(x: torch.Tensor, quant: bool) -> tuple[torch.Tensor, torch.Tensor
 
 def triton_ops_work(model, tolerance: float = 2e-2) -> bool:
     """Whether TritonOps compile here and agree with TorchOps on random data shaped like
-    `model` (a SlotLlama): the start-up check. A compile failure falls back to TorchOps with
+    `model` (a SlotLlama), the *_fp8 forms' quantised rows bit for bit with
+    linear.quantize_rows of their output: the start-up check. A compile failure falls back to TorchOps with
     an error in the log; a kernel that computes something else stops start-up."""
     spec, dev, dt = model.spec, model.device, model.dtype
     g = torch.Generator(device=dev).manual_seed(0)
@@ -291,6 +292,9 @@ def triton_ops_work(model, tolerance: float = 2e-2) -> bool:
                TritonOps.add_rms_norm(x.clone(), delta, w, spec.rms_norm_eps)[1],
                TritonOps.rope_qkv(qkv, cos, sin, pos, slots, kc, vc, heads, kvh),
                TritonOps.silu_mul(gu)]
+        quantised = [TritonOps.rms_norm_fp8(x, w, spec.rms_norm_eps),
+                     TritonOps.add_rms_norm_fp8(x.clone(), delta, w, spec.rms_norm_eps)[1:],
+                     TritonOps.silu_mul_fp8(gu)]
     except Exception:  # noqa: BLE001 - any compile or launch failure
         log.exception("graph engine: the fused Triton kernels failed to run here; the decode "
                       "step uses plain torch for them (more kernels per step)")
@@ -306,4 +310,10 @@ def triton_ops_work(model, tolerance: float = 2e-2) -> bool:
         if not err < tolerance:
             raise RuntimeError(f"the fused Triton kernel {name} disagrees with torch "
                                f"(relative error {err:.3g}): refusing to serve with it")
+    for name, (out, (q, s)) in zip(("rms_norm_fp8", "add_rms_norm_fp8", "silu_mul_fp8"),
+                                   quantised):
+        qr, sr = quantize_rows(out)
+        if not (torch.equal(q.view(torch.uint8), qr.view(torch.uint8)) and torch.equal(s, sr)):
+            raise RuntimeError(f"the fused Triton kernel {name} quantises its output to other "
+                               f"bits than torch: refusing to serve with it")
     return True
