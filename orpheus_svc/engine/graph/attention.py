@@ -20,6 +20,16 @@ grid (so a CUDA graph can hold them whatever the lengths):
              It streams K and V of that chunk once with an online softmax and stores the
              chunk's normalised output and its log-sum-exp.
   2. reduce  grid (B, heads): the SPLITS partial outputs weighted by exp(lse - max lse).
+             With fp8=True (the o projection's FP8 W8A8 path takes a quantised input,
+             engine/model/linear.py) grid (B,) instead: one program per row reduces each
+             head in turn with the same arithmetic, keeps the row's bf16 outputs in
+             registers and writes them quantised as well, (E4M3 [B, heads * D], float32
+             scales [B, 1]) with the bits of fp8_kernels.quantize_rows_triton, so no
+             quantisation kernel runs between attention and the o GEMM. B programs instead
+             of B x heads: W8A8 buckets are the larger ones (engine/graph/fp8_paths.py),
+             where B programs still fill the card; expected on an H200 (paper) about
+             as long as the per-head reduce at B >= 64, while the kernel it removes costs
+             a graph node (~2 us).
 
 Work per row is proportional to its length (plus SPLITS x BLOCK_N at most), not to
 max_seq_len; SPLITS is chosen per batch bucket so that small batches still spread over the
@@ -40,6 +50,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from orpheus_svc.engine.model.fp8_kernels import quant_helpers
+from orpheus_svc.engine.model.linear import quantize_rows
+
 log = logging.getLogger(__name__)
 
 BLOCK_N = 64      # keys per inner iteration
@@ -56,8 +69,14 @@ def splits_for(batch: int, kv_heads: int, multiprocessors: int) -> int:
 
 
 def decode_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                               slots: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
-    """[B, heads, D] -> [B, heads, D]: the module docstring's function in plain torch."""
+                               slots: torch.Tensor, lens: torch.Tensor, fp8: bool = False):
+    """[B, heads, D] -> [B, heads, D]: the module docstring's function in plain torch;
+    fp8: (out, out's rows [B, heads * D] quantised by linear.quantize_rows)."""
+    out = _reference(q, k_cache, v_cache, slots, lens)
+    return (out, quantize_rows(out.reshape(out.shape[0], -1))) if fp8 else out
+
+
+def _reference(q, k_cache, v_cache, slots, lens):
     bsz, heads, d = q.shape
     kv_heads, span = k_cache.shape[1], k_cache.shape[2]
     group = heads // kv_heads
@@ -74,11 +93,14 @@ _KERNELS = None
 
 def _kernels():
     """The Triton kernels, compiled on first use (Triton is imported only here)."""
-    global _KERNELS
+    # the quantisation's helpers as this module's globals (fp8_kernels._kernels says why)
+    global _KERNELS, e4m3_bits, row_scale
     if _KERNELS is not None:
         return _KERNELS
     import triton
     import triton.language as tl
+
+    e4m3_bits, row_scale = quant_helpers()
 
     @triton.jit
     def split_kernel(Q, K, V, Slots, Lens, MidO, MidL,
@@ -144,7 +166,33 @@ def _kernels():
         out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
         tl.store(Out + b * stride_xb + h * stride_xh + d, out.to(Out.dtype.element_ty))
 
-    _KERNELS = (split_kernel, reduce_kernel)
+    @triton.jit
+    def reduce_fp8_kernel(MidO, MidL, Out, Q, S, stride_ob, stride_oh, stride_os, stride_lb,
+                          stride_lh, stride_xb, stride_xh, stride_q, HEADS: tl.constexpr,
+                          HEADS_PAD: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr,
+                          SPLITS_PAD: tl.constexpr):
+        b = tl.program_id(0)
+        s = tl.arange(0, SPLITS_PAD)
+        smask = s < SPLITS
+        d = tl.arange(0, D)
+        hs = tl.arange(0, HEADS_PAD)
+        row = tl.zeros([HEADS_PAD, D], tl.float32)  # the row's outputs as stored
+        for h in range(HEADS):  # reduce_kernel's arithmetic, head by head
+            lse = tl.load(MidL + b * stride_lb + h * stride_lh + s, mask=smask,
+                          other=float("-inf"))
+            w = tl.exp(lse - tl.max(lse, 0))
+            o = tl.load(MidO + b * stride_ob + h * stride_oh + s[:, None] * stride_os
+                        + d[None, :], mask=smask[:, None], other=0.0)
+            out = (tl.sum(o * w[:, None], 0) / tl.sum(w, 0)).to(Out.dtype.element_ty)
+            tl.store(Out + b * stride_xb + h * stride_xh + d, out)
+            row = tl.where(hs[:, None] == h, out.to(tl.float32)[None, :], row)
+        scale = row_scale(tl.max(tl.max(tl.abs(row), 1), 0))
+        bits = e4m3_bits(tl.math.div_rn(row, scale))
+        tl.store(Q + b * stride_q + hs[:, None] * D + d[None, :], bits.to(tl.uint8),
+                 mask=hs[:, None] < HEADS)
+        tl.store(S + b, scale)
+
+    _KERNELS = (split_kernel, reduce_kernel, reduce_fp8_kernel)
     return _KERNELS
 
 
@@ -165,12 +213,17 @@ class DecodeAttention:
                                  dtype=torch.float32)
         self.mid_l = torch.empty((batch, heads, splits), device=device, dtype=torch.float32)
         self.out = torch.empty((batch, heads, head_dim), device=device, dtype=dtype)
+        # fp8=True: the output's rows quantised (module docstring)
+        self.out_q = torch.empty((batch, heads * head_dim), device=device,
+                                 dtype=torch.float8_e4m3fn)
+        self.out_s = torch.empty((batch, 1), device=device, dtype=torch.float32)
         self.scale = 1.0 / math.sqrt(head_dim)
 
     def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                 slots: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
-        """q [batch, heads, D] (contiguous in its last dim); slots, lens int32 or int64 [batch]."""
-        split_kernel, reduce_kernel = _kernels()
+                 slots: torch.Tensor, lens: torch.Tensor, fp8: bool = False):
+        """q [batch, heads, D] (contiguous in its last dim); slots, lens int32 or int64 [batch]
+        -> [batch, heads, D]; fp8: (that, its rows quantised) (module docstring)."""
+        split_kernel, reduce_kernel, reduce_fp8_kernel = _kernels()
         b, splits = self.batch, self.splits
         mo, ml = self.mid_o, self.mid_l
         split_kernel[(b, self.kv_heads, splits)](
@@ -181,10 +234,19 @@ class DecodeAttention:
             GROUP=self.heads // self.kv_heads, GROUP_PAD=GROUP_PAD, D=self.head_dim,
             BLOCK_N=BLOCK_N, SPLITS=splits, num_warps=4, num_stages=2)
         out = self.out
+        pad = max(2, triton_next_pow2(splits))
+        if fp8:
+            qo, so = self.out_q, self.out_s
+            reduce_fp8_kernel[(b,)](
+                mo, ml, out, qo.view(torch.uint8), so, mo.stride(0), mo.stride(1),
+                mo.stride(2), ml.stride(0), ml.stride(1), out.stride(0), out.stride(1),
+                qo.stride(0), HEADS=self.heads, HEADS_PAD=triton_next_pow2(self.heads),
+                D=self.head_dim, SPLITS=splits, SPLITS_PAD=pad, num_warps=4)
+            return out, (qo, so)
         reduce_kernel[(b, self.heads)](
             mo, ml, out, mo.stride(0), mo.stride(1), mo.stride(2), ml.stride(0), ml.stride(1),
             out.stride(0), out.stride(1), D=self.head_dim, SPLITS=splits,
-            SPLITS_PAD=max(2, triton_next_pow2(splits)), num_warps=4)
+            SPLITS_PAD=pad, num_warps=4)
         return out
 
 
@@ -194,7 +256,8 @@ def triton_next_pow2(n: int) -> int:
 
 def triton_kernel_works(model) -> bool:
     """Whether the Triton decode attention compiles here for `model` (a SlotLlama: its
-    shapes, device and dtype) and matches its reference on random data (the start-up check
+    shapes, device and dtype) and matches its reference on random data, its quantising
+    reduce (fp8=True) linear.quantize_rows of its output bit for bit (the start-up check
     of kernel "auto"). A kernel that does not compile falls back to the torch reference with
     an error in the log; one that compiles and computes something else stops start-up: it
     must never serve."""
@@ -212,6 +275,7 @@ def triton_kernel_works(model) -> bool:
         att = DecodeAttention(b, spec.num_attention_heads, spec.num_key_value_heads,
                               spec.head_dim, 4, dev, model.dtype)
         got = att(q, kc, vc, slots, lens).float()
+        out8, (q8, s8) = att(q, kc, vc, slots, lens, fp8=True)
     except Exception:  # noqa: BLE001 - any compile or launch failure
         log.exception("graph engine: the Triton decode attention kernel failed to run here; "
                       "using the torch reference attention (slower: its cost follows "
@@ -222,4 +286,11 @@ def triton_kernel_works(model) -> bool:
     if not err < 2e-2:
         raise RuntimeError(f"the Triton decode attention kernel disagrees with its reference "
                            f"(relative error {err:.3g}): refusing to serve with it")
+    qr, sr = quantize_rows(out8.reshape(b, -1))
+    err8 = float((out8.float() - ref).norm() / ref.norm())
+    if not (err8 < 2e-2 and torch.equal(q8.view(torch.uint8), qr.view(torch.uint8))
+            and torch.equal(s8, sr)):
+        raise RuntimeError(f"the Triton decode attention's quantising reduce (fp8=True) "
+                           f"disagrees with its reference (relative error {err8:.3g}) or "
+                           f"quantises to other bits than torch: refusing to serve with it")
     return True

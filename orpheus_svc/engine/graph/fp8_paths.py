@@ -3,12 +3,14 @@ start-up, before the capture, and logged (engine/model/linear.py, "w8a8" or "wei
 
 On CUDA by measuring: layer 0's projection (qkv, o, gate_up, down; every layer's has the same
 shape) is run both ways at each bucket's M on random input and the faster is kept, for
-every layer. Expected on an H200 (paper, not measured): weight-only wins at small M, where
-the step reads weights and the W8A8 path pays a quantisation kernel per GEMM on top of
-_scaled_mm; W8A8 wins once the tensor-core FP8 arithmetic matters (somewhere around
-M = 64 .. 128); above WEIGHT_ONLY_MAX_M there is no weight-only kernel and no measurement.
-The calls are timed eagerly, between CUDA events, so W8A8's second kernel launch weighs a
-little more than it does as a graph node; the measurement (a few hundred calls of tens of
+every layer. The W8A8 call is timed on an input quantised beforehand, as the step hands it
+over (the kernel that produces a GEMM's input quantises it too: engine/graph/fused.py,
+attention.py), so both paths are timed as the GEMM alone. Expected on an H200 (paper, not
+measured): weight-only wins at small M, where the step reads weights and both read the same
+E4M3 bytes, the weight-only GEMM with a split-K grid that fills the card; W8A8 wins once the
+tensor-core FP8 arithmetic matters (somewhere around M = 64 .. 128); above
+WEIGHT_ONLY_MAX_M there is no weight-only kernel and no measurement. The calls are timed
+eagerly, between CUDA events; the measurement (a few hundred calls of tens of
 microseconds, plus a compile per tile shape and split) costs seconds of start-up at most.
 
 Elsewhere (the CPU, the tests) nothing is measured: `rule_path`, weight-only up to
@@ -38,19 +40,21 @@ def rule_path(m: int) -> str:
 
 
 def time_path(lin: Fp8Linear, m: int, path: str, reps: int = 20) -> float:
-    """Milliseconds of one call of `lin` with `m` random rows by `path`, on CUDA: the median
-    of `reps` calls between CUDA events, after three to compile and warm up."""
+    """Milliseconds of one call of `lin` with `m` random rows by `path`, on CUDA (W8A8: its
+    input quantised beforehand, module docstring): the median of `reps` calls between CUDA
+    events, after three to compile and warm up."""
     dev = lin.qweight.device
     x = torch.randn((m, lin.qweight.shape[1]), device=dev).to(lin.out_dtype)
     with torch.inference_mode():
+        q = lin.quantize(x) if path == "w8a8" else None
         for _ in range(3):
-            lin.run(x, path)
+            lin.run(x, path, q)
         times = []
         for _ in range(reps):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
-            lin.run(x, path)
+            lin.run(x, path, q)
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end))

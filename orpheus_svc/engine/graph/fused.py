@@ -9,6 +9,12 @@ fixed cost, well above its memory-bandwidth floor at batch 1. Per layer the fuse
              -> attention (2 kernels) -> o GEMM -> add_rms_norm (residual + post-norm)
              -> gate/up GEMM -> silu_mul -> down GEMM -> add_rms_norm (residual + next norm)
 
+Where the GEMM after a norm or the SiLU-mul takes the FP8 W8A8 path (engine/model/linear.py
+`Fp8Linear.takes_quantized`), the `*_fp8` forms also return that GEMM's input quantised per
+row, (E4M3 [B, n], float32 scales [B, 1]), with the bits of Fp8Linear's own quantisation:
+the Triton kernels write it beside their output (one kernel, where the projection would
+launch a quantisation kernel of its own), TorchOps quantises its result with torch.
+
 Two implementations of the same functions: `TorchOps`, plain torch with the arithmetic of
 engine/model/llama.py (the CPU path and the reference), and `TritonOps`, Triton kernels
 written for this project (CUDA; checked against TorchOps at start-up, and in the tests
@@ -23,6 +29,8 @@ import logging
 import torch
 import torch.nn.functional as F
 
+from orpheus_svc.engine.model.fp8_kernels import quant_helpers
+from orpheus_svc.engine.model.linear import quantize_rows
 from orpheus_svc.engine.model.llama import apply_rope, rms_norm
 
 log = logging.getLogger(__name__)
@@ -63,21 +71,42 @@ class TorchOps:
         gate, up = gate_up.chunk(2, dim=-1)
         return F.silu(gate) * up
 
+    @classmethod
+    def rms_norm_fp8(cls, x, weight, eps):
+        """(rms_norm(x), its rows quantised: module docstring)."""
+        h = cls.rms_norm(x, weight, eps)
+        return h, quantize_rows(h)
+
+    @classmethod
+    def add_rms_norm_fp8(cls, x, delta, weight, eps):
+        """(x + delta, h = rms_norm(x + delta), h's rows quantised)."""
+        x, h = cls.add_rms_norm(x, delta, weight, eps)
+        return x, h, quantize_rows(h)
+
+    @classmethod
+    def silu_mul_fp8(cls, gate_up):
+        """(silu_mul(gate_up), its rows quantised)."""
+        y = cls.silu_mul(gate_up)
+        return y, quantize_rows(y)
+
 
 _KERNELS = None
 
 
 def _kernels():
     """The Triton kernels, compiled on first use (Triton is imported only here)."""
-    global _KERNELS
+    # the quantisation's helpers as this module's globals (fp8_kernels._kernels says why)
+    global _KERNELS, e4m3_bits, row_scale
     if _KERNELS is not None:
         return _KERNELS
     import triton
     import triton.language as tl
 
+    e4m3_bits, row_scale = quant_helpers()
+
     @triton.jit
-    def add_rms_kernel(X, Delta, W, Out, stride_x, stride_d, stride_o, n, eps,
-                       HAS_DELTA: tl.constexpr, BLOCK: tl.constexpr):
+    def add_rms_kernel(X, Delta, W, Out, Q, S, stride_x, stride_d, stride_o, stride_q, n, eps,
+                       HAS_DELTA: tl.constexpr, QUANT: tl.constexpr, BLOCK: tl.constexpr):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         mask = cols < n
@@ -89,8 +118,14 @@ def _kernels():
         xf = x.to(tl.float32)
         rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, 0) / n + eps)
         w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-        y = (xf * rstd).to(X.dtype.element_ty).to(tl.float32) * w
-        tl.store(Out + row * stride_o + cols, y.to(Out.dtype.element_ty), mask=mask)
+        y = ((xf * rstd).to(X.dtype.element_ty).to(tl.float32) * w).to(Out.dtype.element_ty)
+        tl.store(Out + row * stride_o + cols, y, mask=mask)
+        if QUANT:  # y as stored, quantised (fp8_kernels.quantize_rows_triton's bits)
+            yf = y.to(tl.float32)
+            scale = row_scale(tl.max(tl.abs(yf), 0))
+            bits = e4m3_bits(tl.math.div_rn(yf, scale))
+            tl.store(Q + row * stride_q + cols, bits.to(tl.uint8), mask=mask)
+            tl.store(S + row, scale)
 
     @triton.jit
     def rope_qkv_kernel(QKV, Cos, Sin, Pos, Slots, KC, VC, QOut, stride_qkv, stride_tab,
@@ -126,14 +161,22 @@ def _kernels():
             tl.store(vdst + D // 2 + half, tl.load(vsrc + D // 2 + half))
 
     @triton.jit
-    def silu_mul_kernel(GU, Out, stride_gu, stride_o, n, BLOCK: tl.constexpr):
+    def silu_mul_kernel(GU, Out, Q, S, stride_gu, stride_o, stride_q, n,
+                        QUANT: tl.constexpr, BLOCK: tl.constexpr):
+        # QUANT: one program per row (BLOCK >= n), which also quantises the row
         row = tl.program_id(0)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         mask = cols < n
         g = tl.load(GU + row * stride_gu + cols, mask=mask, other=0.0).to(tl.float32)
         u = tl.load(GU + row * stride_gu + n + cols, mask=mask, other=0.0).to(tl.float32)
-        y = g * tl.sigmoid(g) * u
-        tl.store(Out + row * stride_o + cols, y.to(Out.dtype.element_ty), mask=mask)
+        y = (g * tl.sigmoid(g) * u).to(Out.dtype.element_ty)
+        tl.store(Out + row * stride_o + cols, y, mask=mask)
+        if QUANT:
+            yf = y.to(tl.float32)
+            scale = row_scale(tl.max(tl.abs(yf), 0))
+            bits = e4m3_bits(tl.math.div_rn(yf, scale))
+            tl.store(Q + row * stride_q + cols, bits.to(tl.uint8), mask=mask)
+            tl.store(S + row, scale)
 
     _KERNELS = (add_rms_kernel, rope_qkv_kernel, silu_mul_kernel)
     return _KERNELS
@@ -151,27 +194,39 @@ class TritonOps:
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return TritonOps._norm(x, None, weight, eps)
+        return TritonOps._norm(x, None, weight, eps, False)[0]
 
     @staticmethod
     def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-        return x, TritonOps._norm(x, delta, weight, eps)
+        return x, TritonOps._norm(x, delta, weight, eps, False)[0]
 
     @staticmethod
-    def _norm(x, delta, weight, eps):
-        add_rms_kernel, _, _ = _kernels()
+    def rms_norm_fp8(x, weight, eps):
+        h, q = TritonOps._norm(x, None, weight, eps, True)
+        return h, q
+
+    @staticmethod
+    def add_rms_norm_fp8(x, delta, weight, eps):
+        h, q = TritonOps._norm(x, delta, weight, eps, True)
+        return x, h, q
+
+    @staticmethod
+    def _norm(x, delta, weight, eps, quant):
+        add_rms_kernel = _kernels()[0]
         out = torch.empty_like(x)
+        q, s = _quant_out(x, quant)
         n = x.shape[-1]
         add_rms_kernel[(x.shape[0],)](
-            x, x if delta is None else delta, weight, out, x.stride(0),
-            0 if delta is None else delta.stride(0), out.stride(0), n, eps,
-            HAS_DELTA=delta is not None, BLOCK=_pow2(n), num_warps=8 if n > 2048 else 4)
-        return out
+            x, x if delta is None else delta, weight, out, q.view(torch.uint8), s, x.stride(0),
+            0 if delta is None else delta.stride(0), out.stride(0), q.stride(0), n, eps,
+            HAS_DELTA=delta is not None, QUANT=quant, BLOCK=_pow2(n),
+            num_warps=8 if n > 2048 else 4)
+        return out, ((q, s) if quant else None)
 
     @staticmethod
     def rope_qkv(qkv, cos, sin, pos, slots, k_cache, v_cache, heads, kv_heads):
-        _, rope_qkv_kernel, _ = _kernels()
+        rope_qkv_kernel = _kernels()[1]
         bsz, d = qkv.shape[0], k_cache.shape[-1]
         q = torch.empty((bsz, heads, d), device=qkv.device, dtype=qkv.dtype)
         rope_qkv_kernel[(bsz, heads + kv_heads)](
@@ -183,18 +238,39 @@ class TritonOps:
 
     @staticmethod
     def silu_mul(gate_up):
-        _, _, silu_mul_kernel = _kernels()
+        return TritonOps._silu_mul(gate_up, False)[0]
+
+    @staticmethod
+    def silu_mul_fp8(gate_up):
+        return TritonOps._silu_mul(gate_up, True)
+
+    @staticmethod
+    def _silu_mul(gate_up, quant):
+        silu_mul_kernel = _kernels()[2]
         bsz, n = gate_up.shape[0], gate_up.shape[1] // 2
         out = torch.empty((bsz, n), device=gate_up.device, dtype=gate_up.dtype)
-        block = 1024
-        silu_mul_kernel[(bsz, -(-n // block))](gate_up, out, gate_up.stride(0), out.stride(0),
-                                                n, BLOCK=block, num_warps=4)
-        return out
+        q, s = _quant_out(out, quant)
+        # quantised: the whole row in one program, for its largest |y|
+        block = _pow2(n) if quant else 1024
+        silu_mul_kernel[(bsz, -(-n // block))](
+            gate_up, out, q.view(torch.uint8), s, gate_up.stride(0), out.stride(0),
+            q.stride(0), n, QUANT=quant, BLOCK=block,
+            num_warps=8 if block > 2048 else 4)
+        return out, ((q, s) if quant else None)
+
+
+def _quant_out(x: torch.Tensor, quant: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The E4M3 rows and float32 scales a kernel writes beside its output `x` (quant), or
+    one-element placeholders it never touches."""
+    rows, n = (x.shape[0], x.shape[-1]) if quant else (1, 1)
+    return (torch.empty((rows, n), dtype=torch.float8_e4m3fn, device=x.device),
+            torch.empty((rows, 1), dtype=torch.float32, device=x.device))
 
 
 def triton_ops_work(model, tolerance: float = 2e-2) -> bool:
     """Whether TritonOps compile here and agree with TorchOps on random data shaped like
-    `model` (a SlotLlama): the start-up check. A compile failure falls back to TorchOps with
+    `model` (a SlotLlama), the *_fp8 forms' quantised rows bit for bit with
+    linear.quantize_rows of their output: the start-up check. A compile failure falls back to TorchOps with
     an error in the log; a kernel that computes something else stops start-up."""
     spec, dev, dt = model.spec, model.device, model.dtype
     g = torch.Generator(device=dev).manual_seed(0)
@@ -216,6 +292,9 @@ def triton_ops_work(model, tolerance: float = 2e-2) -> bool:
                TritonOps.add_rms_norm(x.clone(), delta, w, spec.rms_norm_eps)[1],
                TritonOps.rope_qkv(qkv, cos, sin, pos, slots, kc, vc, heads, kvh),
                TritonOps.silu_mul(gu)]
+        quantised = [TritonOps.rms_norm_fp8(x, w, spec.rms_norm_eps),
+                     TritonOps.add_rms_norm_fp8(x.clone(), delta, w, spec.rms_norm_eps)[1:],
+                     TritonOps.silu_mul_fp8(gu)]
     except Exception:  # noqa: BLE001 - any compile or launch failure
         log.exception("graph engine: the fused Triton kernels failed to run here; the decode "
                       "step uses plain torch for them (more kernels per step)")
@@ -231,4 +310,10 @@ def triton_ops_work(model, tolerance: float = 2e-2) -> bool:
         if not err < tolerance:
             raise RuntimeError(f"the fused Triton kernel {name} disagrees with torch "
                                f"(relative error {err:.3g}): refusing to serve with it")
+    for name, (out, (q, s)) in zip(("rms_norm_fp8", "add_rms_norm_fp8", "silu_mul_fp8"),
+                                   quantised):
+        qr, sr = quantize_rows(out)
+        if not (torch.equal(q.view(torch.uint8), qr.view(torch.uint8)) and torch.equal(s, sr)):
+            raise RuntimeError(f"the fused Triton kernel {name} quantises its output to other "
+                               f"bits than torch: refusing to serve with it")
     return True

@@ -13,7 +13,9 @@ call as the kernels it is on the GPU, whatever runs in its place here.
 kernel, the split-K attention two); `fused=False` counts it with TorchOps, the unfused
 eager arithmetic. Either way an FP8 projection (engine/model/linear.py) counts as the
 kernels its path at the bucket's row count launches on CUDA (`Fp8Linear.gpu_kernels`: one
-for the weight-only GEMM, the quantisation and _scaled_mm for W8A8).
+for the weight-only GEMM, the quantisation and _scaled_mm for W8A8, _scaled_mm alone where
+its input comes quantised by the kernel that produced it: a `*_fp8` fused operation, or
+the attention with fp8=True, each as many kernels as its plain form).
 tests/engine/test_graph_nodes.py holds the counts of today's step, so a change that adds
 kernels to it fails there; scripts/gpu-engine-check.sh records them.
 """
@@ -36,7 +38,8 @@ _NO_KERNEL = {
     "empty_strided", "_reshape_alias", "view_as", "expand_as", "unflatten", "flatten",
     "sym_size", "sym_stride", "dim", "is_same_size", "numpy_T", "T", "mT",
 }
-FUSED_KERNELS = {"rms_norm": 1, "add_rms_norm": 1, "rope_qkv": 1, "silu_mul": 1}
+FUSED_KERNELS = {"rms_norm": 1, "add_rms_norm": 1, "rope_qkv": 1, "silu_mul": 1,
+                 "rms_norm_fp8": 1, "add_rms_norm_fp8": 1, "silu_mul_fp8": 1}
 ATTENTION_KERNELS = 2  # split-K: the split pass and the reduction (engine/graph/attention.py)
 
 
@@ -54,9 +57,10 @@ class _Counting(TorchDispatchMode):
 
 
 class _Kernel:
-    """Runs `inner` uncounted and counts it as `kernels` nodes."""
+    """Runs `inner` uncounted and counts it as `kernels` nodes (a number, or a function of
+    the call's arguments)."""
 
-    def __init__(self, mode: _Counting, inner, kernels: int, name: str) -> None:
+    def __init__(self, mode: _Counting, inner, kernels, name: str) -> None:
         self.mode, self.inner, self.kernels, self.name = mode, inner, kernels, name
 
     def __call__(self, *args, **kwargs):
@@ -65,7 +69,13 @@ class _Kernel:
             return self.inner(*args, **kwargs)
         finally:
             self.mode.paused -= 1
-            self.mode.ops[self.name] += self.kernels
+            n = self.kernels(*args, **kwargs) if callable(self.kernels) else self.kernels
+            self.mode.ops[self.name] += n
+
+
+def _fp8_kernels(lin: Fp8Linear, bucket: int):
+    """An FP8 projection's kernels at `bucket` rows: fewer where its input comes quantised."""
+    return lambda x, q=None: lin.gpu_kernels(bucket, quantized=q is not None)
 
 
 def count_step_nodes(runner, bucket: int, fused: bool = True) -> dict:
@@ -103,8 +113,9 @@ def _count(runner, bucket: int, fused: bool) -> Counter:
         for layer in layers:
             for name, lin in list(layer.items()):
                 if isinstance(lin, Fp8Linear):
-                    layer[name] = _Kernel(mode, lin, lin.gpu_kernels(bucket),
+                    layer[name] = _Kernel(mode, lin, _fp8_kernels(lin, bucket),
                                           f"fp8.{lin.path(bucket)}")
+                    layer[name].takes_quantized = lin.takes_quantized
         with torch.inference_mode(), mode:
             decode_step(runner.model, runner.state, *runner.inputs(bucket), attend,
                         runner.out[:bucket], ops)

@@ -49,7 +49,8 @@ from orpheus_svc.engine.model.sampling import (
     stop_logits,
 )
 
-# attend(q [B, heads, D], k_cache, v_cache, slots [B], lens [B]) -> [B, heads, D]
+# attend(q [B, heads, D], k_cache, v_cache, slots [B], lens [B]) -> [B, heads, D]; with
+# fp8=True: (that, its rows [B, heads * D] quantised as Fp8Linear.quantize does)
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
                   torch.Tensor]
 # The LoRA rows of a step from its adapter input row (GraphRunner decides how: grouped on
@@ -76,24 +77,47 @@ def decode_hidden(model: SlotLlama, ids: torch.Tensor, slots: torch.Tensor, pos:
     """Final-norm hidden state [B, hidden] of one token per row, fed at KV index pos of its
     slot (the new K/V are written there first, then attended with lens = pos + 1): the
     arithmetic of SlotLlama's decode, with its small operations from `ops` (fused.py) and
-    each row's LoRA update from `lora`."""
+    each row's LoRA update from `lora`. An FP8 projection that multiplies a quantised
+    input at B rows (Fp8Linear.takes_quantized) gets it from the operation that produces
+    its input (`ops`' *_fp8 forms, attend(..., fp8=True)), not from a kernel of its own."""
     spec = model.spec
     eps, heads, kv_heads = spec.rms_norm_eps, spec.num_attention_heads, spec.num_key_value_heads
     bsz = ids.shape[0]
     lens = pos + 1
     layers = model.layers
+
+    def fp8_input(name: str, li: int) -> bool:
+        return li < len(layers) and layers[li][name].takes_quantized(bsz)
+
+    def norm(x, delta, weight, fp8: bool):
+        """(x + delta, its norm, the norm quantised or None); delta None: x, no add."""
+        if delta is None:
+            h, qh = ops.rms_norm_fp8(x, weight, eps) if fp8 else (ops.rms_norm(x, weight, eps),
+                                                                  None)
+            return x, h, qh
+        if fp8:
+            return ops.add_rms_norm_fp8(x, delta, weight, eps)
+        return (*ops.add_rms_norm(x, delta, weight, eps), None)
+
     x = model.embed[ids]
-    h = ops.rms_norm(x, layers[0]["in_norm"], eps)
+    x, h, qh = norm(x, None, layers[0]["in_norm"], fp8_input("qkv", 0))
     proj = SlotLlama._proj
     for li, layer in enumerate(layers):
         kc, vc = model.k_cache[li], model.v_cache[li]
-        q = ops.rope_qkv(proj(li, layer, "qkv", h, lora), model.cos, model.sin, pos, slots, kc,
-                         vc, heads, kv_heads)
-        o = attend(q, kc, vc, slots, lens).reshape(bsz, -1)
-        x, h = ops.add_rms_norm(x, proj(li, layer, "o", o, lora), layer["post_norm"], eps)
+        q = ops.rope_qkv(proj(li, layer, "qkv", h, lora, qh), model.cos, model.sin, pos, slots,
+                         kc, vc, heads, kv_heads)
+        if fp8_input("o", li):
+            o, qo = attend(q, kc, vc, slots, lens, fp8=True)
+        else:
+            o, qo = attend(q, kc, vc, slots, lens), None
+        o = o.reshape(bsz, -1)
+        x, h, qh = norm(x, proj(li, layer, "o", o, lora, qo), layer["post_norm"],
+                        fp8_input("gate_up", li))
         after = layers[li + 1]["in_norm"] if li + 1 < len(layers) else model.final_norm
-        up = ops.silu_mul(proj(li, layer, "gate_up", h, lora))
-        x, h = ops.add_rms_norm(x, proj(li, layer, "down", up, lora), after, eps)
+        gate_up = proj(li, layer, "gate_up", h, lora, qh)
+        up, qu = ops.silu_mul_fp8(gate_up) if fp8_input("down", li) else (ops.silu_mul(gate_up),
+                                                                          None)
+        x, h, qh = norm(x, proj(li, layer, "down", up, lora, qu), after, fp8_input("qkv", li + 1))
     return h
 
 

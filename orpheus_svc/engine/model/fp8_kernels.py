@@ -61,23 +61,20 @@ _KERNELS = None
 
 
 def _kernels():
-    """The Triton kernels, compiled on first use (Triton is imported only here)."""
-    global _KERNELS
+    """The Triton kernels, compiled on first use (Triton is imported only here). The
+    helpers a kernel calls are module globals, not closure variables: Triton's interpreter
+    runs a kernel's source against its module's globals alone (and wants triton.language
+    among them before a helper called from another module's kernel runs)."""
+    global _KERNELS, e4m3_bits, row_scale, tl
     if _KERNELS is not None:
         return _KERNELS
     import triton
     import triton.language as tl
 
     @triton.jit
-    def quant_rows_kernel(X, Q, S, K, stride_x, stride_q, BLOCK: tl.constexpr):
-        row = tl.program_id(0).to(tl.int64)
-        cols = tl.arange(0, BLOCK)
-        mask = cols < K
-        x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-        amax = tl.max(tl.abs(x), 0)
-        scale = tl.maximum(amax * (1.0 / 448.0), 1e-12)
-        v = tl.math.div_rn(x, scale)
-        # v -> E4M3fn bits, round to nearest even, saturating at 448 (integer arithmetic:
+    def e4m3_bits(v):
+        # float32 v (already divided by its row's scale, so |v| <= 448) -> the E4M3fn bits
+        # of round-to-nearest-even(v), saturating at 448, in an int32 (integer arithmetic:
         # module docstring)
         u = v.to(tl.int32, bitcast=True)
         sign = (u >> 24) & 0x80
@@ -94,7 +91,21 @@ def _kernels():
         half = 1 << (shift - 1)
         up = (rem > half) | ((rem == half) & ((q & 1) == 1))
         bits = tl.where(e >= 121, tl.minimum(normal, 0x7E), q + up.to(tl.int32))
-        tl.store(Q + row * stride_q + cols, (bits | sign).to(tl.uint8), mask=mask)
+        return bits | sign
+
+    @triton.jit
+    def row_scale(amax):  # a row's scale from its largest |x| (float32)
+        return tl.maximum(amax * (1.0 / 448.0), 1e-12)
+
+    @triton.jit
+    def quant_rows_kernel(X, Q, S, K, stride_x, stride_q, BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < K
+        x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+        scale = row_scale(tl.max(tl.abs(x), 0))
+        bits = e4m3_bits(tl.math.div_rn(x, scale))
+        tl.store(Q + row * stride_q + cols, bits.to(tl.uint8), mask=mask)
         tl.store(S + row, scale)
 
     @triton.jit(do_not_specialize=["M"])
@@ -142,8 +153,17 @@ def _kernels():
                 tl.store(out, (total * scale[None, :]).to(Y.dtype.element_ty), mask=omask)
                 tl.store(CNT + tile, 0)
 
-    _KERNELS = (quant_rows_kernel, weight_only_kernel)
+    _KERNELS = (quant_rows_kernel, weight_only_kernel, e4m3_bits, row_scale)
     return _KERNELS
+
+
+def quant_helpers():
+    """(e4m3_bits, row_scale): the @triton.jit pieces of quantize_rows_triton, for the
+    kernels that quantise the rows they produce (engine/graph/fused.py, attention.py) with
+    its bits: scale = row_scale(max |x|) over the row as rounded to its dtype, then
+    e4m3_bits(div_rn(x, scale)) stored as uint8. Those kernels call them as globals of
+    their own module (the interpreter's rule, _kernels)."""
+    return _kernels()[2:]
 
 
 def _pow2(n: int) -> int:
@@ -153,7 +173,7 @@ def _pow2(n: int) -> int:
 def quantize_rows_triton(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """[M, K] (unit stride along K) -> (E4M3 [M, K], float32 scales [M, 1]): one kernel
     (module docstring), the bits of linear.quantize_rows."""
-    quant_rows_kernel, _ = _kernels()
+    quant_rows_kernel = _kernels()[0]
     m, k = x.shape
     q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
     scale = torch.empty((m, 1), dtype=torch.float32, device=x.device)
@@ -199,7 +219,7 @@ def weight_only_gemm(x: torch.Tensor, qweight: torch.Tensor, scale_row: torch.Te
     """x [M, K] (bf16, fp16 or float32; M <= WEIGHT_ONLY_MAX_M) times the E4M3 weight
     [N, K] (row-major) with its scales [1, N] -> [M, N] in `out_dtype` (module docstring).
     `counters`: int32, at least counter_slots(N), zero (each call leaves them so)."""
-    _, kernel = _kernels()
+    kernel = _kernels()[1]
     m, k = x.shape
     n, k2 = qweight.shape
     if k != k2:

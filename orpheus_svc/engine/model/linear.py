@@ -27,6 +27,11 @@ graph engine: engine/graph/fp8_paths.py):
 
 A batch-invariant step always takes "w8a8" (through fixed_gemm on CUDA), whatever the
 row count, so a seeded row's bits do not depend on its batch.
+
+On the W8A8 path the input may come already quantised, (qx, sx) with the bits of
+`Fp8Linear.quantize`: the graph engine's fused kernels that produce a GEMM's input (the
+norms, the SiLU-mul, the attention reduce) write it beside their output where
+`takes_quantized` says the call will use it, so the call is the GEMM alone.
 """
 
 from __future__ import annotations
@@ -74,6 +79,10 @@ class Linear:
     @property
     def nbytes(self) -> int:
         return self.weight.numel() * self.weight.element_size()
+
+    def takes_quantized(self, m: int) -> bool:
+        """Never: the input stays in the model's dtype (Fp8Linear.takes_quantized)."""
+        return False
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # rows_matmul: a row's bits do not depend on its batch (invariant.py)
@@ -147,31 +156,46 @@ class Fp8Linear:
         """Whether `m` rows can take the weight-only GEMM here."""
         return m <= WEIGHT_ONLY_MAX_M and (not self.on_cuda or self.triton)
 
-    def gpu_kernels(self, m: int) -> int:
+    def takes_quantized(self, m: int) -> bool:
+        """Whether a call of `m` rows here (in a batch-invariant step or not, as the caller
+        is) multiplies a quantised input, so a producer may hand it over (module
+        docstring)."""
+        return in_invariant_step() or self.path(m) == "w8a8"
+
+    def gpu_kernels(self, m: int, quantized: bool = False) -> int:
         """Kernels a call of `m` rows launches on CUDA outside a batch-invariant step (the
-        graph's node count, engine/graph/nodes.py)."""
+        graph's node count, engine/graph/nodes.py); `quantized`: its input comes quantised."""
         if self.path(m) == "weight_only":
             return 1
-        quant = 1 if self.triton or not self.on_cuda else 5
+        quant = 0 if quantized else 1 if self.triton or not self.on_cuda else 5
         return quant + (3 if self.gemm == "tensorwise" else 1)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def quantize(self, x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x2 [M, K] -> (E4M3 [M, K], float32 [M, 1]): the W8A8 path's input, per row."""
+        return quantize_rows_triton(x2) if self.triton else quantize_rows(x2)
+
+    def __call__(self, x: torch.Tensor, q: tuple[torch.Tensor, torch.Tensor] | None = None
+                 ) -> torch.Tensor:
+        """y for x [..., K]; `q`: x's rows already quantised, as `quantize` gives them
+        (used on the W8A8 path, where takes_quantized)."""
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         path = "w8a8" if in_invariant_step() else self.path(x2.shape[0])
-        y = self.run(x2, path)
+        y = self.run(x2, path, q)
         return y.reshape(*shape[:-1], y.shape[-1])
 
-    def run(self, x2: torch.Tensor, path: str) -> torch.Tensor:
+    def run(self, x2: torch.Tensor, path: str,
+            q: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """x2 [M, K] -> [M, N] by `path` (module docstring; "weight_only" needs
-        weight_only_ok(M)); timed as it is by engine/graph/fp8_paths.py."""
+        weight_only_ok(M)); `q`: x2 quantised (__call__); timed as it is by
+        engine/graph/fp8_paths.py."""
         if path == "weight_only":
             if self.on_cuda:
                 return weight_only_gemm(x2, self.qweight, self.scale_row, self.out_dtype,
                                         self._counters, self._sms)
             # x as it is (in float32) times the weight the quantised operands stand for
             return rows_matmul(x2.float(), self._float.T).to(self.out_dtype)
-        qx, sx = quantize_rows_triton(x2) if self.triton else quantize_rows(x2)
+        qx, sx = self.quantize(x2) if q is None else q
         if self.on_cuda and in_invariant_step():  # a batch-invariant step (invariant.py)
             from orpheus_svc.engine.model.fixed_gemm import fixed_gemm
             return fixed_gemm(qx, self.qweight.T, sx, self.scale_row, self.out_dtype)

@@ -180,9 +180,10 @@ class SlotLlama:
 
     @staticmethod
     def _proj(li: int, layer: dict, name: str, x: torch.Tensor,
-              lora: LoraRows | None) -> torch.Tensor:
-        """Fused projection `name` of layer `li`, plus the rows' adapter updates."""
-        y = layer[name](x)
+              lora: LoraRows | None, q=None) -> torch.Tensor:
+        """Fused projection `name` of layer `li`, plus the rows' adapter updates; `q`: x
+        already quantised for an FP8 projection (linear.py `Fp8Linear.takes_quantized`)."""
+        y = layer[name](x) if q is None else layer[name](x, q)
         return y if lora is None else lora.add(li, name, x, y)
 
     def _qkv(self, li: int, layer: dict, x: torch.Tensor, positions: torch.Tensor,
