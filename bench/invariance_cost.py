@@ -112,7 +112,7 @@ def main() -> None:
            "torch": torch.__version__, "threads": torch.get_num_threads(),
            "cpu": platform.processor() or platform.machine(),
            "capability": torch.backends.cpu.get_cpu_capability(),
-           "amx": " amx_tile" in flags, "gemm_row_block": invariant.GEMM_ROW_BLOCK,
+           "amx": " amx_tile" in flags, "gemm": "one call per row",
            "results": run(args.reps)}
     if args.json:
         with open(args.json, "w") as f:

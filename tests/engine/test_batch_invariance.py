@@ -181,15 +181,53 @@ def test_the_graph_backend_keeps_a_seeded_row_invariant_too(mates, seed):
     assert _run(graph(), mates, seed) == want
 
 
+def test_an_invariant_steps_rows_attend_alone_over_spans_of_their_own():
+    """rows_attention: each row is one call of its own, over its length rounded up to
+    SPAN_BLOCK (at most the slot), from a fresh copy of its query; so even a kernel whose
+    result follows its call's batch size and span gives a row the same output alone and
+    beside others."""
+    calls = []
+
+    def attend(q, keys, values, mask):  # an adversary: its output follows the call's shape
+        calls.append((q.shape[0], keys.shape[2], int(mask.sum())))
+        return q.sum(dim=(1, 2)) + q.shape[0] * 1000 + keys.shape[2]
+
+    def keys_of(row, span):
+        return torch.zeros((1, 2, span, 4)), torch.zeros((1, 2, span, 4))
+
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn((5, 2, 1, 4), generator=gen)
+    pos = [3, 600, 511, 512, 1500]
+    out = invariant.rows_attention(q, keys_of, pos, 1200, attend)
+    assert calls == [(1, 512, 4), (1, 1024, 601), (1, 512, 512), (1, 1024, 513),
+                     (1, 1200, 1200)]  # one row a call; its own span, capped at the slot
+    for row, p in enumerate(pos):
+        alone = invariant.rows_attention(q[row:row + 1], keys_of, [p], 1200, attend)
+        assert torch.equal(alone[0], out[row])
+
+
+def test_a_seeded_rows_gemm_call_is_its_own_whatever_its_place(monkeypatch):
+    """rows_matmul gives each row a call of its own: a BLAS whose result moves with a row's
+    place in its call (as MKL's does when two threads split the rows) cannot move it."""
+    mm = torch.mm
+
+    def by_place(a, b, out=None):  # rows after the first get other bits
+        y = mm(a, b)
+        y[1:] += 1e-3
+        return out.copy_(y) if out is not None else y
+    monkeypatch.setattr(torch, "mm", by_place)
+    gen = torch.Generator().manual_seed(4)
+    w_t = torch.randn((24, 40), generator=gen).T
+    x = torch.randn((9, 40), generator=gen)
+    with invariant.invariant_step():
+        batch = invariant.rows_matmul(x, w_t)
+        for row in range(9):
+            assert torch.equal(invariant.rows_matmul(x[row:row + 1], w_t)[0], batch[row])
+
+
 def test_unseeded_rows_take_the_batched_path():
-    """The fast path for unseeded load is untouched: attention over the batch's own span and
-    one prefill padded to the longest prompt; a seeded row rounds the span up to the fixed
-    block edges, and its prompt is padded to a length of its own."""
-    assert invariant.attention_span([5, 300, 40], [False] * 3, 2048) == 300
-    assert invariant.attention_span([5, 300, 40], None, 2048) == 300
-    assert invariant.attention_span([5, 300, 40], [False, False, True], 2048) == 512
-    assert invariant.attention_span([5, 513], [True, False], 2048) == 1024
-    assert invariant.attention_span([300], [True], 320) == 320  # at most the slot
+    """The fast path for unseeded load is untouched: one prefill padded to the longest
+    prompt; a seeded row's prompt is padded to a length of its own."""
     assert invariant.prompt_groups([9, 30], [False, False], SEQ) == [([0, 1], None)]
     assert invariant.prompt_groups([9, 30, 33], [True, False, True], SEQ) == [
         ([0], 32), ([1], None), ([2], 64)]
@@ -251,10 +289,10 @@ def _probe_calls(monkeypatch, **kwargs) -> list[tuple]:
 
 def test_the_self_check_tries_every_batch_size_and_place_it_names(monkeypatch):
     """gemm_rows_invariant as the invariance probe calls it (a 256-deep weight of 96
-    columns, then of one: the stop logit): the row alone, then M = 1 .. 2 x GEMM_ROW_BLOCK
+    columns, then of one: the stop logit): the row alone, then M = 1 .. 2 x SELF_CHECK_BLOCK
     + 8 and 64 at every place, 257 at the first, middle and last rows and the edges of the
     first and last blocks, each once; in the dtype asked for."""
-    block = invariant.GEMM_ROW_BLOCK
+    block = invariant.SELF_CHECK_BLOCK
     places = {m: [[at] for at in range(m)] for m in (*range(1, 2 * block + 9), 64)}
     places[257] = [[0], [block - 1], [block], [128], [255], [256]]
     want = []

@@ -9,26 +9,23 @@ a library picks for a shape on one processor:
 * GEMM (x @ W.T: every linear layer, the LM head, the stop logit, LoRA): a BLAS chooses its
   kernel, and so each row's order of summation, by the call's shape. MKL on one processor
   keeps a row's bits in every call whose M is a multiple of 4, and on another (AVX-512 with
-  AMX) changes them from 9 rows up. So inside an invariant step `rows_matmul` never hands
-  the BLAS a shape that depends on the batch: it copies the rows into one fresh buffer of
-  blocks of GEMM_ROW_BLOCK rows (zero rows pad the last) and multiplies each block in a
-  call of its own. Every call then has the one shape [GEMM_ROW_BLOCK, K] x [K, N] for its
-  weight, its operands at the same alignment, so the library runs the same kernel on
-  every block whatever M is; a GEMM computes each output row from its own input row (no
-  sum crosses rows), so a row's bits are a function of its own values alone.
-  GEMM_ROW_BLOCK is chosen by cost (bench/invariance_cost.py): per-call overhead makes
-  small blocks dear (4-row calls cost a 64-row step 4-10x the GEMM time), large ones make a
-  lone seeded row pay for rows it does not have; 16 costs the demo model's whole step
-  x0.9-1.3 against the unblocked one.
-* Attention (torch's SDPA on the CPU, its flash kernel): a batch attends over
-  max(position) + 1 keys, which its batch-mates decide, and a row's output changes with
-  that span even where the extra keys are masked: the kernel walks the keys in blocks of
-  min(span, 512), so the span moves the block edges. With a span that is a multiple of 512
-  (or the slot's whole length) the edges are fixed: a row's blocks are the same, and the
-  blocks past its length are fully masked, which adds exact zeros to the online softmax.
-  The kernel computes each (row, head) by itself, with inner GEMMs whose shapes come from
-  the query length and the key block alone. So an invariant step attends over its span
-  rounded up to SPAN_BLOCK (`attention_span`).
+  AMX) changes them from 9 rows up, and with two threads it splits one call's rows
+  between them so that a row's place in the call moves its bits too. So inside an
+  invariant step `rows_matmul` hands the BLAS nothing that depends on the batch: each row
+  is a call of its own, [1, K] x [K, N], on a row of one fresh buffer whose rows start on
+  a 64-byte boundary, into an output whose rows do too. A row's call is then the same call
+  whatever shares its step (its values, its shape, its alignment): its bits are a function
+  of its own values alone, whichever kernel the library picks for that shape and however
+  it splits it. What it costs (bench/invariance_cost.py): a call per seeded step's row per
+  GEMM, where one call did the whole batch.
+* Attention (torch's SDPA): a batch attends over max(position) + 1 keys, which its
+  batch-mates decide, and a row's output changes with that span even where the extra keys
+  are masked: the flash kernel walks the keys in blocks of min(span, 512), so the span
+  moves the block edges, and the math kernel (the one torch picks without AVX2) reduces
+  the whole masked span, whose length moves the order of its sums. So in an invariant
+  decode step `rows_attention` runs each row alone, over its own length rounded up to
+  SPAN_BLOCK (at most the slot), from fresh copies of its query and keys: as with the
+  GEMMs, a row's call is the same call whatever shares its step.
 * Prefill: the same for the prompt length a batch is padded to. Invariant prompts are
   prefilled in groups padded to their own length rounded up to PROMPT_BLOCK.
 * RMSNorm, softmax, top-k, sort, cumsum, elementwise ops: each row's reduction is its own
@@ -54,7 +51,9 @@ from typing import Iterator, Sequence
 
 import torch
 
-GEMM_ROW_BLOCK = 16  # rows per GEMM call in an invariant step (module docstring)
+# the self-check (gemm_rows_invariant) tries every place in batches of up to 2 x this
+# + 8 rows, and the edges of such blocks in 257
+SELF_CHECK_BLOCK = 16
 SPAN_BLOCK = 512    # torch's CPU flash attention walks keys in blocks of 512 (docstring)
 PROMPT_BLOCK = 32   # an invariant prompt is padded to its length rounded up to this
 
@@ -81,36 +80,49 @@ def in_invariant_step() -> bool:
 def rows_matmul(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
     """x [M, K] @ w_t [K, N]. Inside invariant_step a row's result does not depend on how
     many rows came with it or where it sits among them (module docstring): on CUDA through
-    fixed_gemm's one tile shape; elsewhere as GEMM calls of exactly GEMM_ROW_BLOCK rows
-    each (the last padded with zero rows), each on a block of one fresh copy of x (the
-    same alignment every time). Outside, the plain matmul."""
+    fixed_gemm's one tile shape; elsewhere as one GEMM call per row, each on a row of a
+    fresh copy of x (the same alignment every time). Outside, the plain matmul."""
     if not _INVARIANT.get():
         return x @ w_t
     if x.device.type == "cuda":
         from orpheus_svc.engine.model.fixed_gemm import fixed_gemm
         return fixed_gemm(x, w_t)
     m, k = x.shape
-    blocks = -(-m // GEMM_ROW_BLOCK)
-    padded = x.new_zeros((blocks, GEMM_ROW_BLOCK, k))
-    padded.view(-1, k)[:m] = x
-    out = x.new_empty((blocks, GEMM_ROW_BLOCK, w_t.shape[1]))
-    for b in range(blocks):
-        torch.mm(padded[b], w_t, out=out[b])
-    return out.view(-1, w_t.shape[1])[:m]
+    n = w_t.shape[1]
+    # each row in its own [1, K] x [K, N] call, from a fresh buffer whose rows start on a
+    # 64-byte boundary, into one whose rows do too: the call a row makes is the same
+    # whatever shares its step (its values, its shape, its alignment)
+    per = 64 // x.element_size()
+    rows = x.new_zeros((m, -(-k // per) * per))
+    rows[:, :k] = x
+    out = x.new_empty((m, -(-n // per) * per))
+    for r in range(m):
+        torch.mm(rows[r:r + 1, :k], w_t, out=out[r:r + 1, :n])
+    return out[:, :n]
+
+
+def rows_attention(q: torch.Tensor, keys_of, pos: Sequence[int], cap: int, attend
+                   ) -> torch.Tensor:
+    """Decode attention of an invariant step (module docstring): q [B, ...] one query per
+    row; keys_of(row, span) -> (keys, values) [1, kv_heads, span, d], fresh copies of the
+    row's slot; attend(q, keys, values, mask) the kernel call ([1, ...] out). Each row
+    attends alone over round_up(pos + 1, SPAN_BLOCK, cap) keys, from a fresh copy of its
+    query: the call is the same whatever shares the step. [B, ...] out."""
+    out = None
+    for row, p in enumerate(pos):
+        span = round_up(int(p) + 1, SPAN_BLOCK, cap)
+        keys, values = keys_of(row, span)
+        mask = (torch.arange(span, device=q.device) <= int(p))[None, None, None, :]
+        o = attend(q[row:row + 1].clone(), keys, values, mask)
+        if out is None:
+            out = o.new_empty((q.shape[0], *o.shape[1:]))
+        out[row] = o[0]
+    return out
 
 
 def round_up(n: int, block: int, cap: int) -> int:
     """n rounded up to a multiple of block, at most cap (cap >= n)."""
     return min(cap, -(-n // block) * block)
-
-
-def attention_span(spans: Sequence[int], invariant: Sequence[bool] | None, cap: int) -> int:
-    """The key span a decode step attends over: the longest row's (the fast path), or, when
-    a row must be invariant, that rounded up to SPAN_BLOCK, at most `cap` (the slot)."""
-    span = max(spans)
-    if not invariant or not any(invariant):
-        return span
-    return round_up(span, SPAN_BLOCK, cap)
 
 
 def prompt_groups(lengths: Sequence[int], invariant: Sequence[bool] | None, cap: int
@@ -131,7 +143,7 @@ def gemm_rows_invariant(device: torch.device | str = "cpu",
                         dtype: torch.dtype = torch.float32, k: int = 256, n: int = 96,
                         seed: int = 0) -> bool:
     """The self-check of rows_matmul (module docstring): does a row get the same bits for
-    every batch size, at every place in the batch? Tries M = 1 .. 2 x GEMM_ROW_BLOCK + 8
+    every batch size, at every place in the batch? Tries M = 1 .. 2 x SELF_CHECK_BLOCK + 8
     (every place), 64 (every place) and 257 rows (first, middle, last and the edges of a
     block), with random batch-mates; one column (the stop logit) too."""
     with invariant_step():
@@ -140,8 +152,8 @@ def gemm_rows_invariant(device: torch.device | str = "cpu",
 
 def _probe(device, dtype, k: int, n: int, seed: int) -> bool:
     gen = torch.Generator().manual_seed(seed)
-    small = range(1, 2 * GEMM_ROW_BLOCK + 9)
-    edges = (0, GEMM_ROW_BLOCK - 1, GEMM_ROW_BLOCK, 128, 255, 256)
+    small = range(1, 2 * SELF_CHECK_BLOCK + 9)
+    edges = (0, SELF_CHECK_BLOCK - 1, SELF_CHECK_BLOCK, 128, 255, 256)
     for cols in (n, 1):
         w_t = torch.randn((cols, k), generator=gen).to(device, dtype).T
         row = torch.randn((1, k), generator=gen).to(device, dtype)

@@ -36,7 +36,7 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from orpheus_svc.engine.model.invariant import attention_span, prompt_groups
+from orpheus_svc.engine.model.invariant import prompt_groups, rows_attention
 from orpheus_svc.engine.model.linear import make_linear
 from orpheus_svc.engine.model.lora import LoraPool, LoraRows
 from orpheus_svc.models.llama_config import LlamaSpec
@@ -293,7 +293,8 @@ class SlotLlama:
         if int(max(positions)) + 1 > self.max_seq_len:
             raise ValueError(f"position {int(max(positions))} exceeds max_seq_len "
                              f"{self.max_seq_len}")
-        span = attention_span([int(p) + 1 for p in positions], invariant, self.max_seq_len)
+        # an invariant step's rows attend over spans of their own (rows_attention)
+        span = None if invariant and any(invariant) else max(int(p) + 1 for p in positions)
         x = self.embed[torch.as_tensor(list(tokens), device=self.device)].unsqueeze(1)
         lora = None if adapters is None else LoraRows.grouped(self.lora, adapters)
         for li, layer in enumerate(self.layers):
@@ -307,20 +308,37 @@ class SlotLlama:
         return self._rms(x[:, 0], self.final_norm)
 
     def _attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, rows,
-                pos: torch.Tensor, span: int) -> torch.Tensor:
+                pos: torch.Tensor, span: int | None) -> torch.Tensor:
         """Decode attention of q [B, heads, 1, d] over keys 0..pos of the cache rows `rows`
-        (a slice of slots or their indices), reading `span` keys: [B, 1, heads * d]."""
+        (a slice of slots or their indices), reading `span` keys: [B, 1, heads * d].
+        span None: an invariant step, each row over a span of its own (rows_attention)."""
         bsz = q.shape[0]
-        kv_heads, hd = self.spec.num_key_value_heads, self.spec.head_dim
-        group = self.spec.num_attention_heads // kv_heads
+        if span is None:
+            slots = torch.arange(rows.start, rows.stop, device=self.device) \
+                if isinstance(rows, slice) else rows
+
+            def keys_of(row, n):  # fresh copies of the row's keys and values
+                s = slots[row:row + 1]
+                return kc[s, :, :n], vc[s, :, :n]
+            return rows_attention(q, keys_of, pos.tolist(), self.max_seq_len,
+                                  self._sdpa_decode).reshape(bsz, 1, -1)
         mask = (torch.arange(span, device=self.device)[None, :] <= pos[:, None])
         mask = mask[:, None, None, :]  # [B, 1, 1, span]
         keys, values = kc[rows, :, :span], vc[rows, :, :span]
+        return self._sdpa_decode(q, keys, values, mask).reshape(bsz, 1, -1)
+
+    def _sdpa_decode(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                     mask: torch.Tensor) -> torch.Tensor:
+        """q [B, heads, 1, d] over keys/values [B, kv_heads, span, d] with mask [B, 1, 1,
+        span]: [B, heads * d] (in Llama's head order)."""
+        bsz = q.shape[0]
+        kv_heads, hd = self.spec.num_key_value_heads, self.spec.head_dim
+        group = self.spec.num_attention_heads // kv_heads
         if self.grouped_decode:
             # head kv * group + r reads K/V head kv (Llama's repeat_kv order), so the
             # group's queries are rows of one kv head: [B, kv_heads, group, d]
             o = F.scaled_dot_product_attention(q.reshape(bsz, kv_heads, group, hd),
                                                keys, values, attn_mask=mask)
-            return o.reshape(bsz, 1, -1)
+            return o.reshape(bsz, -1)
         o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
-        return o.transpose(1, 2).reshape(bsz, 1, -1)
+        return o.transpose(1, 2).reshape(bsz, -1)
