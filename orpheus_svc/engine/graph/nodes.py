@@ -9,9 +9,9 @@ call as the kernels it is on the GPU, whatever runs in its place here.
     count_step_nodes(runner, bucket, fused=True)
         -> {"total": n, "per_layer": n_layer, "other": n - layers * n_layer, ...}
 
-`fused=True` counts the step as the GPU runs it with TritonOps (each fused operation one
-kernel, the split-K attention two); `fused=False` counts it with TorchOps, the unfused
-eager arithmetic. tests/engine/test_graph_nodes.py holds the counts of today's step, so a
+`fused=True` counts the step as the GPU runs it with TritonOps and TritonChoice (each fused
+operation one kernel, the split-K attention two, the token choice after the audio GEMM
+one); `fused=False` counts it with TorchOps and TorchChoice, the unfused eager arithmetic. tests/engine/test_graph_nodes.py holds the counts of today's step, so a
 change that adds kernels to it fails there; scripts/gpu-engine-check.sh records them.
 """
 
@@ -33,6 +33,7 @@ _NO_KERNEL = {
     "sym_size", "sym_stride", "dim", "is_same_size", "numpy_T", "T", "mT",
 }
 FUSED_KERNELS = {"rms_norm": 1, "add_rms_norm": 1, "rope_qkv": 1, "silu_mul": 1}
+CHOICE_KERNELS = 1  # the token choice after the audio GEMM (engine/graph/choose.py)
 ATTENTION_KERNELS = 2  # split-K: the split pass and the reduction (engine/graph/attention.py)
 
 
@@ -84,16 +85,21 @@ def count_step_nodes(runner, bucket: int, fused: bool = True) -> dict:
 
 
 def _count(runner, bucket: int, fused: bool) -> Counter:
+    from orpheus_svc.engine.graph.choose import TorchChoice
     from orpheus_svc.engine.graph.step import decode_step
 
     mode = _Counting()
-    ops, attend = TorchOps, runner._attend[bucket, False]
+    ops, attend, choice = TorchOps, runner._attend[bucket, False], TorchChoice
     if fused:
         ops = type("CountedFusedOps", (), {
             name: staticmethod(_Kernel(mode, getattr(TorchOps, name), n, f"fused.{name}"))
             for name, n in FUSED_KERNELS.items()})
         attend = _Kernel(mode, attend, ATTENTION_KERNELS, "attention")
+        choice = type("CountedChoice", (), {
+            "choose": staticmethod(_Kernel(mode, TorchChoice.choose, CHOICE_KERNELS,
+                                           "fused.choose"))})
     with torch.inference_mode(), mode:
         decode_step(runner.model, runner.state, runner.ints[:, :bucket],
-                    runner.floats[:, :bucket], attend, runner.out[:bucket], ops)
+                    runner.floats[:, :bucket], attend, runner.out[:bucket], ops,
+                    choice=choice)
     return mode.ops

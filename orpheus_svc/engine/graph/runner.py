@@ -36,6 +36,7 @@ from orpheus_svc.engine.graph.attention import (INVARIANT_SPLITS, DecodeAttentio
                                                 triton_kernel_works)
 from orpheus_svc.engine.graph.buckets import batch_buckets, bucket_for
 from orpheus_svc.engine.graph.rows import INPUT_ROWS, PARAM_ROWS, PrefillRow, step_rows
+from orpheus_svc.engine.graph.choose import TorchChoice, triton_choice
 from orpheus_svc.engine.graph.fused import TorchOps, TritonOps, triton_ops_work
 from orpheus_svc.engine.graph.step import MakeLora, SlotState, decode_step
 from orpheus_svc.engine.model.invariant import invariant_step
@@ -83,11 +84,15 @@ class GraphRunner:
         if fused == "auto":
             fused = "triton" if cuda and triton_ops_work(model) else "torch"
         self.ops = {"triton": TritonOps, "torch": TorchOps}[fused]
+        # the token choice follows the fused operations: the kernel (choose.py) where they
+        # are Triton's and it passes its own check, else torch
+        self.choice = (triton_choice(model.lm_head) if self.ops is TritonOps else None
+                       ) or TorchChoice()
         self.lora_kernels = "none"
         self._make_lora = self._lora_rows(model, cuda)
-        log.info("graph engine: decode attention %s, small operations %s, LoRA %s, CUDA "
-                 "graphs %s", self.kernel, self.ops.name, self.lora_kernels,
-                 "on" if graphs else "off")
+        log.info("graph engine: decode attention %s, small operations %s, token choice %s, "
+                 "LoRA %s, CUDA graphs %s", self.kernel, self.ops.name, self.choice.name,
+                 self.lora_kernels, "on" if graphs else "off")
         width = self.capacity = self.buckets[-1]
         self.ints = torch.zeros((len(INPUT_ROWS), width), dtype=torch.long, device=device)
         self.floats = torch.ones((len(PARAM_ROWS), width), dtype=torch.float32, device=device)
@@ -157,7 +162,7 @@ class GraphRunner:
         with invariant_step(invariant):
             decode_step(self.model, self.state, self.ints[:, :bucket], self.floats[:, :bucket],
                         self._attend[bucket, invariant], self.out[:bucket], self.ops,
-                        self._make_lora)
+                        self._make_lora, self.choice)
 
     def capture(self) -> None:
         """Two CUDA graphs per bucket (unseeded, invariant), into one memory pool (module
