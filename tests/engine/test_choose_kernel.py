@@ -227,17 +227,16 @@ def _in_parity(dtype: str = "float64") -> dict:
     want_last = x["last_ids"].clone()
     want_last[slots[sample]] = ids[sample]
     want_seen = x["seen"].clone()
-    audio = sample & (ids != END_OF_SPEECH_ID)
-    cols = ids[audio] - AUDIO_BASE - fpos[audio] * CODES_PER_POSITION
-    want_seen[slots[audio], fpos[audio], cols] = True
+    col = ids - AUDIO_BASE - fpos * CODES_PER_POSITION
+    inside = (col >= 0) & (col < CODES_PER_POSITION)
+    audio = sample & inside
+    want_seen[slots[audio], fpos[audio], col[audio]] = True
     return {"bad": bad, "wrong_u": wrong_u,
             "last_ids": bool(torch.equal(run["last_ids"], want_last)),
             "seen": bool(torch.equal(run["seen"], want_seen)),
             "kinds": sorted({r["kind"] for r in case.rows}),
             "stops": int((ids == END_OF_SPEECH_ID).sum()),
-            "cols_ok": bool(((ids[sample] == END_OF_SPEECH_ID) | (
-                (ids[sample] >= AUDIO_BASE + fpos[sample] * CODES_PER_POSITION)
-                & (ids[sample] < AUDIO_BASE + (fpos[sample] + 1) * CODES_PER_POSITION))).all())}
+            "cols_ok": bool(((ids == END_OF_SPEECH_ID) | inside)[sample].all())}
 
 
 def test_the_kernel_picks_choose_columns_tokens_for_every_kind_of_row_in_float64():
@@ -322,9 +321,9 @@ def _in_backend() -> dict:
     from tests.engine.test_graph_backend import _drive, _graph, _model, _request
     from orpheus_svc.engine.graph.choose import TritonChoice
     from orpheus_svc.engine.torch.backend import TorchBackend
-    reqs = [_request(0, 10), _request(1, 8, 0.0), _request(2, 8, 1.0, 0.95, 1.3)]
+    reqs = [_request(0, 8), _request(1, 6, 0.0), _request(2, 6, 1.0, 0.95, 1.3)]
     eager = _drive(TorchBackend(_model(False)), reqs)
-    graph = _graph(max_batch=4)
+    graph = _graph(max_batch=4)  # torch's fused operations, the kernel's choice
     graph.runner.choice = TritonChoice()
     return {"same": _drive(graph, reqs) == eager,
             "lengths": sorted(len(t) for t in eager.values())}
@@ -332,4 +331,16 @@ def _in_backend() -> dict:
 
 def test_the_graph_backend_with_the_kernel_chooses_the_eager_tokens():
     got = _interpret("_in_backend()")
-    assert got["same"] and got["lengths"] == [8, 8, 10]
+    assert got["same"] and got["lengths"] == [6, 6, 8]
+
+
+def _in_runner() -> dict:
+    """The choice the runner makes at start-up with each kind of fused operations."""
+    from tests.engine.test_graph_backend import _model
+    from orpheus_svc.engine.graph.backend import GraphBackend
+    return {fused: GraphBackend(_model(True), 4, graphs=False, fused=fused).runner.choice.name
+            for fused in ("torch", "triton")}
+
+
+def test_the_runner_chooses_with_the_kernel_where_the_fused_operations_are_tritons():
+    assert _interpret("_in_runner()") == {"torch": "torch", "triton": "triton"}
