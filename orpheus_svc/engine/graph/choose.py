@@ -32,7 +32,9 @@ for the draw, whose range is the nucleus). tl.sort of 8192 (probability, column)
 packed in int64 is a bitonic network of 91 stages, each a cross-thread exchange, to find
 what ~55 reductions find; the bisection also needs no payload and is exact, which is why it
 is used. Expected on an H200 (worked out on paper, not measured): 10 to 20 us for the kernel
-at any bucket, against about 90 graph nodes for the torch path (the sort alone is several).
+at any bucket up to about 260 rows (one program per row, all in one wave), against about
+90 graph nodes for the torch path, 0.2 to 0.35 ms. How many warps a program has is the one
+choice left to the card: triton_choice times 8 and 16 at start-up and logs what it keeps.
 
 Order among equal probabilities: choose_columns' (torch.sort's) is unspecified; the kernel's
 is descending probability, then ascending column. Inside a tie the prefix masses are the
@@ -67,7 +69,6 @@ from orpheus_svc.engine.model.sampling import (STOP_COLUMN, apply_repetition_pen
 log = logging.getLogger(__name__)
 
 BLOCK = 8192  # the 4097 columns, padded to a power of two
-NUM_WARPS = 8
 
 
 def gather_logits(audio: torch.Tensor, stop: torch.Tensor, fpos: torch.Tensor,
@@ -125,9 +126,9 @@ def _kernel():
     @triton.jit
     def choose_kernel(Audio, stride_a, Hidden, stride_h, StopW, Seen, Params, stride_p,
                       Seeds, LastIds, Slots, Fpos, StopOk, Counter, Sample, Ids, U, H,
-                      WRITE_U: tl.constexpr, DT: tl.constexpr, IT: tl.constexpr, BLOCK: tl.constexpr,
-                      HBLOCK: tl.constexpr, CODES: tl.constexpr, FRAMES: tl.constexpr,
-                      BASE: tl.constexpr, STOP_ID: tl.constexpr):
+                      WRITE_U: tl.constexpr, DT: tl.constexpr, IT: tl.constexpr,
+                      BLOCK: tl.constexpr, HBLOCK: tl.constexpr, CODES: tl.constexpr,
+                      FRAMES: tl.constexpr, BASE: tl.constexpr, STOP_ID: tl.constexpr):
         row = tl.program_id(0)
         fpos = tl.load(Fpos + row)
         if tl.load(Sample + row) == 0:
@@ -198,12 +199,14 @@ def _kernel():
                     lo = tl.where(reach, mid, lo)
                     hi = tl.where(reach, hi, mid - 1)
                 at = kept & (bits == lo)
-                above = tl.sum(tl.where(bits > lo, kp, 0.0), 0)
-                rank = (tl.cumsum(at.to(tl.int32), 0)).to(DT)
-                # the first whose inclusive prefix reaches target (the last if rounding
-                # leaves it short)
-                first = tl.min(tl.where(at & (above + rank * p >= target), cols, BLOCK), 0)
-                col = tl.where(first < BLOCK, first, tl.max(tl.where(at, cols, -1), 0))
+                col = tl.min(tl.where(at, cols, BLOCK), 0)
+                if tl.sum(at.to(tl.int32), 0) > 1:
+                    # ties in column order: the first whose inclusive prefix (above +
+                    # rank x the tied p) reaches target, the last if rounding leaves it short
+                    above = tl.sum(tl.where(bits > lo, kp, 0.0), 0)
+                    rank = (tl.cumsum(at.to(tl.int32), 0)).to(DT)
+                    first = tl.min(tl.where(at & (above + rank * p >= target), cols, BLOCK), 0)
+                    col = tl.where(first < BLOCK, first, tl.max(tl.where(at, cols, -1), 0))
             id = tl.where(col == CODES, STOP_ID, BASE + fpos * CODES + col)
             tl.store(Ids + row, id)
             tl.store(LastIds + slot, id)

@@ -11,8 +11,9 @@ call as the kernels it is on the GPU, whatever runs in its place here.
 
 `fused=True` counts the step as the GPU runs it with TritonOps and TritonChoice (each fused
 operation one kernel, the split-K attention two, the token choice after the audio GEMM
-one); `fused=False` counts it with TorchOps and TorchChoice, the unfused eager arithmetic. tests/engine/test_graph_nodes.py holds the counts of today's step, so a
-change that adds kernels to it fails there; scripts/gpu-engine-check.sh records them.
+one); `fused=False` counts it with TorchOps and TorchChoice, the unfused eager arithmetic.
+tests/engine/test_graph_nodes.py holds the counts of today's step, so a change that adds
+kernels to it fails there; scripts/gpu-engine-check.sh records them.
 """
 
 from __future__ import annotations
