@@ -115,8 +115,8 @@ def choose_tokens(model: SlotLlama, state: SlotState, hidden: torch.Tensor, slot
     last_ids and the seen marks (not for the stop id, as the eager backend). `sample` (0/1
     per row, None = all): a row that does not sample (a prompt token before the last)
     writes no slot's state (TorchChoice writes the dummy slot's, TritonChoice none) and its
-    id is meaningless. `choice`: choose.py's TorchChoice or
-    TritonChoice (the same function; the kernel reads the audio GEMM's rows itself)."""
+    id is meaningless. `choice`: choose.py's TorchChoice or TritonChoice (the same function;
+    the kernel reads the audio GEMM's rows itself)."""
     return choice.choose(hidden, model.lm_head, audio_logits(model, hidden), state, slots, fpos,
                          stop_ok, counter, sample)
 
