@@ -128,12 +128,12 @@ class Probe:
             return
         choose = self._choose = graph_step.choose_tokens
 
-        def choosing(model, state, hidden, slots, fpos, stop_ok, counter, sample=None):
+        def choosing(model, state, hidden, slots, fpos, stop_ok, counter, sample=None, *rest):
             got = graph_step.step_logits(model, hidden, fpos, stop_ok)
             for i, s in enumerate(slots.tolist()):
                 if sample is None or int(sample[i]):
                     logits[s] = got[i].clone()
-            return choose(model, state, hidden, slots, fpos, stop_ok, counter, sample)
+            return choose(model, state, hidden, slots, fpos, stop_ok, counter, sample, *rest)
         graph_step.choose_tokens = choosing
 
     def close(self) -> None:

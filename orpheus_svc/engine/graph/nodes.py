@@ -9,13 +9,14 @@ call as the kernels it is on the GPU, whatever runs in its place here.
     count_step_nodes(runner, bucket, fused=True)
         -> {"total": n, "per_layer": n_layer, "other": n - layers * n_layer, ...}
 
-`fused=True` counts the step as the GPU runs it with TritonOps (each fused operation one
-kernel, the split-K attention two); `fused=False` counts it with TorchOps, the unfused
-eager arithmetic. Either way an FP8 projection (engine/model/linear.py) counts as the
-kernels its path at the bucket's row count launches on CUDA (`Fp8Linear.gpu_kernels`: one
-for the weight-only GEMM, the quantisation and _scaled_mm for W8A8, _scaled_mm alone where
-its input comes quantised by the kernel that produced it: a `*_fp8` fused operation, or
-the attention with fp8=True, each as many kernels as its plain form).
+`fused=True` counts the step as the GPU runs it with TritonOps and TritonChoice (each fused
+operation one kernel, the split-K attention two, the token choice after the audio GEMM
+one); `fused=False` counts it with TorchOps and TorchChoice, the unfused eager arithmetic.
+Either way an FP8 projection (engine/model/linear.py) counts as the kernels its path at
+the bucket's row count launches on CUDA (`Fp8Linear.gpu_kernels`: one for the weight-only
+GEMM, the quantisation and _scaled_mm for W8A8, _scaled_mm alone where its input comes
+quantised by the kernel that produced it: a `*_fp8` fused operation, or the attention with
+fp8=True, each as many kernels as its plain form).
 tests/engine/test_graph_nodes.py holds the counts of today's step, so a change that adds
 kernels to it fails there; scripts/gpu-engine-check.sh records them.
 """
@@ -40,6 +41,7 @@ _NO_KERNEL = {
 }
 FUSED_KERNELS = {"rms_norm": 1, "add_rms_norm": 1, "rope_qkv": 1, "silu_mul": 1,
                  "rms_norm_fp8": 1, "add_rms_norm_fp8": 1, "silu_mul_fp8": 1}
+CHOICE_KERNELS = 1  # the token choice after the audio GEMM (engine/graph/choose.py)
 ATTENTION_KERNELS = 2  # split-K: the split pass and the reduction (engine/graph/attention.py)
 
 
@@ -98,15 +100,19 @@ def count_step_nodes(runner, bucket: int, fused: bool = True) -> dict:
 
 
 def _count(runner, bucket: int, fused: bool) -> Counter:
+    from orpheus_svc.engine.graph.choose import TorchChoice
     from orpheus_svc.engine.graph.step import decode_step
 
     mode = _Counting()
-    ops, attend = TorchOps, runner._attend[bucket, False]
+    ops, attend, choice = TorchOps, runner._attend[bucket, False], TorchChoice
     if fused:
         ops = type("CountedFusedOps", (), {
             name: staticmethod(_Kernel(mode, getattr(TorchOps, name), n, f"fused.{name}"))
             for name, n in FUSED_KERNELS.items()})
         attend = _Kernel(mode, attend, ATTENTION_KERNELS, "attention")
+        choice = type("CountedChoice", (), {
+            "choose": staticmethod(_Kernel(mode, TorchChoice.choose, CHOICE_KERNELS,
+                                           "fused.choose"))})
     layers = runner.model.layers
     saved = [dict(layer) for layer in layers]
     try:
@@ -118,7 +124,7 @@ def _count(runner, bucket: int, fused: bool) -> Counter:
                     layer[name].takes_quantized = lin.takes_quantized
         with torch.inference_mode(), mode:
             decode_step(runner.model, runner.state, *runner.inputs(bucket), attend,
-                        runner.out[:bucket], ops)
+                        runner.out[:bucket], ops, choice=choice)
     finally:
         for layer, before in zip(layers, saved):
             layer.update(before)

@@ -39,6 +39,7 @@ from orpheus_svc.engine.graph.attention import (INVARIANT_SPLITS, DecodeAttentio
                                                 decode_attention_reference, splits_for,
                                                 triton_kernel_works)
 from orpheus_svc.engine.graph.buckets import batch_buckets, bucket_for
+from orpheus_svc.engine.graph.choose import TorchChoice, triton_choice
 from orpheus_svc.engine.graph.fp8_paths import choose_fp8_paths
 from orpheus_svc.engine.graph.inputs import block_words, np_views, views
 from orpheus_svc.engine.graph.rows import PrefillRow, step_rows
@@ -91,13 +92,17 @@ class GraphRunner:
         if fused == "auto":
             fused = "triton" if cuda and triton_ops_work(model) else "torch"
         self.ops = {"triton": TritonOps, "torch": TorchOps}[fused]
+        # the token choice follows the fused operations: the kernel (choose.py) where they
+        # are Triton's and it passes its own check, else torch
+        self.choice = (triton_choice(model.lm_head) if self.ops is TritonOps else None
+                       ) or TorchChoice()
         self.lora_kernels = "none"
         self._make_lora = self._lora_rows(model, cuda)
         # each FP8 projection's path at each bucket's row count, before the capture
         self.fp8_paths = choose_fp8_paths(model, self.buckets)
-        log.info("graph engine: decode attention %s, small operations %s, LoRA %s, CUDA "
-                 "graphs %s", self.kernel, self.ops.name, self.lora_kernels,
-                 "on" if graphs else "off")
+        log.info("graph engine: decode attention %s, small operations %s, token choice %s, "
+                 "LoRA %s, CUDA graphs %s", self.kernel, self.ops.name, self.choice.name,
+                 self.lora_kernels, "on" if graphs else "off")
         width = self.capacity = self.buckets[-1]
         # one input block per bucket (inputs.py), which that bucket's step reads its rows
         # from; a chunk's rows arrive in one copy of contiguous bytes
@@ -177,7 +182,7 @@ class GraphRunner:
         ints, floats = self.inputs(bucket)
         with invariant_step(invariant):
             decode_step(self.model, self.state, ints, floats, self._attend[bucket, invariant],
-                        self.out[:bucket], self.ops, self._make_lora)
+                        self.out[:bucket], self.ops, self._make_lora, self.choice)
 
     def inputs(self, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The (ints, floats) rows bucket `bucket`'s step reads (views of its input block)."""

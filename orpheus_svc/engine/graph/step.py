@@ -22,6 +22,8 @@ the data, so one CUDA graph per batch bucket can hold all of it (engine/graph/ru
               the head (one GEMM for all rows, then a gather), the stop logit where the
               grammar allows it, repetition penalty, temperature, top-p and the
               counter-based uniform (seed, counter): engine/model/sampling.py's functions
+              (choose.py TorchChoice), or all of it after the GEMM in one kernel where
+              `choice` is choose.py's TritonChoice, whose non-sampling rows end at once
     write     last_ids[slots] = ids, seen marks (rows that sample); ids -> the output buffer
 
 The eager reference (engine/torch/backend.py) computes the same function with host-side
@@ -35,19 +37,13 @@ from typing import Callable
 import torch
 
 from orpheus_svc.core.tokens import AUDIO_BASE, CODES_PER_POSITION, FRAME_TOKENS
+from orpheus_svc.engine.graph.choose import TorchChoice, gather_logits
 from orpheus_svc.engine.graph.fused import TorchOps
-from orpheus_svc.engine.graph.rows import INPUT_ROWS, PARAM
+from orpheus_svc.engine.graph.rows import INPUT_ROWS
 from orpheus_svc.engine.model.invariant import rows_matmul
 from orpheus_svc.engine.model.llama import SlotLlama
 from orpheus_svc.engine.model.lora import LoraRows
-from orpheus_svc.engine.model.sampling import (
-    STOP_COLUMN,
-    apply_repetition_penalty,
-    choose_columns,
-    columns_to_ids,
-    splitmix_uniform_t,
-    stop_logits,
-)
+from orpheus_svc.engine.model.sampling import stop_logits
 
 # attend(q [B, heads, D], k_cache, v_cache, slots [B], lens [B]) -> [B, heads, D]; with
 # fp8=True: (that, its rows [B, heads * D] quantised as Fp8Linear.quantize does)
@@ -121,44 +117,32 @@ def decode_hidden(model: SlotLlama, ids: torch.Tensor, slots: torch.Tensor, pos:
     return h
 
 
+def audio_logits(model: SlotLlama, hidden: torch.Tensor) -> torch.Tensor:
+    """[B, 7 * 4096] in the model's dtype: every row's logits over the 7 x 4096 audio rows of
+    the head (one GEMM for all rows; each row's frame position is picked from it later)."""
+    head = model.lm_head
+    return rows_matmul(hidden, head[AUDIO_BASE:AUDIO_BASE + FRAME_TOKENS * CODES_PER_POSITION].T)
+
+
 def step_logits(model: SlotLlama, hidden: torch.Tensor, fpos: torch.Tensor,
                 stop_ok: torch.Tensor) -> torch.Tensor:
     """[B, 4097] float32: each row's audio logits at its frame position (one GEMM over the
     7 x 4096 audio rows of the head, then a gather) and its stop logit where allowed."""
-    bsz = hidden.shape[0]
-    head = model.lm_head
-    audio = rows_matmul(hidden, head[AUDIO_BASE:AUDIO_BASE + FRAME_TOKENS * CODES_PER_POSITION].T)
-    rows = torch.arange(bsz, device=hidden.device)
-    logits = torch.empty((bsz, CODES_PER_POSITION + 1), dtype=torch.float32,
-                         device=hidden.device)
-    logits[:, :CODES_PER_POSITION] = audio.view(bsz, FRAME_TOKENS, CODES_PER_POSITION)[
-        rows, fpos].float()
-    logits[:, STOP_COLUMN] = stop_logits(hidden, head)
-    logits[:, STOP_COLUMN].masked_fill_(stop_ok == 0, float("-inf"))
-    return logits
+    return gather_logits(audio_logits(model, hidden), stop_logits(hidden, model.lm_head), fpos,
+                         stop_ok)
 
 
 def choose_tokens(model: SlotLlama, state: SlotState, hidden: torch.Tensor, slots: torch.Tensor,
                   fpos: torch.Tensor, stop_ok: torch.Tensor, counter: torch.Tensor,
-                  sample: torch.Tensor | None = None) -> torch.Tensor:
+                  sample: torch.Tensor | None = None, choice=TorchChoice) -> torch.Tensor:
     """The token of every row (ids [B]), chosen on the device, and the slot state written:
     last_ids and the seen marks (not for the stop id, as the eager backend). `sample` (0/1
     per row, None = all): a row that does not sample (a prompt token before the last)
-    writes its slot's state nowhere (the dummy slot takes it) and its id is meaningless."""
-    logits = step_logits(model, hidden, fpos, stop_ok)
-    params = state.params[:, slots]
-    logits = apply_repetition_penalty(logits, state.seen[slots, fpos],
-                                      params[PARAM["repetition_penalty"]])
-    u = splitmix_uniform_t(state.seeds[slots], counter).float()
-    cols = choose_columns(logits, params[PARAM["temperature"]], params[PARAM["top_p"]], u,
-                          branch_free=True)
-    ids = columns_to_ids(cols, fpos)
-    dummy = torch.full_like(slots, state.dummy)
-    own = slots if sample is None else torch.where(sample != 0, slots, dummy)
-    mark = torch.where(cols == STOP_COLUMN, dummy, own)
-    state.seen.index_put_((mark, fpos, cols.clamp(max=CODES_PER_POSITION - 1)), state.true)
-    state.last_ids[own] = ids
-    return ids
+    writes no slot's state (TorchChoice writes the dummy slot's, TritonChoice none) and its
+    id is meaningless. `choice`: choose.py's TorchChoice or TritonChoice (the same function;
+    the kernel reads the audio GEMM's rows itself)."""
+    return choice.choose(hidden, model.lm_head, audio_logits(model, hidden), state, slots, fpos,
+                         stop_ok, counter, sample)
 
 
 def start_prompts(state: SlotState, slots: torch.Tensor, first: torch.Tensor,
@@ -174,10 +158,11 @@ def start_prompts(state: SlotState, slots: torch.Tensor, first: torch.Tensor,
 
 def decode_step(model: SlotLlama, state: SlotState, ints: torch.Tensor, floats: torch.Tensor,
                 attend: Attend, out: torch.Tensor, ops=TorchOps,
-                make_lora: MakeLora | None = None) -> None:
+                make_lora: MakeLora | None = None, choice=TorchChoice) -> None:
     """One step over the rows of `ints` ([10, B], rows.INPUT_ROWS) and `floats` ([3, B],
     rows.PARAM_ROWS): decode rows feed their slot's last id, prompt rows their own token;
-    the chosen ids go to `out` ([B])."""
+    the chosen ids go to `out` ([B]). `ops` (fused.py) and `choice` (choose.py): torch or
+    Triton."""
     row = dict(zip(INPUT_ROWS, ints.unbind(0)))
     slots = row["slots"]
     start_prompts(state, slots, row["first"], row["seed"], floats)
@@ -185,4 +170,4 @@ def decode_step(model: SlotLlama, state: SlotState, ints: torch.Tensor, floats: 
     lora = make_lora(row["adapter"]) if make_lora is not None else None
     hidden = decode_hidden(model, ids, slots, row["pos"], attend, ops, lora)
     out.copy_(choose_tokens(model, state, hidden, slots, row["fpos"], row["stop_ok"],
-                            row["counter"], row["sample"]))
+                            row["counter"], row["sample"], choice))
