@@ -61,13 +61,14 @@ SAMPLE_RATE = 24_000
 LEAD_IN_S = 0.1
 _LEAD_IN_SHARE_MAX = 0.25
 
-# Seconds at a typical pace (fitted on half of bench/word_timing.py's sentences; only their
-# ratios matter, since every segment's words are scaled to its audio).
-VOWEL_S = 0.11
-CONSONANT_S = 0.065
-WORD_S = 0.02
-CLAUSE_PAUSE_S = 0.2    # after , ; : and a dash
-SENTENCE_PAUSE_S = 0.4  # after . ! ? and an ellipsis
+# Seconds at a typical pace, fitted on espeak-ng's speech (the tuning half of
+# bench/word_timing.py's sentences, by its --tune grid). Only their ratios matter, since
+# every segment's words are scaled to its audio; Orpheus's own pauses may differ.
+VOWEL_S = 0.05
+CONSONANT_S = 0.08
+WORD_S = 0.04
+CLAUSE_PAUSE_S = 0.35   # after , ; : and a dash
+SENTENCE_PAUSE_S = 0.15  # after . ! ? and an ellipsis
 CHAR_S = 1.0 / 15.0     # a Latin character of speech (core/sentences.py speech_chars)
 
 # How long each tag's sound lasts (one per core/tokens.py EMOTION_TAGS); a tag not listed
