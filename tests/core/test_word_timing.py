@@ -149,3 +149,10 @@ def test_mismatched_or_negative_input_is_refused():
         place_words([Word("a", 0, 1)], [], 0, 10, True)
     with pytest.raises(ValueError):
         place_words([Word("a", 0, 1)], [1.0], 0, -1, True)
+
+
+def test_warm_up_reads_the_dictionary_once():
+    wt._pronunciations.cache_clear()
+    wt.warm_up()
+    assert wt._pronunciations.cache_info().currsize == 1
+    assert wt._pronunciations()["knight"] == (1, 2)
