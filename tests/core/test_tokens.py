@@ -106,14 +106,17 @@ def test_token_ids_to_frames_inverts_frames_to_token_ids():
     assert frames_to_token_ids(token_ids_to_frames(ids)) == ids
 
 
-@pytest.mark.parametrize("cut", ["partial", "wrong position", "stop id", "text id"])
-def test_token_ids_to_frames_refuses_what_is_not_whole_frames(cut):
+@pytest.mark.parametrize("cut, says", [("partial", "not whole frames"),
+                                       ("wrong position", "at index 3 is not an audio id of frame position 3"),
+                                       ("stop id", "at index 13"),
+                                       ("text id", "token 128000 at index 0")])
+def test_token_ids_to_frames_refuses_what_is_not_whole_frames(cut, says):
     from orpheus_svc.core.tokens import frames_to_token_ids, token_ids_to_frames
 
     ids = frames_to_token_ids(np.zeros((2, 7), dtype=np.int64))
     bad = {"partial": ids[:-1],
-           "wrong position": ids[:3] + [ids[4]] + ids[4:-1],
+           "wrong position": ids[:3] + [ids[4]] + ids[4:],  # 14 ids: position 3 holds a position-4 id
            "stop id": ids[:-1] + [128258],
            "text id": [128000] + ids[1:]}[cut]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=says):
         token_ids_to_frames(bad)
