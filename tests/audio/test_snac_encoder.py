@@ -108,3 +108,13 @@ def test_close_drops_the_weights(tiny_dir):
     enc.close()
     with pytest.raises(AttributeError):
         enc.encode(np.ones(10, np.float32))
+
+
+def test_the_cheap_checks_come_before_the_clip_is_read(encoder):
+    # a bad name with an unreadable clip: the name is what is reported, no decode ran
+    for kw, field in ((dict(name="a/b"), "name"), (dict(transcript=" "), "transcript"),
+                      (dict(language="?"), "language")):
+        args = dict(name="ann", clip=b"", transcript="Hello.", language="en") | kw
+        with pytest.raises(ReferenceVoiceError) as err:
+            make_reference_voice(encoder, **args)
+        assert err.value.field == field
