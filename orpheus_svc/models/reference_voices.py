@@ -39,11 +39,11 @@ def load_reference_voices(value, snac: str | os.PathLike[str],
                 ref = make_reference_voice(encoder, source.name, source.clip,
                                            source.transcript, source.language)
             except ReferenceVoiceError as exc:
-                raise ReferenceStartupError(f"model.reference_voices[0].{exc.field}: "
+                raise ReferenceStartupError(f"model.reference_voices[{i}].{exc.field}: "
                                             f"{exc.message}") from None
             log.info("reference voice %s: %.1f s clip, %d audio tokens", ref.name, ref.seconds,
                      len(ref.audio_token_ids))
-            pass
+            voices.append(ref)
         return tuple(voices)
     finally:
         encoder.close()
