@@ -31,6 +31,7 @@ from orpheus_svc.audio.settings import FlusherSettings
 from orpheus_svc.core.backends import BACKENDS
 from orpheus_svc.core.checks import SettingError, require
 from orpheus_svc.core.lora_config import adapter_dirs, adapter_sources
+from orpheus_svc.core.reference import reference_sources
 from orpheus_svc.core.request import SamplingError, SamplingParams
 from orpheus_svc.core.scheduler_settings import SchedulerSettings
 from orpheus_svc.files import read_mapping
@@ -75,11 +76,21 @@ class ModelConfig:
     # LoadAdapter refuses any path that does not resolve (symlinks followed) inside one.
     # Needs engine.max_adapters and engine.max_lora_rank set. Empty: no runtime loads.
     adapter_dirs: Any = None
+    # Voices cloned zero-shot from a clip and its transcript (docs/voices.md, "Reference
+    # voices"; the pretrained checkpoint only): a YAML list of {name, clip, transcript,
+    # language}, or the same list as JSON in the environment or a flag; clip paths absolute.
+    reference_voices: Any = None
+    # Directories clips may be read from when a reference voice is loaded while serving: a
+    # YAML list, or "dir, dir"; absolute paths. A clip is accepted only if it resolves
+    # (symlinks followed) inside one (audio/clip.py resolve_clip_path).
+    reference_dirs: Any = None
 
     def __post_init__(self) -> None:
         try:
             adapter_sources(self.adapters)
             adapter_dirs(self.adapter_dirs)
+            reference_sources(self.reference_voices)
+            adapter_dirs(self.reference_dirs, "model.reference_dirs")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         require(self.dtype in ("auto", "float32", "float16", "bfloat16"), self, "dtype",

@@ -1,4 +1,5 @@
-"""SNAC codec: load a checkpoint for decoding, write a seeded random one, decode frames to PCM.
+"""SNAC codec: load a checkpoint for decoding, write a seeded random one, decode frames to PCM
+(the encoder, which only a reference voice's registration needs: audio/snac_encoder.py).
 
 Only the decoding half of SNAC is kept: the quantizer's codebooks and output projections
 (codes -> latent) and the decoder (latent -> 24 kHz PCM). Weight norm is folded into plain
@@ -419,19 +420,11 @@ class SnacCodec:
         return self.decode_latents(self.latents(batch), noise=noise)
 
 
-def load_snac(ref: str | os.PathLike[str], device: str | torch.device = "cpu",
-              dtype: torch.dtype = torch.float32, noise: bool | None = None,
-              seed: int = 0, max_batch_frames: int = 0, graphs: int = 0,
-              fused_snake: bool = True) -> SnacCodec:
-    """Load a SNAC checkpoint (local dir or hub id, HF layout: config.json + pytorch_model.bin).
-
-    Weight norm is folded, the encoder is dropped, the model is in eval mode on `device`,
-    the decoder in `dtype` (the quantizer, a lookup and three 1x1 convs, stays float32).
-    `noise=None` keeps the checkpoint's own setting (config `noise`, true for snac_24khz);
-    `seed` seeds the codec's private noise generator. CUDA only: `max_batch_frames` (0:
-    settings.GPU_CALL_FRAMES) sizes the graph buckets, `graphs` caps the CUDA graphs held
-    (0: eager), `fused_snake` allows the Triton Snake (SnacCodec).
-    """
+def read_snac(ref: str | os.PathLike[str]) -> tuple[nn.Module, dict]:
+    """A SNAC checkpoint (local dir or hub id, HF layout: config.json + pytorch_model.bin) as
+    the whole snac.SNAC model (encoder, quantizer, decoder) on the CPU, weight norm folded,
+    in eval mode without gradients, and its config. load_snac keeps the decoding half;
+    audio/snac_encoder.py the encoding half."""
     directory = resolve_checkpoint(ref, list(SNAC_FILES), what="SNAC checkpoint")
     missing = [name for name in SNAC_FILES if not (directory / name).is_file()]
     if missing:
@@ -453,8 +446,25 @@ def load_snac(ref: str | os.PathLike[str], device: str | torch.device = "cpu",
     except RuntimeError as exc:
         raise SnacLoadError(f"SNAC weights do not match config.json: {exc}") from exc
     _fold_weight_norm(model)
-    model.encoder = None  # decoding only: saves its memory
     model.eval().requires_grad_(False)
+    return model, config
+
+
+def load_snac(ref: str | os.PathLike[str], device: str | torch.device = "cpu",
+              dtype: torch.dtype = torch.float32, noise: bool | None = None,
+              seed: int = 0, max_batch_frames: int = 0, graphs: int = 0,
+              fused_snake: bool = True) -> SnacCodec:
+    """Load a SNAC checkpoint (local dir or hub id, HF layout: config.json + pytorch_model.bin).
+
+    Weight norm is folded, the encoder is dropped, the model is in eval mode on `device`,
+    the decoder in `dtype` (the quantizer, a lookup and three 1x1 convs, stays float32).
+    `noise=None` keeps the checkpoint's own setting (config `noise`, true for snac_24khz);
+    `seed` seeds the codec's private noise generator. CUDA only: `max_batch_frames` (0:
+    settings.GPU_CALL_FRAMES) sizes the graph buckets, `graphs` caps the CUDA graphs held
+    (0: eager), `fused_snake` allows the Triton Snake (SnacCodec).
+    """
+    model, config = read_snac(ref)
+    model.encoder = None  # decoding only: saves its memory (audio/snac_encoder.py encodes)
     model.to(device=device)
     model.decoder.to(dtype=dtype)
     use_noise = bool(config.get("noise", True)) if noise is None else noise

@@ -31,6 +31,7 @@ END_OF_HUMAN_ID = 128260
 START_OF_AI_ID = 128261
 START_OF_SPEECH_ID = 128257
 END_OF_SPEECH_ID = 128258  # the stop id
+END_OF_AI_ID = 128262  # closes an AI turn: a zero-shot reference's audio (core/reference.py)
 PAD_ID = 128263
 
 AUDIO_BASE = 128266
@@ -93,6 +94,25 @@ def frames_to_token_ids(frames: np.ndarray) -> list[int]:
     frames = np.asarray(frames, dtype=np.int64)
     offsets = AUDIO_BASE + np.arange(FRAME_TOKENS) * CODES_PER_POSITION
     return (frames + offsets).reshape(-1).tolist()
+
+
+def token_ids_to_frames(token_ids) -> np.ndarray:
+    """Inverse of frames_to_token_ids: a flat stream of whole frames -> [F, 7] codes.
+
+    Strict, unlike the generation-time parser (core/grammar.py FrameParser, which stops at
+    the stop id and keeps a partial frame for later): every id must be the audio id of its
+    position and the stream must end on a frame boundary, else ValueError naming the index.
+    """
+    ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
+    if ids.size % FRAME_TOKENS:
+        raise ValueError(f"{ids.size} audio tokens are not whole frames of {FRAME_TOKENS}")
+    frames = ids.reshape(-1, FRAME_TOKENS) - (AUDIO_BASE + np.arange(FRAME_TOKENS) * CODES_PER_POSITION)
+    bad = np.flatnonzero(((frames < 0) | (frames >= CODES_PER_POSITION)).reshape(-1))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"token {int(ids[i])} at index {i} is not an audio id of frame "
+                         f"position {i % FRAME_TOKENS}")
+    return frames
 
 
 def frames_for_samples(num_samples: int) -> int:

@@ -119,8 +119,13 @@ def _tags(raw: Any, where: str) -> tuple[str, ...]:
     return tuple(raw)
 
 
+def is_language_tag(raw: Any) -> bool:
+    """Whether `raw` reads as a BCP 47 language tag ("en", "zh-CN"; checked loosely)."""
+    return isinstance(raw, str) and bool(_LANGUAGE_RE.match(raw))
+
+
 def _language(raw: Any, where: str) -> str:
-    if not isinstance(raw, str) or not _LANGUAGE_RE.match(raw):
+    if not is_language_tag(raw):
         raise VoiceRegistryError(f"{where}: language must be a BCP 47 tag like \"en\" or "
                                  f"\"zh-CN\", got {raw!r}")
     return raw

@@ -93,3 +93,30 @@ def test_the_grammar_state_after_a_token_alone():
     for position in range(6):
         assert G.state_after_token(T.audio_token_id(position, 4095)) == (position + 1, False)
     assert G.state_after_token(T.audio_token_id(6, 0)) == (0, True)
+
+
+def test_token_ids_to_frames_inverts_frames_to_token_ids():
+    from orpheus_svc.core.tokens import frames_to_token_ids, token_ids_to_frames
+
+    frames = np.random.default_rng(5).integers(0, 4096, (9, 7))
+    frames[0] = 0
+    frames[1] = 4095
+    ids = frames_to_token_ids(frames)
+    assert np.array_equal(token_ids_to_frames(ids), frames)
+    assert frames_to_token_ids(token_ids_to_frames(ids)) == ids
+
+
+@pytest.mark.parametrize("cut, says", [("partial", "not whole frames"),
+                                       ("wrong position", "at index 3 is not an audio id of frame position 3"),
+                                       ("stop id", "at index 13"),
+                                       ("text id", "token 128000 at index 0")])
+def test_token_ids_to_frames_refuses_what_is_not_whole_frames(cut, says):
+    from orpheus_svc.core.tokens import frames_to_token_ids, token_ids_to_frames
+
+    ids = frames_to_token_ids(np.zeros((2, 7), dtype=np.int64))
+    bad = {"partial": ids[:-1],
+           "wrong position": ids[:3] + [ids[4]] + ids[4:],  # 14 ids: position 3 holds a position-4 id
+           "stop id": ids[:-1] + [128258],
+           "text id": [128000] + ids[1:]}[cut]
+    with pytest.raises(ValueError, match=says):
+        token_ids_to_frames(bad)

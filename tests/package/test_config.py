@@ -204,3 +204,22 @@ def test_serve_with_an_out_of_range_sampling_default_exits_at_start_up(capsys):
 def test_the_sampling_defaults_are_the_requests_own():
     from orpheus_svc.core.request import SamplingParams
     assert load_config(environ={}).sampling == SamplingParams()
+
+
+def test_reference_voices_are_read_from_yaml_and_checked_at_load(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  reference_dirs: [/srv/clips]\n  reference_voices:\n"
+                    "    - {name: ann, clip: /srv/clips/ann.wav, transcript: Hello there.}\n")
+    model = load_config(path, environ={}).model
+    from orpheus_svc.core.lora_config import adapter_dirs
+    from orpheus_svc.core.reference import ReferenceSource, reference_sources
+    assert reference_sources(model.reference_voices) == (
+        ReferenceSource("ann", "/srv/clips/ann.wav", "Hello there.", "en"),)
+    assert adapter_dirs(model.reference_dirs, "model.reference_dirs") == ("/srv/clips",)
+    path.write_text("model:\n  reference_voices:\n"
+                    "    - {name: ann, clip: /srv/clips/ann.wav, transcript: ''}\n")
+    with pytest.raises(ConfigError, match=r"model\.reference_voices\[0\]\.transcript"):
+        load_config(path, environ={})
+    with pytest.raises(ConfigError, match=r"model\.reference_dirs\[0\]: 'clips' must be an "
+                                          r"absolute"):
+        load_config(environ={}, overrides={"model.reference_dirs": "clips"})
