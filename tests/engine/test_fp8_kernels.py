@@ -161,8 +161,9 @@ def test_fp8linear_takes_its_chosen_path_except_in_a_batch_invariant_step():
     assert torch.equal(lin(x), w8a8)  # no choice made: W8A8
     lin.paths[4] = "weight_only"
     assert torch.equal(lin(x), weight_only)
-    with invariant_step(True):
-        assert torch.equal(lin(x), w8a8)  # a seeded row's bits never follow the batch
+    with invariant_step(True):  # a seeded row's bits never follow the batch: W8A8
+        assert torch.equal(lin(x), lin.run(x, "w8a8"))
+        assert not torch.equal(lin(x), lin.run(x, "weight_only"))
     big = torch.randn(WEIGHT_ONLY_MAX_M + 1, 64)
     lin.paths[big.shape[0]] = "weight_only"  # past the kernel's rows: W8A8 after all
     assert lin.path(big.shape[0]) == "w8a8" and torch.equal(lin(big), lin.run(big, "w8a8"))
