@@ -6,6 +6,7 @@ generated clip."""
 
 import httpx
 import pytest
+from orpheus_tts_client import Client
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 
@@ -54,6 +55,8 @@ def test_list_voices_says_which_voices_are_reference_voices(ref_server):
     assert voices["clone"] is True and voices["tara"] is False
     http = httpx.get(f"{ref_server.http}/v1/audio/voices", timeout=30).json()
     assert {v["name"]: v["reference"] for v in http["data"]} == voices
+    with Client(ref_server.addr) as tts:  # the Python client's Voice says it too
+        assert {v.name: v.reference for v in tts.list_voices().voices} == voices
 
 
 def _pcm(replies) -> bytes:
