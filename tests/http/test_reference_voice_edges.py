@@ -1,14 +1,17 @@
 """A reference voice (model.reference_voices: a clip and its transcript, docs/voices.md) is
-listed as one and spoken by name on every edge: gRPC Synthesize and StreamingSynthesize and
-the HTTP speech route. The engine receives build_reference_prompt's ids, and a seed gives
+listed as one and spoken by name on every edge: gRPC Synthesize and StreamingSynthesize, the
+HTTP speech route and the WebSocket. The engine receives build_reference_prompt's ids, and a seed gives
 byte-identical PCM twice. The real server on the demo model, with a tiny random SNAC and a
 generated clip."""
+
+import json
 
 import httpx
 import pytest
 from orpheus_tts_client import Client
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 from orpheus_tts_client.proto.v1 import tts_pb2_grpc
+from websockets.sync.client import connect
 
 from orpheus_svc.audio.codec import SNAC_24KHZ_CONFIG, write_random_snac
 from orpheus_svc.core.reference import build_reference_prompt
@@ -76,9 +79,16 @@ def test_every_edge_speaks_a_reference_voice_by_name(ref_server, opened):
                    json={"model": "tts-1", "input": "Hi.", "voice": "clone",
                          "response_format": "pcm"})
     assert r.status_code == 200 and r.content
+    ws_url = ref_server.http.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with connect(ws_url) as ws:
+        ws.send(json.dumps({"type": "config", "voice": "clone", "encoding": "pcm16"}))
+        ws.send(json.dumps({"type": "text", "text": "Yes."}))
+        ws.send(json.dumps({"type": "end"}))
+        assert sum(len(m) for m in ws if isinstance(m, bytes)) > 0
     # the engine got the reference layout, token for token, for each edge's text
     assert [req.prompt_ids for req in opened] == [
-        tuple(build_reference_prompt(runtime.encode, ref, t)) for t in ("Hi.", "Hello.", "Hi.")]
+        tuple(build_reference_prompt(runtime.encode, ref, t))
+        for t in ("Hi.", "Hello.", "Hi.", "Yes.")]
     assert {req.adapter for req in opened} == {-1}  # the base model speaks it
     # a base voice keeps its own prompt
     list(stub.Synthesize(pb.SynthesizeRequest(text="Hi.", voice="tara"), timeout=120))
