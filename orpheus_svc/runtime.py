@@ -26,6 +26,13 @@ from orpheus_svc.config import Config, ConfigError
 from orpheus_svc.core.adapters import AdapterCatalog, AdapterLease, AdapterRefusal
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Rejected
 from orpheus_svc.core.prompt import build_prompt, expected_audio_seconds, max_tokens_for_text
+from orpheus_svc.core.reference import (
+    ReferenceVoice,
+    ReferenceVoiceError,
+    build_reference_prompt,
+    check_room,
+    with_reference_voices,
+)
 from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.tokens import FRAME_SECONDS
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
@@ -33,6 +40,7 @@ from orpheus_svc.engine.collector import CollectorPacer
 from orpheus_svc.engine.handle import EventRouter, GenerationHandle
 from orpheus_svc.engine.loop import EngineLoop
 from orpheus_svc.engine.registry import BuiltBackend, build_backend
+from orpheus_svc.models.reference_voices import ReferenceStartupError, load_reference_voices
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +89,10 @@ class FrontRuntime:
     # Which adapter holds which pool slot and how many sessions run on each (the admin
     # service loads and unloads through it); None: made from `voices` and `adapters`.
     catalog: AdapterCatalog | None = None
+    # Reference voices (core/reference.py, docs/voices.md): casefolded name -> the voice, whose
+    # clip and transcript go in front of every prompt spoken in it. `voices` lists them too
+    # (Voice.reference), among the base model's voices: the base model speaks them.
+    references: dict[str, ReferenceVoice] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.catalog is None:
@@ -121,12 +133,20 @@ class FrontRuntime:
         ValueError (the caller's INVALID_ARGUMENT) for a seed the engine would ignore."""
         if sampling.seed is not None and self.seed_refusal:
             raise ValueError(f"sampling.seed: {self.seed_refusal}")
-        prompt = tuple(build_prompt(self.encode, voice, text))
+        prompt = tuple(self.prompt(voice, text))
         expected = max(1, round(expected_audio_seconds(text) / FRAME_SECONDS))
         return GenerationRequest(session_id=session_id, segment_index=segment_index,
                                  prompt_ids=prompt, max_tokens=max_tokens_for_text(text),
                                  sampling=sampling, expected_frames=expected,
                                  adapter=self.adapter_of(voice) if adapter is None else adapter)
+
+    def prompt(self, voice: str, text: str) -> list[int]:
+        """The prompt ids of `text` in `voice`: a reference voice's (its clip's turns, then
+        the text's: core/reference.py build_reference_prompt), else "{voice}: {text}"'s."""
+        ref = self.references.get((voice or "").strip().casefold())
+        if ref is not None:
+            return build_reference_prompt(self.encode, ref, text)
+        return build_prompt(self.encode, voice, text)
 
     def open(self, request: GenerationRequest, on_event: Callable[[EngineEvent], None] | None = None,
              loop: Any = None) -> GenerationHandle:
@@ -224,13 +244,40 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
     engine = EngineLoop(built.backend, flusher, router, settings=settings, seed=e.seed,
                         on_step=on_step,
                         collector=CollectorPacer() if e.gc_pacing else None)
-    catalog = _catalog(_voices(config, built), built)
+    references = _references(config, built, device)
+    try:
+        voices = with_reference_voices(_voices(config, built), references, built.adapters)
+    except ValueError as exc:
+        raise ReferenceStartupError(str(exc)) from None
+    catalog = _catalog(voices, built)
     return Runtime(config=config, engine=engine, flusher=flusher, router=router,
                    encode=built.encode, model_name=built.model_name, is_demo=built.is_demo,
                    device=device, voices=catalog.voices,
                    seed_refusal=built.backend.capabilities.seed_refusal,
                    tokenizer=built.tokenizer, adapters=dict(catalog.slots), catalog=catalog,
-                   lora_base=built.lora_base)
+                   lora_base=built.lora_base,
+                   references={r.name.casefold(): r for r in references})
+
+
+def _references(config: Config, built: BuiltBackend, device: torch.device
+                ) -> tuple[ReferenceVoice, ...]:
+    """The reference voices of model.reference_voices, encoded with the SNAC checkpoint the
+    codec uses (model.snac or the demo's), each checked to leave a segment room in a slot.
+    ReferenceStartupError naming the entry at fault."""
+    if not config.model.reference_voices:
+        return ()
+    refs = load_reference_voices(config.model.reference_voices,
+                                 _snac_ref(config, built.is_demo), device)
+    max_seq_len = built.backend.capabilities.max_seq_len
+    for i, ref in enumerate(refs):
+        try:
+            room = check_room(built.encode, ref, max_seq_len)
+        except ReferenceVoiceError as exc:
+            raise ReferenceStartupError(f"model.reference_voices[{i}].{exc.field}: "
+                                        f"{exc.message}") from None
+        log.info("reference voice %s: a slot of %d tokens keeps %d for each segment's text "
+                 "and speech", ref.name, max_seq_len, room)
+    return refs
 
 
 def _catalog(base: VoiceRegistry, built: BuiltBackend) -> AdapterCatalog:

@@ -132,7 +132,7 @@ def engine_main(config: Config, commands_addr: str, events_addr: str, stop,
         model_name=runtime.model_name, is_demo=runtime.is_demo, device=str(runtime.device),
         backend=config.engine.backend, tokenizer=runtime.tokenizer,
         voices=runtime.voices, max_batch_size=runtime.engine.settings.max_batch_size,
-        adapters=runtime.adapters)
+        adapters=runtime.adapters, references=tuple(runtime.references.values()))
     engine, router = runtime.engine, runtime.router
     watch = EngineWatch(engine)
 

@@ -42,7 +42,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .prompt import PROMPT_SUFFIX, Encode
+from .prompt import PROMPT_SUFFIX, Encode, max_tokens_for_text
 from .tokens import (
     END_OF_AI_ID,
     END_OF_SPEECH_ID,
@@ -52,7 +52,7 @@ from .tokens import (
     START_OF_HUMAN_ID,
     token_ids_to_frames,
 )
-from .voices import is_language_tag
+from .voices import Voice, VoiceRegistry, is_language_tag
 
 
 # -- limits ----------------------------------------------------------------------------------
@@ -317,3 +317,54 @@ def reference_sources(value: Any, where: str = "model.reference_voices"
         seen.add(name.casefold())
         out.append(ReferenceSource(name, os.path.normpath(expanded), transcript, language))
     return tuple(out)
+
+
+# -- serving: the voice list and the slot --------------------------------------------------
+
+# The text every reference voice must leave room for in a slot, with its whole token budget
+# (core/prompt.py max_tokens_for_text: 3.6 s of audio, 308 tokens): a voice whose prefix
+# leaves less could not say even a short sentence to its end.
+ROOM_TEXT = "Hello there."
+
+
+def check_room(encode: Encode, reference: ReferenceVoice, max_seq_len: int) -> int:
+    """The tokens a slot of `max_seq_len` has left after `reference`'s prefix; each segment's
+    text turn and speech share them (core/prompt.py fit_to_slot cuts the budget to fit).
+    ReferenceVoiceError("clip") when ROOM_TEXT's turn and full budget do not fit:
+
+        |<------------------------------ max_seq_len ------------------------------>|
+        | reference_prefix | text_turn(ROOM_TEXT) | max_tokens_for_text(ROOM_TEXT) |1|
+    """
+    prefix = len(reference_prefix(encode, reference))
+    need = len(text_turn(encode, ROOM_TEXT)) + max_tokens_for_text(ROOM_TEXT) + 1
+    room = max_seq_len - prefix
+    if room < need:
+        raise ReferenceVoiceError("clip", (
+            f"reference voice {reference.name!r}: its clip ({reference.seconds:.1f} s) and "
+            f"transcript take {prefix} prompt tokens, leaving {max(room, 0)} of the slot's "
+            f"{max_seq_len} (engine.max_seq_len); a segment needs at least {need}: cut the "
+            f"clip or raise engine.max_seq_len"))
+    return room
+
+
+def with_reference_voices(base: VoiceRegistry, references: Sequence[ReferenceVoice],
+                          adapters: Sequence[tuple[str, VoiceRegistry]] = (),
+                          where: str = "model.reference_voices") -> VoiceRegistry:
+    """`base`'s voices, then each reference voice (Voice.reference set, no emotion tags: the
+    zero-shot prompt carries none), with `base`'s default. ValueError naming the entry
+    ("model.reference_voices[1].name: ...") when a reference voice takes the name of a base
+    voice, of a voice of an adapter in `adapters` ((name, voices) pairs) or of an earlier
+    reference voice, ignoring case: a session picks a voice by name alone."""
+    owner = {v.name.casefold(): "a voice of the base model" for v in base.voices}
+    for adapter, registry in adapters:
+        owner.update((v.name.casefold(), f"a voice of adapter {adapter!r}")
+                     for v in registry.voices)
+    voices = list(base.voices)
+    for i, ref in enumerate(references):
+        key = ref.name.casefold()
+        if key in owner:
+            raise ValueError(f"{where}[{i}].name: {ref.name!r} is already {owner[key]}; "
+                             f"name the reference voice differently")
+        owner[key] = "a reference voice"
+        voices.append(Voice(ref.name, ref.language, (), None, reference=True))
+    return VoiceRegistry(tuple(voices), base.default, base.source)

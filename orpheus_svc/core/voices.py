@@ -38,13 +38,15 @@ class VoiceRegistryError(ValueError):
 
 @dataclass(frozen=True)
 class Voice:
-    """One speaker: `name` as the model was trained on it, BCP 47 `language`, its tags, and
-    the LoRA adapter that speaks it (None: the base model; docs/lora.md)."""
+    """One speaker: `name` as the model was trained on it, BCP 47 `language`, its tags, the
+    LoRA adapter that speaks it (None: the base model; docs/lora.md), and whether it is a
+    reference voice (cloned zero-shot from a clip by the base model: core/reference.py)."""
 
     name: str
     language: str
     emotion_tags: tuple[str, ...] = ()
     adapter: str | None = None
+    reference: bool = False
 
 
 @dataclass(frozen=True)

@@ -206,7 +206,8 @@ async def voices(request: Request) -> Response:
         "object": "list",
         "data": [{"id": v.name, "object": "voice", "name": v.name, "language": v.language,
                   "default": v.name == registry.default_voice.name,
-                  "emotion_tags": list(v.emotion_tags), "adapter": v.adapter}
+                  "emotion_tags": list(v.emotion_tags), "adapter": v.adapter,
+                  "reference": v.reference}
                  for v in registry.voices],
         "voices": registry.names, "default": registry.default_voice.name})
 

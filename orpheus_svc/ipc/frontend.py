@@ -260,4 +260,6 @@ def remote_runtime(config, link: EngineLink) -> RemoteRuntime:
     encode = load_tokenizer(info.tokenizer)  # the engine's: a file, or a built-in's name
     return RemoteRuntime(config=config, engine=link.engine, router=link.router, encode=encode,
                          model_name=info.model_name, is_demo=info.is_demo, device=info.device,
-                         voices=info.voices, adapters=dict(info.adapters), link=link)
+                         voices=info.voices, adapters=dict(info.adapters),
+                         references={r.name.casefold(): r for r in info.references},
+                         link=link)

@@ -43,6 +43,7 @@ from orpheus_svc.core.events import AudioEvent, EngineEvent, Finish, Rejected
 from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.output import SchedulerStats
 from orpheus_svc.core.status import Status
+from orpheus_svc.core.reference import ReferenceVoice
 from orpheus_svc.core.voices import Voice, VoiceRegistry
 
 REMOTE_BASE = 1 << 40
@@ -144,6 +145,9 @@ class EngineInfo:
     # LoRA adapter name -> its pool slot (runtime.FrontRuntime.adapters): a front-end puts
     # the slot of a voice's adapter in the requests it builds
     adapters: dict = field(default_factory=dict)
+    # the reference voices (runtime.FrontRuntime.references' values): a front-end puts a
+    # reference voice's clip and transcript in front of the prompts it builds
+    references: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -163,8 +167,12 @@ class EngineSnapshot:
 
 
 def _voices(reg: VoiceRegistry) -> list:
-    return [[[v.name, v.language, list(v.emotion_tags), v.adapter] for v in reg.voices],
-            reg.default, reg.source]
+    return [[[v.name, v.language, list(v.emotion_tags), v.adapter, v.reference]
+             for v in reg.voices], reg.default, reg.source]
+
+
+def _references(refs) -> list:
+    return [[r.name, r.transcript, list(r.audio_token_ids), r.language] for r in refs]
 
 
 def encode_stats(snap: EngineSnapshot) -> bytes:
@@ -177,7 +185,7 @@ def encode_stats(snap: EngineSnapshot) -> bytes:
             "model_name": info.model_name, "is_demo": info.is_demo, "device": info.device,
             "backend": info.backend, "tokenizer": info.tokenizer,
             "voices": _voices(info.voices), "max_batch_size": info.max_batch_size,
-            "adapters": info.adapters}}])
+            "adapters": info.adapters, "references": _references(info.references)}}])
 
 
 def _decode_stats(d: dict) -> EngineSnapshot:
@@ -187,9 +195,12 @@ def _decode_stats(d: dict) -> EngineSnapshot:
         info = EngineInfo(
             model_name=info["model_name"], is_demo=info["is_demo"], device=info["device"],
             backend=info["backend"], tokenizer=info["tokenizer"],
-            voices=VoiceRegistry(tuple(Voice(n, lang, tuple(tags), adapter)
-                                       for n, lang, tags, adapter in voices), default, source),
-            max_batch_size=info["max_batch_size"], adapters=dict(info["adapters"]))
+            voices=VoiceRegistry(tuple(Voice(n, lang, tuple(tags), adapter, reference)
+                                       for n, lang, tags, adapter, reference in voices),
+                                 default, source),
+            max_batch_size=info["max_batch_size"], adapters=dict(info["adapters"]),
+            references=tuple(ReferenceVoice(n, text, tuple(ids), lang)
+                             for n, text, ids, lang in info["references"]))
     return EngineSnapshot(warm=d["warm"], stats=SchedulerStats(**d["stats"]),
                           failed_rows=d["failed_rows"], failed_audio=d["failed_audio"],
                           info=info, pid=d["pid"], extra=d["extra"],

@@ -1,7 +1,7 @@
 """The reference voices `model.reference_voices` names, made at start-up (docs/voices.md,
 "Reference voices"): the SNAC encoder is loaded once, every clip is read, checked and
-encoded, and the encoder is dropped. Nothing calls this yet; the runtime is to call it once,
-beside the adapters, and hand the voices to the voice catalog and the KV prefix pool.
+encoded, and the encoder is dropped. The runtime (runtime.py build_runtime) calls it once,
+before the adapter catalog, and lists the voices beside the base model's.
 """
 
 from __future__ import annotations

@@ -108,7 +108,8 @@ def voice_list(voices: VoiceRegistry) -> tts_pb2.ListVoicesResponse:
     """ListVoices' answer: the served model's voices, its default, every emotion tag."""
     return tts_pb2.ListVoicesResponse(
         voices=[tts_pb2.Voice(name=v.name, language=v.language, is_default=v.name == voices.default,
-                              emotion_tags=v.emotion_tags, adapter=v.adapter or "")
+                              emotion_tags=v.emotion_tags, adapter=v.adapter or "",
+                              reference=v.reference)
                 for v in voices.voices],
         emotion_tags=voices.emotion_tags)
 

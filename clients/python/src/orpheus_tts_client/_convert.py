@@ -105,7 +105,8 @@ def _segment_fields(msg) -> tuple[str, int, int, str]:
 
 
 def voice_list(msg: pb.ListVoicesResponse) -> VoiceList:
-    return VoiceList([Voice(v.name, v.language, v.is_default, v.adapter) for v in msg.voices],
+    return VoiceList([Voice(v.name, v.language, v.is_default, v.adapter, v.reference)
+                      for v in msg.voices],
                      list(msg.emotion_tags))
 
 

@@ -171,6 +171,9 @@ class Voice:
     # the LoRA adapter that speaks it on the server ("" for the base model's voices, and
     # from a server older than the field)
     adapter: str = ""
+    # a voice cloned from a reference clip on the server (model.reference_voices; False from
+    # a server older than the field)
+    reference: bool = False
 
 
 @dataclass(frozen=True)

@@ -1316,7 +1316,11 @@ type Voice struct {
 	// adapter is the name of the LoRA adapter that speaks this voice on top of the base model
 	// (the server's model.adapters); empty for the base model's own voices. Informational: a
 	// session picks the voice by name alone.
-	Adapter       string `protobuf:"bytes,5,opt,name=adapter,proto3" json:"adapter,omitempty"`
+	Adapter string `protobuf:"bytes,5,opt,name=adapter,proto3" json:"adapter,omitempty"`
+	// reference is true for a voice cloned from a reference clip and its transcript (the
+	// server's model.reference_voices): the base model speaks it zero-shot, with the clip in
+	// front of every segment's prompt. Informational: a session picks the voice by name alone.
+	Reference     bool `protobuf:"varint,6,opt,name=reference,proto3" json:"reference,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1384,6 +1388,13 @@ func (x *Voice) GetAdapter() string {
 		return x.Adapter
 	}
 	return ""
+}
+
+func (x *Voice) GetReference() bool {
+	if x != nil {
+		return x.Reference
+	}
+	return false
 }
 
 // ListVoicesResponse lists voices and emotion tags.
@@ -1865,14 +1876,15 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"\asummary\x18\x04 \x01(\v2 .orpheus.tts.v1.SynthesisSummaryH\x00R\asummaryB\n" +
 	"\n" +
 	"\bresponse\"\x13\n" +
-	"\x11ListVoicesRequest\"\x93\x01\n" +
+	"\x11ListVoicesRequest\"\xb1\x01\n" +
 	"\x05Voice\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x1d\n" +
 	"\n" +
 	"is_default\x18\x03 \x01(\bR\tisDefault\x12!\n" +
 	"\femotion_tags\x18\x04 \x03(\tR\vemotionTags\x12\x18\n" +
-	"\aadapter\x18\x05 \x01(\tR\aadapter\"f\n" +
+	"\aadapter\x18\x05 \x01(\tR\aadapter\x12\x1c\n" +
+	"\treference\x18\x06 \x01(\bR\treference\"f\n" +
 	"\x12ListVoicesResponse\x12-\n" +
 	"\x06voices\x18\x01 \x03(\v2\x15.orpheus.tts.v1.VoiceR\x06voices\x12!\n" +
 	"\femotion_tags\x18\x02 \x03(\tR\vemotionTags\"\x12\n" +

@@ -203,18 +203,20 @@ class ListVoicesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Voice(_message.Message):
-    __slots__ = ("name", "language", "is_default", "emotion_tags", "adapter")
+    __slots__ = ("name", "language", "is_default", "emotion_tags", "adapter", "reference")
     NAME_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     IS_DEFAULT_FIELD_NUMBER: _ClassVar[int]
     EMOTION_TAGS_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
     name: str
     language: str
     is_default: bool
     emotion_tags: _containers.RepeatedScalarFieldContainer[str]
     adapter: str
-    def __init__(self, name: _Optional[str] = ..., language: _Optional[str] = ..., is_default: bool = ..., emotion_tags: _Optional[_Iterable[str]] = ..., adapter: _Optional[str] = ...) -> None: ...
+    reference: bool
+    def __init__(self, name: _Optional[str] = ..., language: _Optional[str] = ..., is_default: bool = ..., emotion_tags: _Optional[_Iterable[str]] = ..., adapter: _Optional[str] = ..., reference: bool = ...) -> None: ...
 
 class ListVoicesResponse(_message.Message):
     __slots__ = ("voices", "emotion_tags")
