@@ -48,8 +48,8 @@ _ENCODINGS = {
 
 def _settings(state: ServerState, msg, *, allow_wav: bool) -> SessionSettings:
     """A SynthesisConfig's or SynthesizeRequest's settings (voice, audio_format, sampling,
-    normalize_text, word_timestamps) as plain values, validated by server/settings.py (shared with the HTTP
-    edge); SessionError(INVALID_ARGUMENT) says what to change."""
+    normalize_text, word_timestamps) as plain values, validated by server/settings.py
+    (shared with the HTTP edge); SessionError(INVALID_ARGUMENT) says what to change."""
     fmt, sampling = msg.audio_format, msg.sampling
     encoding = _ENCODINGS.get(fmt.encoding)
     if encoding is None:
