@@ -58,3 +58,22 @@ def test_chinese_is_timed_per_character():
     words = _segment(session, session, language="zh").estimate(0)
     assert [w.text for w in words] == ["你", "好。", "世", "界"]
     assert [session[w.char_start:w.char_end] for w in words] == [w.text for w in words]
+
+
+def test_the_grpc_edge_sends_words_out_as_word_timings_in_both_responses():
+    from orpheus_tts_client.proto.v1 import tts_pb2 as pb
+
+    from orpheus_svc.server.servicer import _to_proto
+    from orpheus_svc.server.session import WordsOut
+    from orpheus_svc.server.word_times import WordTime
+
+    out = WordsOut(3, (WordTime("Hi,", 4, 7, 100, 900, True),
+                       WordTime("you.", 8, 12, 900, 2000, True)), final=True)
+    for cls in (pb.StreamingSynthesizeResponse, pb.SynthesizeResponse):
+        msg = _to_proto(out, cls)
+        assert msg.WhichOneof("response") == "word_timings"
+        t = msg.word_timings
+        assert (t.segment_index, t.final) == (3, True)
+        assert [(w.text, w.char_start, w.char_end, w.start_sample, w.end_sample, w.final)
+                for w in t.words] == [("Hi,", 4, 7, 100, 900, True),
+                                      ("you.", 8, 12, 900, 2000, True)]
