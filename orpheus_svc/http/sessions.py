@@ -39,7 +39,8 @@ def api_error(exc: SessionError) -> ApiError:
 
 
 def session_settings(state: ServerState, voice: str, encoding: str, sample_rate: int = 0,
-                     seed: int | None = None, whole: bool = False) -> SessionSettings:
+                     seed: int | None = None, whole: bool = False,
+                     word_timestamps: bool = False) -> SessionSettings:
     """Validated settings, or ApiError(INVALID_ARGUMENT) saying what to change, counted in
     the errors (no call is open yet to count it). `whole`: the audio goes out in one piece
     at the end (SessionSettings.whole). `sample_rate` and `seed` are the integers the
@@ -47,7 +48,7 @@ def session_settings(state: ServerState, voice: str, encoding: str, sample_rate:
     try:
         return shared.session_settings(state, voice, encoding, sample_rate,
                                        shared.SamplingChoice(seed=seed), allow_wav=True,
-                                       whole=whole)
+                                       whole=whole, word_timestamps=word_timestamps)
     except SessionError as exc:
         state.count_error(exc.code)
         raise api_error(exc) from exc

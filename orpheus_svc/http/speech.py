@@ -2,7 +2,8 @@
 
     POST /v1/audio/speech {"model", "input", "voice", "response_format", "speed",
                            "stream_format": "audio" | "sse", "seed" (ours, optional),
-                           "stream" (ours, optional, default true)}
+                           "stream" (ours, optional, default true),
+                           "word_timestamps" (ours, optional, default false; sse only)}
 
 Audio streams as it is generated (chunked transfer encoding). With "stream": false it is
 sent once complete, in one body with its Content-Length, and a WAV or FLAC then carries its
@@ -10,6 +11,9 @@ real length in its header (a stream's is open-ended: the length is not known whe
 header goes out). The response starts when the first audio is ready, so a request refused before that (bad voice: 400, server full: 429,
 loading or draining: 503) gets a proper status and OpenAI's JSON error body; an error after
 the first bytes can only end the stream early (the SSE stream then sends an "error" event).
+With "word_timestamps" the SSE stream also carries "speech.word_timings" events, an event
+type of ours that OpenAI's stream does not define (docs/api.md); the audio body has no room
+for them, so there the option is refused.
 `speed` other than 1.0 is refused with 400: no time-stretching is done here.
 
 The body must be sent as application/json (or a +json type): anything else is 415. It has
@@ -20,6 +24,7 @@ runs (limits.BoundedBody), and is decoded by jsonwire's bounded decoder.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from typing import AsyncIterator
 
@@ -28,7 +33,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.errors import SessionError
-from orpheus_svc.server.session import AudioOut, Summary, TextIn
+from orpheus_svc.server.session import AudioOut, Summary, TextIn, WordsOut
 
 from . import jsonwire
 from .auth import authorize
@@ -110,13 +115,18 @@ async def speech(request: Request) -> Response:
         if not stream and stream_format == "sse":
             raise ApiError(Status.INVALID_ARGUMENT, "stream_format 'sse' is a stream: drop it "
                            "or 'stream': false", "stream")
+        words = _field(body, "word_timestamps", bool, False)
+        if words and stream_format != "sse":
+            raise ApiError(Status.INVALID_ARGUMENT, "'word_timestamps' needs stream_format "
+                           "'sse' (the audio body has no room for them)", "word_timestamps")
         seed = jsonwire.integer(body, "seed")  # its range: the shared validation
         voice = _field(body, "voice", str, "")
         encoding, media_type = FORMATS[response_format]
         # refused before the call opens (counted as errors, not as sessions), and the
         # runtime first: a loading server answers 503 whatever the request says
         require_runtime(state)
-        settings = session_settings(state, voice, encoding, seed=seed, whole=not stream)
+        settings = session_settings(state, voice, encoding, seed=seed, whole=not stream,
+                                    word_timestamps=words)
 
         async def inputs():
             yield TextIn(text)
@@ -179,7 +189,8 @@ async def _bytes(first: list, outputs: AsyncIterator) -> list[bytes]:
 
 
 async def _sse(first: list, outputs: AsyncIterator) -> AsyncIterator[str]:
-    """OpenAI's speech SSE events: speech.audio.delta (base64 audio), speech.audio.done."""
+    """OpenAI's speech SSE events: speech.audio.delta (base64 audio), speech.audio.done; and
+    ours, speech.word_timings, when the request asked for word_timestamps."""
     try:
         async for out in _chain(first, outputs):
             if isinstance(out, AudioOut) and out.audio:
@@ -188,6 +199,10 @@ async def _sse(first: list, outputs: AsyncIterator) -> AsyncIterator[str]:
                 event = {"type": "speech.audio.done", "usage": {
                     "input_tokens": 0, "output_tokens": out.num_tokens,
                     "total_tokens": out.num_tokens}}
+            elif isinstance(out, WordsOut):
+                event = {"type": "speech.word_timings", "segment_index": out.segment_index,
+                         "final": out.final,
+                         "words": [dataclasses.asdict(w) for w in out.words]}
             else:
                 continue
             yield f"data: {json.dumps(event)}\n\n"

@@ -2,9 +2,10 @@
 
 Client -> server, JSON text frames:
 
-    {"type": "config", "voice": "tara", "encoding": "pcm16", "sample_rate": 24000, "seed": 1}
+    {"type": "config", "voice": "tara", "encoding": "pcm16", "sample_rate": 24000, "seed": 1,
+     "word_timestamps": true}
         first, once; every field optional (encoding: pcm16 | wav | mulaw | alaw | ogg_opus |
-        mp3 | flac; sample_rate 0 = the encoding's default)
+        mp3 | flac; sample_rate 0 = the encoding's default; word_timestamps false)
     {"type": "text", "text": "Hel"}     a fragment of any size (mid-word is fine)
     {"type": "flush"}                   end the current segment now
     {"type": "end"}                     end of input (gRPC: half-close)
@@ -15,6 +16,10 @@ are the stream in the requested encoding); JSON text frames carry the events:
 
     {"type": "segment_start", "segment_index", "text", "sample_offset"}
     {"type": "segment_end", "segment_index", "text", "num_samples", "num_tokens", "finish_reason"}
+    {"type": "word_timings", "segment_index", "final", "words": [{"text", "char_start",
+     "char_end", "start_sample", "end_sample", "final"}, ...]}
+        only with word_timestamps: as the gRPC WordTimings (docs/api.md), estimates before a
+        segment's first audio frame, final times before its segment_end if they moved
     {"type": "summary", "session_id", "time_to_first_audio_ms", "audio_ms", "num_tokens",
      "num_segments", "num_samples", "wall_ms"}          last; then the server closes (1000)
     {"type": "error", "code": "INVALID_ARGUMENT", "message"}   then close (1008, or 1013
@@ -46,7 +51,7 @@ from orpheus_svc.core.status import Status
 from orpheus_svc.server import settings as shared
 from orpheus_svc.server.calls import Settings
 from orpheus_svc.server.session import (AudioOut, FlushIn, SegmentEnded, SegmentStarted,
-                                        Summary, TextIn)
+                                        Summary, TextIn, WordsOut)
 from orpheus_svc.server.state import OpenCall, ServerState
 
 from . import jsonwire
@@ -76,6 +81,9 @@ async def _send_error(ws: WebSocket, code: str, message: str,
 
 
 def _event(out) -> dict:
+    if isinstance(out, WordsOut):
+        return {"type": "word_timings", "segment_index": out.segment_index, "final": out.final,
+                "words": [dataclasses.asdict(w) for w in out.words]}
     kind = {SegmentStarted: "segment_start", SegmentEnded: "segment_end", Summary: "summary"}
     fields = {k: v for k, v in dataclasses.asdict(out).items()
               if isinstance(v, (str, int, float)) and not k.startswith("_")}
@@ -146,8 +154,13 @@ def _settings(state: ServerState, first: dict) -> Settings:
         raise ApiError(Status.INVALID_ARGUMENT, "'voice' must be a string", "voice")
     sample_rate = jsonwire.integer(first, "sample_rate", "config ") or 0
     seed = jsonwire.integer(first, "seed", "config ")
+    words = first.get("word_timestamps", False)
+    if not isinstance(words, bool):
+        raise ApiError(Status.INVALID_ARGUMENT, "'word_timestamps' must be true or false",
+                       "word_timestamps")
     return lambda: shared.session_settings(state, voice, encoding, sample_rate,
-                                           shared.SamplingChoice(seed=seed), allow_wav=True)
+                                           shared.SamplingChoice(seed=seed), allow_wav=True,
+                                           word_timestamps=words)
 
 
 async def _serve(ws: WebSocket, state: ServerState, settings: Settings, call: OpenCall) -> None:

@@ -19,7 +19,8 @@ from orpheus_svc.core.status import Status
 from orpheus_svc.core.voices import VoiceRegistry
 
 from .calls import SessionCall, Settings
-from .session import AudioOut, FlushIn, Input, SegmentEnded, SegmentStarted, Summary, TextIn
+from .session import (AudioOut, FlushIn, Input, SegmentEnded, SegmentStarted, Summary, TextIn,
+                      WordsOut)
 from .settings import SamplingChoice, SessionSettings, session_settings
 from .state import OpenCall, ServerState
 from .traces import CallOrigin
@@ -47,8 +48,8 @@ _ENCODINGS = {
 
 def _settings(state: ServerState, msg, *, allow_wav: bool) -> SessionSettings:
     """A SynthesisConfig's or SynthesizeRequest's settings (voice, audio_format, sampling,
-    normalize_text) as plain values, validated by server/settings.py (shared with the HTTP
-    edge); SessionError(INVALID_ARGUMENT) says what to change."""
+    normalize_text, word_timestamps) as plain values, validated by server/settings.py
+    (shared with the HTTP edge); SessionError(INVALID_ARGUMENT) says what to change."""
     fmt, sampling = msg.audio_format, msg.sampling
     encoding = _ENCODINGS.get(fmt.encoding)
     if encoding is None:
@@ -61,7 +62,8 @@ def _settings(state: ServerState, msg, *, allow_wav: bool) -> SessionSettings:
     choice = SamplingChoice(given("temperature"), given("top_p"), given("repetition_penalty"),
                             given("seed"))
     return session_settings(state, msg.voice, encoding, fmt.sample_rate_hz, choice,
-                            allow_wav=allow_wav, normalize=_normalize(msg))
+                            allow_wav=allow_wav, normalize=_normalize(msg),
+                            word_timestamps=msg.word_timestamps)
 
 
 _CAUSES = {
@@ -92,6 +94,12 @@ def _to_proto(out, response_cls):
             segment_index=out.segment_index, text=out.text, num_samples=out.num_samples,
             num_tokens=out.num_tokens, finish_reason=out.finish_reason,
             flush_id=out.flush_id, **_cut_fields(out.cut)))
+    if isinstance(out, WordsOut):
+        return response_cls(word_timings=tts_pb2.WordTimings(
+            segment_index=out.segment_index, final=out.final,
+            words=[tts_pb2.WordTiming(text=w.text, char_start=w.char_start, char_end=w.char_end,
+                                      start_sample=w.start_sample, end_sample=w.end_sample,
+                                      final=w.final) for w in out.words]))
     assert isinstance(out, Summary)
     return response_cls(summary=tts_pb2.SynthesisSummary(
         session_id=out.session_id, time_to_first_audio_ms=out.time_to_first_audio_ms,

@@ -43,6 +43,7 @@ from orpheus_svc.runtime import Runtime
 
 from .segmenter import END_OF_INPUT, FLUSH, Cut, SentenceBuffer
 from .settings import SessionSettings
+from .word_times import SegmentWords, WordTime
 
 _log = structlog.get_logger("orpheus_svc.session")
 
@@ -90,6 +91,17 @@ class SegmentEnded:
 
 
 @dataclass(frozen=True)
+class WordsOut:
+    """A segment's word timings (only when the session asked for word_timestamps): its
+    estimates before its first AudioOut, its final times (if they moved) before its
+    SegmentEnded (server/word_times.py)."""
+
+    segment_index: int
+    words: tuple[WordTime, ...]
+    final: bool
+
+
+@dataclass(frozen=True)
 class Summary:
     session_id: str
     time_to_first_audio_ms: float
@@ -100,7 +112,7 @@ class Summary:
     wall_ms: float
 
 
-Output = Union[SegmentStarted, AudioOut, SegmentEnded, Summary]
+Output = Union[SegmentStarted, AudioOut, SegmentEnded, WordsOut, Summary]
 
 
 @dataclass
@@ -116,6 +128,7 @@ class _Segment:
     num_tokens: int = 0
     finish_reason: str = ""
     started: bool = False
+    words: SegmentWords | None = None  # with word_timestamps: its words, from its start
     # When things happened to it (time.monotonic, once each): its text was cut, it was
     # submitted, its first audio and its end reached the session; with its Finish, what the
     # call's spans and histograms are built from (server/calls.py), after it ended.
@@ -377,6 +390,8 @@ class StreamSession:
                 seg.encoder = self._audio.segment()
                 outs.append(SegmentStarted(seg.index, seg.text, self._offset, seg.cut,
                                            seg.flush_id))
+                if self.settings.word_timestamps:
+                    self._estimate_words(seg, outs)
             if seg.num_samples and seg.events:  # its first audio went alone, at once
                 pcm, final = _coalesce(pcm, final, seg.events)
             data, n = seg.encoder.encode(pcm, last=final)
@@ -388,11 +403,31 @@ class StreamSession:
                 self._offset += n
                 seg.num_samples += n
             if final:
+                if seg.words is not None:
+                    self._final_words(seg, outs)
                 outs.append(SegmentEnded(seg.index, seg.text, seg.num_samples, seg.num_tokens,
                                          seg.finish_reason, seg.cut, seg.flush_id))
                 seg.handle.close()
                 self._delivered += 1
         return outs
+
+    def _estimate_words(self, seg: _Segment, outs: list[Output]) -> None:
+        """Its words' first times, before its audio (the segment's raw client text and its
+        place in the session's text: the estimator weighs a word's normalised form itself)."""
+        start = seg.cut.start if seg.cut is not None else 0
+        spoken = (normalize_text(seg.text, self.settings.language)
+                  if self.settings.normalize_text else seg.text)
+        seg.words = SegmentWords(seg.text, start, spoken, self.settings.language,
+                                 self.settings.sample_rate)
+        words = seg.words.estimate(self._offset)
+        if words:
+            outs.append(WordsOut(seg.index, tuple(words), final=False))
+
+    def _final_words(self, seg: _Segment, outs: list[Output]) -> None:
+        """Its words' times on its real length, once its audio has ended, if they moved."""
+        words = seg.words.final(seg.num_samples)
+        if words:
+            outs.append(WordsOut(seg.index, tuple(words), final=True))
 
     def segment(self, index: int) -> _Segment:
         """Segment `index` as the session keeps it (its timestamps and Finish: read-only)."""

@@ -53,6 +53,8 @@ class SessionSettings:
     # all the audio in one piece after the last segment, with its length in the header
     # (audio/pcm.py SessionEncoder): the HTTP edge's non-streamed responses
     whole: bool = False
+    # send each segment's word timings (server/word_times.py); off: no extra work or output
+    word_timestamps: bool = False
 
     def segment_sampling(self, index: int) -> SamplingParams:
         """The sampling of the session's segment `index` (SamplingParams.for_segment: a
@@ -88,7 +90,8 @@ def check_range(name: str, value: int, low: int, high: int, field: str | None = 
 
 def session_settings(state: ServerState, voice: str, encoding: str, sample_rate: int,
                      sampling: SamplingChoice, *, allow_wav: bool,
-                     normalize: bool | None = None, whole: bool = False) -> SessionSettings:
+                     normalize: bool | None = None, whole: bool = False,
+                     word_timestamps: bool = False) -> SessionSettings:
     """A server call's settings, validated against the served model's voices (the English
     ones while none is loaded); see `build_settings`. A voice of a LoRA adapter being
     unloaded is refused with FAILED_PRECONDITION naming the adapter (docs/lora.md)."""
@@ -99,17 +102,20 @@ def session_settings(state: ServerState, voice: str, encoding: str, sample_rate:
         if refusal is not None:
             raise SessionError(Status.FAILED_PRECONDITION, refusal, field="voice")
     return build_settings(state.config, voices, voice, encoding, sample_rate, sampling,
-                          allow_wav=allow_wav, normalize=normalize, whole=whole)
+                          allow_wav=allow_wav, normalize=normalize, whole=whole,
+                          word_timestamps=word_timestamps)
 
 
 def build_settings(config: Config, voices: VoiceRegistry, voice: str, encoding: str,
                    sample_rate: int, sampling: SamplingChoice, *, allow_wav: bool,
-                   normalize: bool | None = None, whole: bool = False) -> SessionSettings:
+                   normalize: bool | None = None, whole: bool = False,
+                   word_timestamps: bool = False) -> SessionSettings:
     """Validated settings, or SessionError(INVALID_ARGUMENT, field=...) saying what to change.
 
     `voice` any case, "" = the model's default; `encoding` a name of audio/pcm.py ENCODINGS;
     `sample_rate` 0 = the encoding's default; `allow_wav` is false on streaming calls of the
-    gRPC edge; `normalize` None = text.normalize; `whole`: SessionSettings.whole. Checked in
+    gRPC edge; `normalize` None = text.normalize; `whole` and `word_timestamps`: as
+    SessionSettings. Checked in
     this order: voice, encoding, rate, seed, sampling."""
     entry = voices.resolve(voice)
     if entry is None:
@@ -136,7 +142,8 @@ def build_settings(config: Config, voices: VoiceRegistry, voice: str, encoding: 
     wanted = config.text.normalize if normalize is None else normalize
     return SessionSettings(entry.name, encoding, rate, params,
                            normalize_text=wanted and has_normalizer(entry.language),
-                           language=entry.language, whole=whole)
+                           language=entry.language, whole=whole,
+                           word_timestamps=word_timestamps)
 
 
 def _fill(sampling: SamplingChoice, config: Config) -> SamplingParams:

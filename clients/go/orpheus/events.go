@@ -4,8 +4,8 @@ import (
 	ttsv1 "github.com/orpheus-svc/orpheus-svc/clients/go/gen/orpheus/tts/v1"
 )
 
-// Event is one message of a synthesis stream: *AudioChunk, *SegmentStart, *SegmentEnd or
-// *Summary (always last). Use a type switch.
+// Event is one message of a synthesis stream: *AudioChunk, *SegmentStart, *SegmentEnd,
+// *WordTimings (WithWordTimestamps) or *Summary (always last). Use a type switch.
 type Event interface{ isEvent() }
 
 // AudioChunk carries encoded audio of one segment. Offsets and counts are at the output rate.
@@ -44,6 +44,26 @@ type SegmentEnd struct {
 	FlushID            string
 }
 
+// WordTiming is where one word of the text sent is in the call's audio: Text is
+// []rune(sessionText)[CharStart:CharEnd] (code points of all fragments concatenated), its
+// audio [StartSample, EndSample) in the call's sample offsets at the output rate. Final: scaled
+// to its segment's real length (its audio ended); the place inside the segment is estimated
+// from the text either way.
+type WordTiming struct {
+	Text                   string
+	CharStart, CharEnd     uint64
+	StartSample, EndSample uint64
+	Final                  bool
+}
+
+// WordTimings are one segment's words: estimates (Final false) before its first audio chunk,
+// then final times before its SegmentEnd if any moved.
+type WordTimings struct {
+	SegmentIndex uint32
+	Words        []WordTiming
+	Final        bool
+}
+
 // Summary is the last event of a call (server-side figures; Resumes is the client's).
 type Summary struct {
 	SessionID          string
@@ -62,6 +82,7 @@ type Summary struct {
 func (*AudioChunk) isEvent()   {}
 func (*SegmentStart) isEvent() {}
 func (*SegmentEnd) isEvent()   {}
+func (*WordTimings) isEvent()  {}
 func (*Summary) isEvent()      {}
 
 // response is what StreamingSynthesizeResponse and SynthesizeResponse have in common.
@@ -69,6 +90,7 @@ type response interface {
 	GetAudio() *ttsv1.AudioChunk
 	GetSegmentStart() *ttsv1.SegmentStart
 	GetSegmentEnd() *ttsv1.SegmentEnd
+	GetWordTimings() *ttsv1.WordTimings
 	GetSummary() *ttsv1.SynthesisSummary
 }
 
@@ -89,6 +111,15 @@ func toEvent(m response) Event {
 			NumSamples: e.GetNumSamples(), NumTokens: e.GetNumTokens(),
 			FinishReason: e.GetFinishReason(), Cause: e.GetCause(), TextStart: e.GetTextStart(),
 			TextEnd: e.GetTextEnd(), FlushID: e.GetFlushId()}
+	}
+	if t := m.GetWordTimings(); t != nil {
+		ev := &WordTimings{SegmentIndex: t.GetSegmentIndex(), Final: t.GetFinal()}
+		for _, w := range t.GetWords() {
+			ev.Words = append(ev.Words, WordTiming{Text: w.GetText(), CharStart: w.GetCharStart(),
+				CharEnd: w.GetCharEnd(), StartSample: w.GetStartSample(),
+				EndSample: w.GetEndSample(), Final: w.GetFinal()})
+		}
+		return ev
 	}
 	if s := m.GetSummary(); s != nil {
 		return &Summary{SessionID: s.GetSessionId(), TimeToFirstAudioMs: s.GetTimeToFirstAudioMs(),

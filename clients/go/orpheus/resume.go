@@ -214,6 +214,15 @@ func (v *continuity) event(ev Event) Event {
 		e.SampleOffset += v.offBase
 		e.TextStart += v.textBase
 		e.TextEnd += v.textBase
+	case *WordTimings: // the words move like their segment's text and audio
+		e.SegmentIndex += v.segBase
+		for i := range e.Words {
+			w := &e.Words[i]
+			w.CharStart += v.textBase
+			w.CharEnd += v.textBase
+			w.StartSample += v.offBase
+			w.EndSample += v.offBase
+		}
 	case *SegmentEnd:
 		e.SegmentIndex += v.segBase
 		e.TextStart += v.textBase

@@ -22,6 +22,7 @@ type synthOptions struct {
 	encoding   ttsv1.AudioEncoding
 	sampleRate int32
 	sampling   *ttsv1.SamplingOptions
+	words      bool
 }
 
 // SynthOption sets the audio format or sampling of one call.
@@ -52,6 +53,13 @@ func WithSeed(seed uint64) SynthOption {
 		}
 		o.sampling.Seed = &seed
 	}
+}
+
+// WithWordTimestamps asks for each segment's word timings (*WordTimings events): every
+// word's range in the text sent and its span in the audio, estimated from the text
+// (docs/api.md says how far off).
+func WithWordTimestamps(on bool) SynthOption {
+	return func(o *synthOptions) { o.words = on }
 }
 
 func newSynthOptions(opts []SynthOption) synthOptions {
@@ -160,7 +168,8 @@ func (c *Client) OpenSession(ctx context.Context, voice string, opts ...SynthOpt
 	s.view.sampleRate = s.sampleRate
 	s.recv = s.recvStream
 	config := &ttsv1.StreamingSynthesizeRequest{Request: &ttsv1.StreamingSynthesizeRequest_Config{
-		Config: &ttsv1.SynthesisConfig{Voice: voice, AudioFormat: o.format(), Sampling: o.sampling}}}
+		Config: &ttsv1.SynthesisConfig{Voice: voice, AudioFormat: o.format(), Sampling: o.sampling,
+			WordTimestamps: o.words}}}
 	if c.retries > 0 || c.resume != nil {
 		s.retry = &streamRetry{open: open, config: config, left: c.retries,
 			backoff: retryFirstBackoff, resume: c.resume,
@@ -480,7 +489,8 @@ func (c *Client) SynthesizeEvents(ctx context.Context, text, voice string, opts 
 	o := newSynthOptions(opts)
 	ctx, cancel := context.WithCancel(ctx)
 	stream, err := c.tts.Synthesize(ctx, &ttsv1.SynthesizeRequest{
-		Text: text, Voice: voice, AudioFormat: o.format(), Sampling: o.sampling})
+		Text: text, Voice: voice, AudioFormat: o.format(), Sampling: o.sampling,
+		WordTimestamps: o.words})
 	if err != nil {
 		cancel()
 		return nil, err
@@ -503,14 +513,19 @@ type Result struct {
 	SampleRate int
 	Summary    *Summary // nil only if the call ended without one
 	Segments   []*SegmentEnd
-	Events     []Event       // every event in arrival order
-	TTFB       time.Duration // client-side: call start to first audio chunk
-	Wall       time.Duration
+	// Words: with WithWordTimestamps, every word in order at its latest times (final where
+	// they moved, the estimate where they did not).
+	Words  []WordTiming
+	Events []Event       // every event in arrival order
+	TTFB   time.Duration // client-side: call start to first audio chunk
+	Wall   time.Duration
 }
 
 // Collect reads a session to its end.
 func Collect(s *Session) (*Result, error) {
 	r := &Result{Encoding: s.encoding, SampleRate: s.sampleRate}
+	words := map[uint32][]WordTiming{} // segment -> its latest times
+	var order []uint32
 	for ev, err := range s.Events() {
 		if err != nil {
 			return r, err
@@ -524,9 +539,17 @@ func Collect(s *Session) (*Result, error) {
 			r.Audio = append(r.Audio, e.Audio...)
 		case *SegmentEnd:
 			r.Segments = append(r.Segments, e)
+		case *WordTimings:
+			if _, seen := words[e.SegmentIndex]; !seen {
+				order = append(order, e.SegmentIndex)
+			}
+			words[e.SegmentIndex] = e.Words
 		case *Summary:
 			r.Summary = e
 		}
+	}
+	for _, i := range order {
+		r.Words = append(r.Words, words[i]...)
 	}
 	r.Wall = time.Since(s.started)
 	return r, nil

@@ -22,7 +22,8 @@ from .aio import AsyncClient
 from .client import Client, collect
 from .types import (
     FLUSH, AudioChunk, Encoding, Event, Sampling, SegmentEnd, SegmentStart, ServerStatus,
-    Summary, SynthesisResult, TTSError, Voice, VoiceList, mulaw_to_pcm16, wav_payload,
+    Summary, SynthesisResult, TTSError, Voice, VoiceList, WordTiming, WordTimings,
+    mulaw_to_pcm16, wav_payload,
 )
 
 # The one place the client distribution's version is written (pyproject.toml reads it;
@@ -34,5 +35,6 @@ __all__ = [
     "Sampling",
     "tls_credentials",
     "SegmentEnd", "SegmentStart", "ServerStatus", "Session", "Summary", "SynthesisResult", "TTSError",
-    "Voice", "VoiceList", "collect", "mulaw_to_pcm16", "wav_payload",
+    "Voice", "VoiceList", "WordTiming", "WordTimings", "collect", "mulaw_to_pcm16",
+    "wav_payload",
 ]

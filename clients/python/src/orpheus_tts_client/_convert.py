@@ -8,7 +8,7 @@ from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 
 from .types import (
     FLUSH, AudioChunk, Encoding, Event, Sampling, SegmentEnd, SegmentStart, ServerStatus,
-    Summary, SynthesisResult, Voice, VoiceList,
+    Summary, SynthesisResult, Voice, VoiceList, WordTiming, WordTimings,
 )
 
 
@@ -39,10 +39,11 @@ def sampling_options(sampling: Sampling | None) -> pb.SamplingOptions | None:
     return pb.SamplingOptions(**kw)
 
 
-def config_request(voice: str, encoding, sample_rate, sampling) -> pb.StreamingSynthesizeRequest:
+def config_request(voice: str, encoding, sample_rate, sampling,
+                   word_timestamps: bool = False) -> pb.StreamingSynthesizeRequest:
     return pb.StreamingSynthesizeRequest(config=pb.SynthesisConfig(
         voice=voice or "", audio_format=audio_format(encoding, sample_rate),
-        sampling=sampling_options(sampling)))
+        sampling=sampling_options(sampling), word_timestamps=bool(word_timestamps)))
 
 
 def flush_request(flush_id: str = "") -> pb.StreamingSynthesizeRequest:
@@ -66,12 +67,13 @@ def fragment_request(item) -> pb.StreamingSynthesizeRequest | None:
 
 
 def synthesize_request(text: str, voice: str, encoding, sample_rate, sampling,
-                       ) -> pb.SynthesizeRequest:
+                       word_timestamps: bool = False) -> pb.SynthesizeRequest:
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
     return pb.SynthesizeRequest(text=text, voice=voice or "",
                                 audio_format=audio_format(encoding, sample_rate),
-                                sampling=sampling_options(sampling))
+                                sampling=sampling_options(sampling),
+                                word_timestamps=bool(word_timestamps))
 
 
 def event(msg) -> Event | None:
@@ -88,6 +90,11 @@ def event(msg) -> Event | None:
         e = msg.segment_end
         return SegmentEnd(e.segment_index, e.text, e.num_samples, e.num_tokens, e.finish_reason,
                           *_segment_fields(e))
+    if kind == "word_timings":
+        t = msg.word_timings
+        return WordTimings(t.segment_index, tuple(
+            WordTiming(w.text, w.char_start, w.char_end, w.start_sample, w.end_sample, w.final)
+            for w in t.words), t.final)
     if kind == "summary":
         s = msg.summary
         return Summary(s.session_id, s.time_to_first_audio_ms, s.audio_ms, s.num_tokens,
@@ -126,6 +133,7 @@ class ResultBuilder:
         self._summary: Summary | None = None
         self._chunks = 0
         self._ttfb: float | None = None
+        self._words: dict[int, tuple[WordTiming, ...]] = {}  # segment -> its latest times
 
     def add(self, ev: Event) -> None:
         if isinstance(ev, AudioChunk):
@@ -135,6 +143,8 @@ class ResultBuilder:
             self._chunks += 1
         elif isinstance(ev, SegmentEnd):
             self._segments.append(ev)
+        elif isinstance(ev, WordTimings):
+            self._words[ev.segment_index] = ev.words
         elif isinstance(ev, Summary):
             self._summary = ev
 
@@ -142,4 +152,5 @@ class ResultBuilder:
         return SynthesisResult(
             audio=b"".join(self._audio), sample_rate=self.sample_rate, encoding=self.encoding,
             summary=self._summary, segments=self._segments, num_chunks=self._chunks,
-            client_ttfb_s=self._ttfb, wall_s=time.monotonic() - self.started)
+            client_ttfb_s=self._ttfb, wall_s=time.monotonic() - self.started,
+            words=[w for i in sorted(self._words) for w in self._words[i]])

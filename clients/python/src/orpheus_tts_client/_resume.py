@@ -38,7 +38,7 @@ from typing import Any
 
 from orpheus_tts_client.proto.v1 import tts_pb2 as pb
 
-from .types import AudioChunk, Event, SegmentEnd, SegmentStart, Summary
+from .types import AudioChunk, Event, SegmentEnd, SegmentStart, Summary, WordTimings
 
 _U64 = (1 << 64) - 1
 
@@ -202,6 +202,13 @@ class Continuity:
                 ev = dataclasses.replace(ev, segment_index=ev.segment_index + seg,
                                          sample_offset=ev.sample_offset + offset,
                                          **_moved(ev, text))
+        elif isinstance(ev, WordTimings):
+            if self.resumes:  # the words move like their segment's text and audio
+                ev = dataclasses.replace(ev, segment_index=ev.segment_index + seg, words=tuple(
+                    dataclasses.replace(w, char_start=w.char_start + text,
+                                        char_end=w.char_end + text,
+                                        start_sample=w.start_sample + offset,
+                                        end_sample=w.end_sample + offset) for w in ev.words))
         elif isinstance(ev, SegmentEnd):
             if self.resumes:
                 ev = dataclasses.replace(ev, segment_index=ev.segment_index + seg,

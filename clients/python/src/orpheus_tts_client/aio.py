@@ -80,13 +80,15 @@ class AsyncClient(_ClientBase):
     def session(self, voice: str = DEFAULT_VOICE, *,
                 encoding: Encoding | str = Encoding.PCM16, sample_rate: int | None = None,
                 sampling: Sampling | None = None, timeout: float | None = _UNSET,
-                metadata: Metadata | None = None) -> AsyncSession:
+                metadata: Metadata | None = None,
+                word_timestamps: bool = False) -> AsyncSession:
         """Open a StreamingSynthesize session driven by hand: ``send(text)``, ``flush()``,
         ``end()``, ``cancel()``, and ``async for ev in session`` (see AsyncSession).
 
         ``async with client.session(voice="tara") as s: ...`` cancels it on exit if unfinished.
+        ``word_timestamps=True`` adds WordTimings events (docs/api.md).
         """
-        config = _convert.config_request(voice, encoding, sample_rate, sampling)
+        config = _convert.config_request(voice, encoding, sample_rate, sampling, word_timestamps)
         kwargs = self._call_kwargs(timeout, metadata)
 
         def open_call(attempt_timeout: float | None) -> grpc.aio.StreamStreamCall:
@@ -99,7 +101,8 @@ class AsyncClient(_ClientBase):
     def stream(self, text: TextSource, voice: str = DEFAULT_VOICE, *,
                encoding: Encoding | str = Encoding.PCM16, sample_rate: int | None = None,
                sampling: Sampling | None = None, timeout: float | None = _UNSET,
-               metadata: Metadata | None = None) -> AsyncIterator[Event]:
+               metadata: Metadata | None = None,
+               word_timestamps: bool = False) -> AsyncIterator[Event]:
         """One StreamingSynthesize session: ``async for ev in client.stream(...)``.
 
         ``text`` is a str, or a sync or async iterable of str fragments and ``FLUSH`` items,
@@ -110,7 +113,8 @@ class AsyncClient(_ClientBase):
         """
         return self._stream(self.session(voice, encoding=encoding, sample_rate=sample_rate,
                                          sampling=sampling, timeout=timeout,
-                                         metadata=metadata), text)
+                                         metadata=metadata,
+                                         word_timestamps=word_timestamps), text)
 
     async def _stream(self, session: AsyncSession, text: TextSource) -> AsyncIterator[Event]:
         writer_error: list[BaseException] = []
@@ -151,10 +155,11 @@ class AsyncClient(_ClientBase):
     def synthesize_events(self, text: str, voice: str = DEFAULT_VOICE, *,
                           encoding: Encoding | str = Encoding.PCM16,
                           sample_rate: int | None = None, sampling: Sampling | None = None,
-                          timeout: float | None = _UNSET,
-                          metadata: Metadata | None = None) -> AsyncIterator[Event]:
+                          timeout: float | None = _UNSET, metadata: Metadata | None = None,
+                          word_timestamps: bool = False) -> AsyncIterator[Event]:
         """One Synthesize call (whole text in one request); yields events like ``stream``."""
-        request = _convert.synthesize_request(text, voice, encoding, sample_rate, sampling)
+        request = _convert.synthesize_request(text, voice, encoding, sample_rate, sampling,
+                                              word_timestamps)
         return self._synthesize(request, self._call_kwargs(timeout, metadata))
 
     async def _synthesize(self, request, kwargs) -> AsyncIterator[Event]:
@@ -176,12 +181,13 @@ class AsyncClient(_ClientBase):
     async def synthesize(self, text: str, voice: str = DEFAULT_VOICE, *,
                          encoding: Encoding | str = Encoding.PCM16,
                          sample_rate: int | None = None, sampling: Sampling | None = None,
-                         timeout: float | None = _UNSET,
-                         metadata: Metadata | None = None) -> SynthesisResult:
+                         timeout: float | None = _UNSET, metadata: Metadata | None = None,
+                         word_timestamps: bool = False) -> SynthesisResult:
         """Speak a whole text (Synthesize RPC) and return all its audio at once."""
         return await collect(
             self.synthesize_events(text, voice, encoding=encoding, sample_rate=sample_rate,
-                                   sampling=sampling, timeout=timeout, metadata=metadata),
+                                   sampling=sampling, timeout=timeout, metadata=metadata,
+                                   word_timestamps=word_timestamps),
             encoding=encoding, sample_rate=sample_rate)
 
     async def synthesize_stream(self, text: TextSource, voice: str = DEFAULT_VOICE,

@@ -105,18 +105,22 @@ class Client(_ClientBase):
     def session(self, voice: str = DEFAULT_VOICE, *,
                 encoding: Encoding | str = Encoding.PCM16, sample_rate: int | None = None,
                 sampling: Sampling | None = None, timeout: float | None = _UNSET,
-                metadata: Metadata | None = None) -> Session:
+                metadata: Metadata | None = None, word_timestamps: bool = False) -> Session:
         """Open a StreamingSynthesize session driven by hand: ``send(text)``, ``flush()``,
         ``end()``, ``cancel()``, and ``for ev in session`` (see Session).
 
         ``with client.session(voice="tara") as s: ...`` cancels it on exit if unfinished.
+        ``word_timestamps=True`` adds WordTimings events (each word's place in the text sent
+        and in the audio; docs/api.md).
         """
-        return self._session(voice, encoding, sample_rate, sampling, timeout, metadata, None)
+        return self._session(voice, encoding, sample_rate, sampling, timeout, metadata, None,
+                             word_timestamps)
 
     def stream(self, text: Iterable[str | Any] | str, voice: str = DEFAULT_VOICE, *,
                encoding: Encoding | str = Encoding.PCM16, sample_rate: int | None = None,
                sampling: Sampling | None = None, timeout: float | None = _UNSET,
-               metadata: Metadata | None = None) -> Iterator[Event]:
+               metadata: Metadata | None = None,
+               word_timestamps: bool = False) -> Iterator[Event]:
         """One StreamingSynthesize session; yields AudioChunk/SegmentStart/SegmentEnd, then Summary.
 
         ``text`` is a str or an iterable of str fragments (any size, mid-word is fine) and
@@ -128,14 +132,14 @@ class Client(_ClientBase):
 
         def run() -> Iterator[Event]:
             session = self._session(voice, encoding, sample_rate, sampling, timeout, metadata,
-                                    source)
+                                    source, word_timestamps)
             yield from session.events()
 
         return run()
 
     def _session(self, voice, encoding, sample_rate, sampling, timeout, metadata,
-                 source) -> Session:
-        config = _convert.config_request(voice, encoding, sample_rate, sampling)
+                 source, word_timestamps=False) -> Session:
+        config = _convert.config_request(voice, encoding, sample_rate, sampling, word_timestamps)
         enc = _convert.as_encoding(encoding)
         return Session(self._stub, config, self._call_kwargs(timeout, metadata), enc,
                        int(sample_rate or _convert.default_rate(enc)), source,
@@ -144,10 +148,11 @@ class Client(_ClientBase):
     def synthesize_events(self, text: str, voice: str = DEFAULT_VOICE, *,
                           encoding: Encoding | str = Encoding.PCM16,
                           sample_rate: int | None = None, sampling: Sampling | None = None,
-                          timeout: float | None = _UNSET,
-                          metadata: Metadata | None = None) -> Iterator[Event]:
+                          timeout: float | None = _UNSET, metadata: Metadata | None = None,
+                          word_timestamps: bool = False) -> Iterator[Event]:
         """One Synthesize call (whole text in one request); yields events like ``stream``."""
-        request = _convert.synthesize_request(text, voice, encoding, sample_rate, sampling)
+        request = _convert.synthesize_request(text, voice, encoding, sample_rate, sampling,
+                                              word_timestamps)
         kwargs = self._call_kwargs(timeout, metadata)
 
         def run() -> Iterator[Event]:
@@ -158,11 +163,13 @@ class Client(_ClientBase):
     def synthesize(self, text: str, voice: str = DEFAULT_VOICE, *,
                    encoding: Encoding | str = Encoding.PCM16, sample_rate: int | None = None,
                    sampling: Sampling | None = None, timeout: float | None = _UNSET,
-                   metadata: Metadata | None = None) -> SynthesisResult:
+                   metadata: Metadata | None = None,
+                   word_timestamps: bool = False) -> SynthesisResult:
         """Speak a whole text (Synthesize RPC) and return all its audio at once."""
         return collect(self.synthesize_events(text, voice, encoding=encoding,
                                               sample_rate=sample_rate, sampling=sampling,
-                                              timeout=timeout, metadata=metadata),
+                                              timeout=timeout, metadata=metadata,
+                                              word_timestamps=word_timestamps),
                        encoding=encoding, sample_rate=sample_rate)
 
     def synthesize_stream(self, text: Iterable[str | Any] | str, voice: str = DEFAULT_VOICE,

@@ -12,7 +12,8 @@ segments (one per flush) end exactly where the server's do; ``end_input()`` half
 closing the stream cancels the call and frees the server's slots. Audio is PCM16 mono at
 ``sample_rate`` (8, 16, 24 or 48 kHz; the server resamples). Orpheus's emotion tags
 (<laugh>, <sigh>, ...) are the model's markup and pass through unchanged. Timing is per
-segment only (no word timestamps: ``aligned_transcript`` is False).
+segment only: this plugin does not ask for the server's word timings (``word_timestamps``,
+docs/api.md), so ``aligned_transcript`` is False.
 
 Tracing: livekit-agents runs each request inside its ``tts_request`` span (made current), and
 the client puts the current span's W3C context in the call's metadata, so orpheus-svc's span

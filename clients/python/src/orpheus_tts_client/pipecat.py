@@ -17,8 +17,8 @@ back as ``TTSAudioRawFrame`` at the pipeline's output sample rate (the server re
 it offers 8, 16, 24 and 48 kHz), between ``TTSStartedFrame`` and ``TTSStoppedFrame``.
 Pipecat's own sequencer emits the spoken text (``TTSTextFrame``) after the audio. An
 interruption cancels the call at once, which frees the server's slots at its next engine
-step. Errors become Pipecat error frames. Timing is per segment only: the server reports no
-word timestamps and this service invents none.
+step. Errors become Pipecat error frames. Timing is per segment only: this service does not
+ask for the server's word timings (``word_timestamps``, docs/api.md) and invents none.
 
 Tracing: with Pipecat's tracing on (``PipelineWorker(..., enable_tracing=True)``, which needs
 ``pipecat-ai[tracing]``), ``run_tts`` is traced as Pipecat traces its own TTS services

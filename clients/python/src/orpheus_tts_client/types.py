@@ -118,8 +118,36 @@ class Summary:
     resumes: int = 0
 
 
+@dataclass(frozen=True)
+class WordTiming:
+    """Where one word of the text sent is in the call's audio (``word_timestamps=True``).
+
+    ``text`` == session_text[char_start:char_end] (code points, Python str indices, in all
+    the fragments sent, concatenated); the word's audio is [start_sample, end_sample) in the
+    call's sample offsets at the output rate. ``final``: scaled to its segment's real length
+    (its audio ended) rather than its expected one; a word's place inside its segment is
+    estimated from the text either way (docs/api.md says how far off)."""
+
+    text: str
+    char_start: int
+    char_end: int
+    start_sample: int
+    end_sample: int
+    final: bool
+
+
+@dataclass(frozen=True)
+class WordTimings:
+    """The words of one segment with their times: estimates (``final`` False) before the
+    segment's first audio chunk, then final times before its SegmentEnd if any moved."""
+
+    segment_index: int
+    words: tuple[WordTiming, ...]
+    final: bool
+
+
 #: One event of a synthesis stream.
-Event = Union[AudioChunk, SegmentStart, SegmentEnd, Summary]
+Event = Union[AudioChunk, SegmentStart, SegmentEnd, WordTimings, Summary]
 
 
 @dataclass
@@ -139,6 +167,9 @@ class SynthesisResult:
     num_chunks: int = 0
     client_ttfb_s: float | None = None
     wall_s: float = 0.0
+    #: with ``word_timestamps=True``: every word, in order, at its last times (final where
+    #: they moved, the estimate where they did not)
+    words: list[WordTiming] = field(default_factory=list)
 
     @property
     def pcm(self) -> bytes:

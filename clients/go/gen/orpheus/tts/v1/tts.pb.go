@@ -322,8 +322,11 @@ type SynthesisConfig struct {
 	// (text.normalize, on unless configured off). Only voices whose language has a normaliser
 	// (English) are normalised; for others it is off. Segment events carry the text as sent.
 	NormalizeText *bool `protobuf:"varint,4,opt,name=normalize_text,json=normalizeText,proto3,oneof" json:"normalize_text,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// word_timestamps: send WordTimings for each segment (off by default: without it the
+	// responses carry no WordTimings at all). See WordTimings for how they are made.
+	WordTimestamps bool `protobuf:"varint,5,opt,name=word_timestamps,json=wordTimestamps,proto3" json:"word_timestamps,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SynthesisConfig) Reset() {
@@ -380,6 +383,13 @@ func (x *SynthesisConfig) GetSampling() *SamplingOptions {
 func (x *SynthesisConfig) GetNormalizeText() bool {
 	if x != nil && x.NormalizeText != nil {
 		return *x.NormalizeText
+	}
+	return false
+}
+
+func (x *SynthesisConfig) GetWordTimestamps() bool {
+	if x != nil {
+		return x.WordTimestamps
 	}
 	return false
 }
@@ -840,6 +850,176 @@ func (x *SegmentEnd) GetFlushId() string {
 	return ""
 }
 
+// WordTiming is where one word of the client's text is in the call's audio.
+type WordTiming struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// text of the word as the client sent it, its punctuation included ("Hi," "$3.50").
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// char_start and char_end: the word's range [start, end) in the session's text (all text
+	// fragments of the call concatenated, as SegmentStart.text_start), in Unicode code points:
+	// the client's own string sliced there is the word.
+	CharStart uint64 `protobuf:"varint,2,opt,name=char_start,json=charStart,proto3" json:"char_start,omitempty"`
+	// char_end: see char_start.
+	CharEnd uint64 `protobuf:"varint,3,opt,name=char_end,json=charEnd,proto3" json:"char_end,omitempty"`
+	// start_sample and end_sample: the word's span [start, end) in the call's audio, in
+	// sample offsets at the output rate (as AudioChunk.sample_offset). A word ends where the
+	// next one starts; the segment's last word ends at the segment's end.
+	StartSample uint64 `protobuf:"varint,4,opt,name=start_sample,json=startSample,proto3" json:"start_sample,omitempty"`
+	// end_sample: see start_sample.
+	EndSample uint64 `protobuf:"varint,5,opt,name=end_sample,json=endSample,proto3" json:"end_sample,omitempty"`
+	// final: false for the first estimate, scaled to the segment's expected length and sent
+	// before its audio; true once the segment's audio has ended and the times are scaled to
+	// its real length. Either way a word's place inside its segment is estimated from the
+	// text (the model does not align text and audio): docs/api.md says how far off it is.
+	Final         bool `protobuf:"varint,6,opt,name=final,proto3" json:"final,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WordTiming) Reset() {
+	*x = WordTiming{}
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WordTiming) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WordTiming) ProtoMessage() {}
+
+func (x *WordTiming) ProtoReflect() protoreflect.Message {
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WordTiming.ProtoReflect.Descriptor instead.
+func (*WordTiming) Descriptor() ([]byte, []int) {
+	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *WordTiming) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *WordTiming) GetCharStart() uint64 {
+	if x != nil {
+		return x.CharStart
+	}
+	return 0
+}
+
+func (x *WordTiming) GetCharEnd() uint64 {
+	if x != nil {
+		return x.CharEnd
+	}
+	return 0
+}
+
+func (x *WordTiming) GetStartSample() uint64 {
+	if x != nil {
+		return x.StartSample
+	}
+	return 0
+}
+
+func (x *WordTiming) GetEndSample() uint64 {
+	if x != nil {
+		return x.EndSample
+	}
+	return 0
+}
+
+func (x *WordTiming) GetFinal() bool {
+	if x != nil {
+		return x.Final
+	}
+	return false
+}
+
+// WordTimings are the words of one segment with their times, sent only when the call asked
+// for word_timestamps. Each segment with words gets one message of estimates (final false)
+// after its SegmentStart and before its first AudioChunk, so every word's time reaches the
+// client before the audio in which it starts; when the segment's audio has ended, one more
+// message (final true) before its SegmentEnd if any time moved. Both list every word of the
+// segment, in order; a segment of only emotion tags (not words) or whitespace gets none.
+// Final times never point past the segment's audio; estimates may (a call cut or failed
+// before the segment's end sends no final times: words starting past the audio received
+// were not heard). Chinese and Japanese text is timed per character.
+type WordTimings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// segment_index of the segment these words belong to.
+	SegmentIndex uint32 `protobuf:"varint,1,opt,name=segment_index,json=segmentIndex,proto3" json:"segment_index,omitempty"`
+	// words of the segment, in order.
+	Words []*WordTiming `protobuf:"bytes,2,rep,name=words,proto3" json:"words,omitempty"`
+	// final: as WordTiming.final, the same for every word of the message.
+	Final         bool `protobuf:"varint,3,opt,name=final,proto3" json:"final,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WordTimings) Reset() {
+	*x = WordTimings{}
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WordTimings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WordTimings) ProtoMessage() {}
+
+func (x *WordTimings) ProtoReflect() protoreflect.Message {
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WordTimings.ProtoReflect.Descriptor instead.
+func (*WordTimings) Descriptor() ([]byte, []int) {
+	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WordTimings) GetSegmentIndex() uint32 {
+	if x != nil {
+		return x.SegmentIndex
+	}
+	return 0
+}
+
+func (x *WordTimings) GetWords() []*WordTiming {
+	if x != nil {
+		return x.Words
+	}
+	return nil
+}
+
+func (x *WordTimings) GetFinal() bool {
+	if x != nil {
+		return x.Final
+	}
+	return false
+}
+
 // SynthesisSummary is the last message of a call.
 type SynthesisSummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -863,7 +1043,7 @@ type SynthesisSummary struct {
 
 func (x *SynthesisSummary) Reset() {
 	*x = SynthesisSummary{}
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[8]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1055,7 @@ func (x *SynthesisSummary) String() string {
 func (*SynthesisSummary) ProtoMessage() {}
 
 func (x *SynthesisSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[8]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1068,7 @@ func (x *SynthesisSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynthesisSummary.ProtoReflect.Descriptor instead.
 func (*SynthesisSummary) Descriptor() ([]byte, []int) {
-	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{8}
+	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SynthesisSummary) GetSessionId() string {
@@ -951,6 +1131,7 @@ type StreamingSynthesizeResponse struct {
 	//	*StreamingSynthesizeResponse_SegmentStart
 	//	*StreamingSynthesizeResponse_SegmentEnd
 	//	*StreamingSynthesizeResponse_Summary
+	//	*StreamingSynthesizeResponse_WordTimings
 	Response      isStreamingSynthesizeResponse_Response `protobuf_oneof:"response"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -958,7 +1139,7 @@ type StreamingSynthesizeResponse struct {
 
 func (x *StreamingSynthesizeResponse) Reset() {
 	*x = StreamingSynthesizeResponse{}
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[9]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1151,7 @@ func (x *StreamingSynthesizeResponse) String() string {
 func (*StreamingSynthesizeResponse) ProtoMessage() {}
 
 func (x *StreamingSynthesizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[9]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1164,7 @@ func (x *StreamingSynthesizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamingSynthesizeResponse.ProtoReflect.Descriptor instead.
 func (*StreamingSynthesizeResponse) Descriptor() ([]byte, []int) {
-	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{9}
+	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StreamingSynthesizeResponse) GetResponse() isStreamingSynthesizeResponse_Response {
@@ -1029,6 +1210,15 @@ func (x *StreamingSynthesizeResponse) GetSummary() *SynthesisSummary {
 	return nil
 }
 
+func (x *StreamingSynthesizeResponse) GetWordTimings() *WordTimings {
+	if x != nil {
+		if x, ok := x.Response.(*StreamingSynthesizeResponse_WordTimings); ok {
+			return x.WordTimings
+		}
+	}
+	return nil
+}
+
 type isStreamingSynthesizeResponse_Response interface {
 	isStreamingSynthesizeResponse_Response()
 }
@@ -1053,6 +1243,11 @@ type StreamingSynthesizeResponse_Summary struct {
 	Summary *SynthesisSummary `protobuf:"bytes,4,opt,name=summary,proto3,oneof"`
 }
 
+type StreamingSynthesizeResponse_WordTimings struct {
+	// word_timings of a segment, only when the call asked for word_timestamps.
+	WordTimings *WordTimings `protobuf:"bytes,5,opt,name=word_timings,json=wordTimings,proto3,oneof"`
+}
+
 func (*StreamingSynthesizeResponse_Audio) isStreamingSynthesizeResponse_Response() {}
 
 func (*StreamingSynthesizeResponse_SegmentStart) isStreamingSynthesizeResponse_Response() {}
@@ -1060,6 +1255,8 @@ func (*StreamingSynthesizeResponse_SegmentStart) isStreamingSynthesizeResponse_R
 func (*StreamingSynthesizeResponse_SegmentEnd) isStreamingSynthesizeResponse_Response() {}
 
 func (*StreamingSynthesizeResponse_Summary) isStreamingSynthesizeResponse_Response() {}
+
+func (*StreamingSynthesizeResponse_WordTimings) isStreamingSynthesizeResponse_Response() {}
 
 // SynthesizeRequest is a whole text to speak.
 type SynthesizeRequest struct {
@@ -1074,13 +1271,15 @@ type SynthesizeRequest struct {
 	Sampling *SamplingOptions `protobuf:"bytes,4,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	// normalize_text: as SynthesisConfig.normalize_text.
 	NormalizeText *bool `protobuf:"varint,5,opt,name=normalize_text,json=normalizeText,proto3,oneof" json:"normalize_text,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// word_timestamps: as SynthesisConfig.word_timestamps.
+	WordTimestamps bool `protobuf:"varint,6,opt,name=word_timestamps,json=wordTimestamps,proto3" json:"word_timestamps,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SynthesizeRequest) Reset() {
 	*x = SynthesizeRequest{}
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[10]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1291,7 @@ func (x *SynthesizeRequest) String() string {
 func (*SynthesizeRequest) ProtoMessage() {}
 
 func (x *SynthesizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[10]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1304,7 @@ func (x *SynthesizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynthesizeRequest.ProtoReflect.Descriptor instead.
 func (*SynthesizeRequest) Descriptor() ([]byte, []int) {
-	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{10}
+	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SynthesizeRequest) GetText() string {
@@ -1143,6 +1342,13 @@ func (x *SynthesizeRequest) GetNormalizeText() bool {
 	return false
 }
 
+func (x *SynthesizeRequest) GetWordTimestamps() bool {
+	if x != nil {
+		return x.WordTimestamps
+	}
+	return false
+}
+
 // SynthesizeResponse is one server message of a Synthesize call.
 type SynthesizeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1154,6 +1360,7 @@ type SynthesizeResponse struct {
 	//	*SynthesizeResponse_SegmentStart
 	//	*SynthesizeResponse_SegmentEnd
 	//	*SynthesizeResponse_Summary
+	//	*SynthesizeResponse_WordTimings
 	Response      isSynthesizeResponse_Response `protobuf_oneof:"response"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1161,7 +1368,7 @@ type SynthesizeResponse struct {
 
 func (x *SynthesizeResponse) Reset() {
 	*x = SynthesizeResponse{}
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[11]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1380,7 @@ func (x *SynthesizeResponse) String() string {
 func (*SynthesizeResponse) ProtoMessage() {}
 
 func (x *SynthesizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[11]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1393,7 @@ func (x *SynthesizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynthesizeResponse.ProtoReflect.Descriptor instead.
 func (*SynthesizeResponse) Descriptor() ([]byte, []int) {
-	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{11}
+	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SynthesizeResponse) GetResponse() isSynthesizeResponse_Response {
@@ -1232,6 +1439,15 @@ func (x *SynthesizeResponse) GetSummary() *SynthesisSummary {
 	return nil
 }
 
+func (x *SynthesizeResponse) GetWordTimings() *WordTimings {
+	if x != nil {
+		if x, ok := x.Response.(*SynthesizeResponse_WordTimings); ok {
+			return x.WordTimings
+		}
+	}
+	return nil
+}
+
 type isSynthesizeResponse_Response interface {
 	isSynthesizeResponse_Response()
 }
@@ -1256,6 +1472,11 @@ type SynthesizeResponse_Summary struct {
 	Summary *SynthesisSummary `protobuf:"bytes,4,opt,name=summary,proto3,oneof"`
 }
 
+type SynthesizeResponse_WordTimings struct {
+	// word_timings of a segment, only when the call asked for word_timestamps.
+	WordTimings *WordTimings `protobuf:"bytes,5,opt,name=word_timings,json=wordTimings,proto3,oneof"`
+}
+
 func (*SynthesizeResponse_Audio) isSynthesizeResponse_Response() {}
 
 func (*SynthesizeResponse_SegmentStart) isSynthesizeResponse_Response() {}
@@ -1263,6 +1484,8 @@ func (*SynthesizeResponse_SegmentStart) isSynthesizeResponse_Response() {}
 func (*SynthesizeResponse_SegmentEnd) isSynthesizeResponse_Response() {}
 
 func (*SynthesizeResponse_Summary) isSynthesizeResponse_Response() {}
+
+func (*SynthesizeResponse_WordTimings) isSynthesizeResponse_Response() {}
 
 // ListVoicesRequest has no fields.
 type ListVoicesRequest struct {
@@ -1273,7 +1496,7 @@ type ListVoicesRequest struct {
 
 func (x *ListVoicesRequest) Reset() {
 	*x = ListVoicesRequest{}
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[12]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1508,7 @@ func (x *ListVoicesRequest) String() string {
 func (*ListVoicesRequest) ProtoMessage() {}
 
 func (x *ListVoicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[12]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1521,7 @@ func (x *ListVoicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVoicesRequest.ProtoReflect.Descriptor instead.
 func (*ListVoicesRequest) Descriptor() ([]byte, []int) {
-	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{12}
+	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{14}
 }
 
 // Voice is one speaker the model knows.
@@ -1327,7 +1550,7 @@ type Voice struct {
 
 func (x *Voice) Reset() {
 	*x = Voice{}
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[13]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1562,7 @@ func (x *Voice) String() string {
 func (*Voice) ProtoMessage() {}
 
 func (x *Voice) ProtoReflect() protoreflect.Message {
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[13]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1575,7 @@ func (x *Voice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Voice.ProtoReflect.Descriptor instead.
 func (*Voice) Descriptor() ([]byte, []int) {
-	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{13}
+	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Voice) GetName() string {
@@ -1410,7 +1633,7 @@ type ListVoicesResponse struct {
 
 func (x *ListVoicesResponse) Reset() {
 	*x = ListVoicesResponse{}
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[14]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1645,7 @@ func (x *ListVoicesResponse) String() string {
 func (*ListVoicesResponse) ProtoMessage() {}
 
 func (x *ListVoicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[14]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1658,7 @@ func (x *ListVoicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVoicesResponse.ProtoReflect.Descriptor instead.
 func (*ListVoicesResponse) Descriptor() ([]byte, []int) {
-	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{14}
+	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListVoicesResponse) GetVoices() []*Voice {
@@ -1461,7 +1684,7 @@ type GetStatusRequest struct {
 
 func (x *GetStatusRequest) Reset() {
 	*x = GetStatusRequest{}
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[15]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1696,7 @@ func (x *GetStatusRequest) String() string {
 func (*GetStatusRequest) ProtoMessage() {}
 
 func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[15]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1709,7 @@ func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{15}
+	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{17}
 }
 
 // GetStatusResponse holds scheduler and slot figures.
@@ -1557,7 +1780,7 @@ type GetStatusResponse struct {
 
 func (x *GetStatusResponse) Reset() {
 	*x = GetStatusResponse{}
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[16]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1792,7 @@ func (x *GetStatusResponse) String() string {
 func (*GetStatusResponse) ProtoMessage() {}
 
 func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[16]
+	mi := &file_orpheus_tts_v1_tts_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1805,7 @@ func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{16}
+	return file_orpheus_tts_v1_tts_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetStatusResponse) GetServing() bool {
@@ -1797,12 +2020,13 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\x15\n" +
 	"\x13_repetition_penaltyB\a\n" +
-	"\x05_seed\"\xe3\x01\n" +
+	"\x05_seed\"\x8c\x02\n" +
 	"\x0fSynthesisConfig\x12\x14\n" +
 	"\x05voice\x18\x01 \x01(\tR\x05voice\x12>\n" +
 	"\faudio_format\x18\x02 \x01(\v2\x1b.orpheus.tts.v1.AudioFormatR\vaudioFormat\x12;\n" +
 	"\bsampling\x18\x03 \x01(\v2\x1f.orpheus.tts.v1.SamplingOptionsR\bsampling\x12*\n" +
-	"\x0enormalize_text\x18\x04 \x01(\bH\x00R\rnormalizeText\x88\x01\x01B\x11\n" +
+	"\x0enormalize_text\x18\x04 \x01(\bH\x00R\rnormalizeText\x88\x01\x01\x12'\n" +
+	"\x0fword_timestamps\x18\x05 \x01(\bR\x0ewordTimestampsB\x11\n" +
 	"\x0f_normalize_text\"\x17\n" +
 	"\x05Flush\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\xa7\x01\n" +
@@ -1841,7 +2065,21 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"text_start\x18\x06 \x01(\x04R\ttextStart\x12\x19\n" +
 	"\btext_end\x18\a \x01(\x04R\atextEnd\x125\n" +
 	"\x05cause\x18\b \x01(\x0e2\x1f.orpheus.tts.v1.SegmentEndCauseR\x05cause\x12\x19\n" +
-	"\bflush_id\x18\t \x01(\tR\aflushId\"\xfc\x01\n" +
+	"\bflush_id\x18\t \x01(\tR\aflushId\"\xb2\x01\n" +
+	"\n" +
+	"WordTiming\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1d\n" +
+	"\n" +
+	"char_start\x18\x02 \x01(\x04R\tcharStart\x12\x19\n" +
+	"\bchar_end\x18\x03 \x01(\x04R\acharEnd\x12!\n" +
+	"\fstart_sample\x18\x04 \x01(\x04R\vstartSample\x12\x1d\n" +
+	"\n" +
+	"end_sample\x18\x05 \x01(\x04R\tendSample\x12\x14\n" +
+	"\x05final\x18\x06 \x01(\bR\x05final\"z\n" +
+	"\vWordTimings\x12#\n" +
+	"\rsegment_index\x18\x01 \x01(\rR\fsegmentIndex\x120\n" +
+	"\x05words\x18\x02 \x03(\v2\x1a.orpheus.tts.v1.WordTimingR\x05words\x12\x14\n" +
+	"\x05final\x18\x03 \x01(\bR\x05final\"\xfc\x01\n" +
 	"\x10SynthesisSummary\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
@@ -1852,28 +2090,31 @@ const file_orpheus_tts_v1_tts_proto_rawDesc = "" +
 	"\fnum_segments\x18\x05 \x01(\rR\vnumSegments\x12\x1f\n" +
 	"\vnum_samples\x18\x06 \x01(\x04R\n" +
 	"numSamples\x12\x17\n" +
-	"\awall_ms\x18\a \x01(\x01R\x06wallMs\"\x9f\x02\n" +
+	"\awall_ms\x18\a \x01(\x01R\x06wallMs\"\xe1\x02\n" +
 	"\x1bStreamingSynthesizeResponse\x122\n" +
 	"\x05audio\x18\x01 \x01(\v2\x1a.orpheus.tts.v1.AudioChunkH\x00R\x05audio\x12C\n" +
 	"\rsegment_start\x18\x02 \x01(\v2\x1c.orpheus.tts.v1.SegmentStartH\x00R\fsegmentStart\x12=\n" +
 	"\vsegment_end\x18\x03 \x01(\v2\x1a.orpheus.tts.v1.SegmentEndH\x00R\n" +
 	"segmentEnd\x12<\n" +
-	"\asummary\x18\x04 \x01(\v2 .orpheus.tts.v1.SynthesisSummaryH\x00R\asummaryB\n" +
+	"\asummary\x18\x04 \x01(\v2 .orpheus.tts.v1.SynthesisSummaryH\x00R\asummary\x12@\n" +
+	"\fword_timings\x18\x05 \x01(\v2\x1b.orpheus.tts.v1.WordTimingsH\x00R\vwordTimingsB\n" +
 	"\n" +
-	"\bresponse\"\xf9\x01\n" +
+	"\bresponse\"\xa2\x02\n" +
 	"\x11SynthesizeRequest\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x14\n" +
 	"\x05voice\x18\x02 \x01(\tR\x05voice\x12>\n" +
 	"\faudio_format\x18\x03 \x01(\v2\x1b.orpheus.tts.v1.AudioFormatR\vaudioFormat\x12;\n" +
 	"\bsampling\x18\x04 \x01(\v2\x1f.orpheus.tts.v1.SamplingOptionsR\bsampling\x12*\n" +
-	"\x0enormalize_text\x18\x05 \x01(\bH\x00R\rnormalizeText\x88\x01\x01B\x11\n" +
-	"\x0f_normalize_text\"\x96\x02\n" +
+	"\x0enormalize_text\x18\x05 \x01(\bH\x00R\rnormalizeText\x88\x01\x01\x12'\n" +
+	"\x0fword_timestamps\x18\x06 \x01(\bR\x0ewordTimestampsB\x11\n" +
+	"\x0f_normalize_text\"\xd8\x02\n" +
 	"\x12SynthesizeResponse\x122\n" +
 	"\x05audio\x18\x01 \x01(\v2\x1a.orpheus.tts.v1.AudioChunkH\x00R\x05audio\x12C\n" +
 	"\rsegment_start\x18\x02 \x01(\v2\x1c.orpheus.tts.v1.SegmentStartH\x00R\fsegmentStart\x12=\n" +
 	"\vsegment_end\x18\x03 \x01(\v2\x1a.orpheus.tts.v1.SegmentEndH\x00R\n" +
 	"segmentEnd\x12<\n" +
-	"\asummary\x18\x04 \x01(\v2 .orpheus.tts.v1.SynthesisSummaryH\x00R\asummaryB\n" +
+	"\asummary\x18\x04 \x01(\v2 .orpheus.tts.v1.SynthesisSummaryH\x00R\asummary\x12@\n" +
+	"\fword_timings\x18\x05 \x01(\v2\x1b.orpheus.tts.v1.WordTimingsH\x00R\vwordTimingsB\n" +
 	"\n" +
 	"\bresponse\"\x13\n" +
 	"\x11ListVoicesRequest\"\xb1\x01\n" +
@@ -1961,7 +2202,7 @@ func file_orpheus_tts_v1_tts_proto_rawDescGZIP() []byte {
 }
 
 var file_orpheus_tts_v1_tts_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orpheus_tts_v1_tts_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_orpheus_tts_v1_tts_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_orpheus_tts_v1_tts_proto_goTypes = []any{
 	(AudioEncoding)(0),                  // 0: orpheus.tts.v1.AudioEncoding
 	(SegmentEndCause)(0),                // 1: orpheus.tts.v1.SegmentEndCause
@@ -1973,15 +2214,17 @@ var file_orpheus_tts_v1_tts_proto_goTypes = []any{
 	(*AudioChunk)(nil),                  // 7: orpheus.tts.v1.AudioChunk
 	(*SegmentStart)(nil),                // 8: orpheus.tts.v1.SegmentStart
 	(*SegmentEnd)(nil),                  // 9: orpheus.tts.v1.SegmentEnd
-	(*SynthesisSummary)(nil),            // 10: orpheus.tts.v1.SynthesisSummary
-	(*StreamingSynthesizeResponse)(nil), // 11: orpheus.tts.v1.StreamingSynthesizeResponse
-	(*SynthesizeRequest)(nil),           // 12: orpheus.tts.v1.SynthesizeRequest
-	(*SynthesizeResponse)(nil),          // 13: orpheus.tts.v1.SynthesizeResponse
-	(*ListVoicesRequest)(nil),           // 14: orpheus.tts.v1.ListVoicesRequest
-	(*Voice)(nil),                       // 15: orpheus.tts.v1.Voice
-	(*ListVoicesResponse)(nil),          // 16: orpheus.tts.v1.ListVoicesResponse
-	(*GetStatusRequest)(nil),            // 17: orpheus.tts.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),           // 18: orpheus.tts.v1.GetStatusResponse
+	(*WordTiming)(nil),                  // 10: orpheus.tts.v1.WordTiming
+	(*WordTimings)(nil),                 // 11: orpheus.tts.v1.WordTimings
+	(*SynthesisSummary)(nil),            // 12: orpheus.tts.v1.SynthesisSummary
+	(*StreamingSynthesizeResponse)(nil), // 13: orpheus.tts.v1.StreamingSynthesizeResponse
+	(*SynthesizeRequest)(nil),           // 14: orpheus.tts.v1.SynthesizeRequest
+	(*SynthesizeResponse)(nil),          // 15: orpheus.tts.v1.SynthesizeResponse
+	(*ListVoicesRequest)(nil),           // 16: orpheus.tts.v1.ListVoicesRequest
+	(*Voice)(nil),                       // 17: orpheus.tts.v1.Voice
+	(*ListVoicesResponse)(nil),          // 18: orpheus.tts.v1.ListVoicesResponse
+	(*GetStatusRequest)(nil),            // 19: orpheus.tts.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),           // 20: orpheus.tts.v1.GetStatusResponse
 }
 var file_orpheus_tts_v1_tts_proto_depIdxs = []int32{
 	0,  // 0: orpheus.tts.v1.AudioFormat.encoding:type_name -> orpheus.tts.v1.AudioEncoding
@@ -1991,30 +2234,33 @@ var file_orpheus_tts_v1_tts_proto_depIdxs = []int32{
 	5,  // 4: orpheus.tts.v1.StreamingSynthesizeRequest.flush:type_name -> orpheus.tts.v1.Flush
 	1,  // 5: orpheus.tts.v1.SegmentStart.cause:type_name -> orpheus.tts.v1.SegmentEndCause
 	1,  // 6: orpheus.tts.v1.SegmentEnd.cause:type_name -> orpheus.tts.v1.SegmentEndCause
-	7,  // 7: orpheus.tts.v1.StreamingSynthesizeResponse.audio:type_name -> orpheus.tts.v1.AudioChunk
-	8,  // 8: orpheus.tts.v1.StreamingSynthesizeResponse.segment_start:type_name -> orpheus.tts.v1.SegmentStart
-	9,  // 9: orpheus.tts.v1.StreamingSynthesizeResponse.segment_end:type_name -> orpheus.tts.v1.SegmentEnd
-	10, // 10: orpheus.tts.v1.StreamingSynthesizeResponse.summary:type_name -> orpheus.tts.v1.SynthesisSummary
-	2,  // 11: orpheus.tts.v1.SynthesizeRequest.audio_format:type_name -> orpheus.tts.v1.AudioFormat
-	3,  // 12: orpheus.tts.v1.SynthesizeRequest.sampling:type_name -> orpheus.tts.v1.SamplingOptions
-	7,  // 13: orpheus.tts.v1.SynthesizeResponse.audio:type_name -> orpheus.tts.v1.AudioChunk
-	8,  // 14: orpheus.tts.v1.SynthesizeResponse.segment_start:type_name -> orpheus.tts.v1.SegmentStart
-	9,  // 15: orpheus.tts.v1.SynthesizeResponse.segment_end:type_name -> orpheus.tts.v1.SegmentEnd
-	10, // 16: orpheus.tts.v1.SynthesizeResponse.summary:type_name -> orpheus.tts.v1.SynthesisSummary
-	15, // 17: orpheus.tts.v1.ListVoicesResponse.voices:type_name -> orpheus.tts.v1.Voice
-	6,  // 18: orpheus.tts.v1.TTSService.StreamingSynthesize:input_type -> orpheus.tts.v1.StreamingSynthesizeRequest
-	12, // 19: orpheus.tts.v1.TTSService.Synthesize:input_type -> orpheus.tts.v1.SynthesizeRequest
-	14, // 20: orpheus.tts.v1.TTSService.ListVoices:input_type -> orpheus.tts.v1.ListVoicesRequest
-	17, // 21: orpheus.tts.v1.TTSService.GetStatus:input_type -> orpheus.tts.v1.GetStatusRequest
-	11, // 22: orpheus.tts.v1.TTSService.StreamingSynthesize:output_type -> orpheus.tts.v1.StreamingSynthesizeResponse
-	13, // 23: orpheus.tts.v1.TTSService.Synthesize:output_type -> orpheus.tts.v1.SynthesizeResponse
-	16, // 24: orpheus.tts.v1.TTSService.ListVoices:output_type -> orpheus.tts.v1.ListVoicesResponse
-	18, // 25: orpheus.tts.v1.TTSService.GetStatus:output_type -> orpheus.tts.v1.GetStatusResponse
-	22, // [22:26] is the sub-list for method output_type
-	18, // [18:22] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	10, // 7: orpheus.tts.v1.WordTimings.words:type_name -> orpheus.tts.v1.WordTiming
+	7,  // 8: orpheus.tts.v1.StreamingSynthesizeResponse.audio:type_name -> orpheus.tts.v1.AudioChunk
+	8,  // 9: orpheus.tts.v1.StreamingSynthesizeResponse.segment_start:type_name -> orpheus.tts.v1.SegmentStart
+	9,  // 10: orpheus.tts.v1.StreamingSynthesizeResponse.segment_end:type_name -> orpheus.tts.v1.SegmentEnd
+	12, // 11: orpheus.tts.v1.StreamingSynthesizeResponse.summary:type_name -> orpheus.tts.v1.SynthesisSummary
+	11, // 12: orpheus.tts.v1.StreamingSynthesizeResponse.word_timings:type_name -> orpheus.tts.v1.WordTimings
+	2,  // 13: orpheus.tts.v1.SynthesizeRequest.audio_format:type_name -> orpheus.tts.v1.AudioFormat
+	3,  // 14: orpheus.tts.v1.SynthesizeRequest.sampling:type_name -> orpheus.tts.v1.SamplingOptions
+	7,  // 15: orpheus.tts.v1.SynthesizeResponse.audio:type_name -> orpheus.tts.v1.AudioChunk
+	8,  // 16: orpheus.tts.v1.SynthesizeResponse.segment_start:type_name -> orpheus.tts.v1.SegmentStart
+	9,  // 17: orpheus.tts.v1.SynthesizeResponse.segment_end:type_name -> orpheus.tts.v1.SegmentEnd
+	12, // 18: orpheus.tts.v1.SynthesizeResponse.summary:type_name -> orpheus.tts.v1.SynthesisSummary
+	11, // 19: orpheus.tts.v1.SynthesizeResponse.word_timings:type_name -> orpheus.tts.v1.WordTimings
+	17, // 20: orpheus.tts.v1.ListVoicesResponse.voices:type_name -> orpheus.tts.v1.Voice
+	6,  // 21: orpheus.tts.v1.TTSService.StreamingSynthesize:input_type -> orpheus.tts.v1.StreamingSynthesizeRequest
+	14, // 22: orpheus.tts.v1.TTSService.Synthesize:input_type -> orpheus.tts.v1.SynthesizeRequest
+	16, // 23: orpheus.tts.v1.TTSService.ListVoices:input_type -> orpheus.tts.v1.ListVoicesRequest
+	19, // 24: orpheus.tts.v1.TTSService.GetStatus:input_type -> orpheus.tts.v1.GetStatusRequest
+	13, // 25: orpheus.tts.v1.TTSService.StreamingSynthesize:output_type -> orpheus.tts.v1.StreamingSynthesizeResponse
+	15, // 26: orpheus.tts.v1.TTSService.Synthesize:output_type -> orpheus.tts.v1.SynthesizeResponse
+	18, // 27: orpheus.tts.v1.TTSService.ListVoices:output_type -> orpheus.tts.v1.ListVoicesResponse
+	20, // 28: orpheus.tts.v1.TTSService.GetStatus:output_type -> orpheus.tts.v1.GetStatusResponse
+	25, // [25:29] is the sub-list for method output_type
+	21, // [21:25] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_orpheus_tts_v1_tts_proto_init() }
@@ -2029,18 +2275,20 @@ func file_orpheus_tts_v1_tts_proto_init() {
 		(*StreamingSynthesizeRequest_Text)(nil),
 		(*StreamingSynthesizeRequest_Flush)(nil),
 	}
-	file_orpheus_tts_v1_tts_proto_msgTypes[9].OneofWrappers = []any{
+	file_orpheus_tts_v1_tts_proto_msgTypes[11].OneofWrappers = []any{
 		(*StreamingSynthesizeResponse_Audio)(nil),
 		(*StreamingSynthesizeResponse_SegmentStart)(nil),
 		(*StreamingSynthesizeResponse_SegmentEnd)(nil),
 		(*StreamingSynthesizeResponse_Summary)(nil),
+		(*StreamingSynthesizeResponse_WordTimings)(nil),
 	}
-	file_orpheus_tts_v1_tts_proto_msgTypes[10].OneofWrappers = []any{}
-	file_orpheus_tts_v1_tts_proto_msgTypes[11].OneofWrappers = []any{
+	file_orpheus_tts_v1_tts_proto_msgTypes[12].OneofWrappers = []any{}
+	file_orpheus_tts_v1_tts_proto_msgTypes[13].OneofWrappers = []any{
 		(*SynthesizeResponse_Audio)(nil),
 		(*SynthesizeResponse_SegmentStart)(nil),
 		(*SynthesizeResponse_SegmentEnd)(nil),
 		(*SynthesizeResponse_Summary)(nil),
+		(*SynthesizeResponse_WordTimings)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2048,7 +2296,7 @@ func file_orpheus_tts_v1_tts_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orpheus_tts_v1_tts_proto_rawDesc), len(file_orpheus_tts_v1_tts_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -61,16 +61,18 @@ class SamplingOptions(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class SynthesisConfig(_message.Message):
-    __slots__ = ("voice", "audio_format", "sampling", "normalize_text")
+    __slots__ = ("voice", "audio_format", "sampling", "normalize_text", "word_timestamps")
     VOICE_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FORMAT_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     NORMALIZE_TEXT_FIELD_NUMBER: _ClassVar[int]
+    WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     voice: str
     audio_format: AudioFormat
     sampling: SamplingOptions
     normalize_text: bool
-    def __init__(self, voice: _Optional[str] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., sampling: _Optional[_Union[SamplingOptions, _Mapping]] = ..., normalize_text: bool = ...) -> None: ...
+    word_timestamps: bool
+    def __init__(self, voice: _Optional[str] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., sampling: _Optional[_Union[SamplingOptions, _Mapping]] = ..., normalize_text: bool = ..., word_timestamps: bool = ...) -> None: ...
 
 class Flush(_message.Message):
     __slots__ = ("id",)
@@ -142,6 +144,32 @@ class SegmentEnd(_message.Message):
     flush_id: str
     def __init__(self, segment_index: _Optional[int] = ..., text: _Optional[str] = ..., num_samples: _Optional[int] = ..., num_tokens: _Optional[int] = ..., finish_reason: _Optional[str] = ..., text_start: _Optional[int] = ..., text_end: _Optional[int] = ..., cause: _Optional[_Union[SegmentEndCause, str]] = ..., flush_id: _Optional[str] = ...) -> None: ...
 
+class WordTiming(_message.Message):
+    __slots__ = ("text", "char_start", "char_end", "start_sample", "end_sample", "final")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CHAR_START_FIELD_NUMBER: _ClassVar[int]
+    CHAR_END_FIELD_NUMBER: _ClassVar[int]
+    START_SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    END_SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    char_start: int
+    char_end: int
+    start_sample: int
+    end_sample: int
+    final: bool
+    def __init__(self, text: _Optional[str] = ..., char_start: _Optional[int] = ..., char_end: _Optional[int] = ..., start_sample: _Optional[int] = ..., end_sample: _Optional[int] = ..., final: bool = ...) -> None: ...
+
+class WordTimings(_message.Message):
+    __slots__ = ("segment_index", "words", "final")
+    SEGMENT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    WORDS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    segment_index: int
+    words: _containers.RepeatedCompositeFieldContainer[WordTiming]
+    final: bool
+    def __init__(self, segment_index: _Optional[int] = ..., words: _Optional[_Iterable[_Union[WordTiming, _Mapping]]] = ..., final: bool = ...) -> None: ...
+
 class SynthesisSummary(_message.Message):
     __slots__ = ("session_id", "time_to_first_audio_ms", "audio_ms", "num_tokens", "num_segments", "num_samples", "wall_ms")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -161,42 +189,48 @@ class SynthesisSummary(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., time_to_first_audio_ms: _Optional[float] = ..., audio_ms: _Optional[float] = ..., num_tokens: _Optional[int] = ..., num_segments: _Optional[int] = ..., num_samples: _Optional[int] = ..., wall_ms: _Optional[float] = ...) -> None: ...
 
 class StreamingSynthesizeResponse(_message.Message):
-    __slots__ = ("audio", "segment_start", "segment_end", "summary")
+    __slots__ = ("audio", "segment_start", "segment_end", "summary", "word_timings")
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     SEGMENT_START_FIELD_NUMBER: _ClassVar[int]
     SEGMENT_END_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    WORD_TIMINGS_FIELD_NUMBER: _ClassVar[int]
     audio: AudioChunk
     segment_start: SegmentStart
     segment_end: SegmentEnd
     summary: SynthesisSummary
-    def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., segment_start: _Optional[_Union[SegmentStart, _Mapping]] = ..., segment_end: _Optional[_Union[SegmentEnd, _Mapping]] = ..., summary: _Optional[_Union[SynthesisSummary, _Mapping]] = ...) -> None: ...
+    word_timings: WordTimings
+    def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., segment_start: _Optional[_Union[SegmentStart, _Mapping]] = ..., segment_end: _Optional[_Union[SegmentEnd, _Mapping]] = ..., summary: _Optional[_Union[SynthesisSummary, _Mapping]] = ..., word_timings: _Optional[_Union[WordTimings, _Mapping]] = ...) -> None: ...
 
 class SynthesizeRequest(_message.Message):
-    __slots__ = ("text", "voice", "audio_format", "sampling", "normalize_text")
+    __slots__ = ("text", "voice", "audio_format", "sampling", "normalize_text", "word_timestamps")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FORMAT_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     NORMALIZE_TEXT_FIELD_NUMBER: _ClassVar[int]
+    WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     text: str
     voice: str
     audio_format: AudioFormat
     sampling: SamplingOptions
     normalize_text: bool
-    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., sampling: _Optional[_Union[SamplingOptions, _Mapping]] = ..., normalize_text: bool = ...) -> None: ...
+    word_timestamps: bool
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., sampling: _Optional[_Union[SamplingOptions, _Mapping]] = ..., normalize_text: bool = ..., word_timestamps: bool = ...) -> None: ...
 
 class SynthesizeResponse(_message.Message):
-    __slots__ = ("audio", "segment_start", "segment_end", "summary")
+    __slots__ = ("audio", "segment_start", "segment_end", "summary", "word_timings")
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     SEGMENT_START_FIELD_NUMBER: _ClassVar[int]
     SEGMENT_END_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    WORD_TIMINGS_FIELD_NUMBER: _ClassVar[int]
     audio: AudioChunk
     segment_start: SegmentStart
     segment_end: SegmentEnd
     summary: SynthesisSummary
-    def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., segment_start: _Optional[_Union[SegmentStart, _Mapping]] = ..., segment_end: _Optional[_Union[SegmentEnd, _Mapping]] = ..., summary: _Optional[_Union[SynthesisSummary, _Mapping]] = ...) -> None: ...
+    word_timings: WordTimings
+    def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., segment_start: _Optional[_Union[SegmentStart, _Mapping]] = ..., segment_end: _Optional[_Union[SegmentEnd, _Mapping]] = ..., summary: _Optional[_Union[SynthesisSummary, _Mapping]] = ..., word_timings: _Optional[_Union[WordTimings, _Mapping]] = ...) -> None: ...
 
 class ListVoicesRequest(_message.Message):
     __slots__ = ()
