@@ -137,6 +137,9 @@ class EngineConfig:
     # graph: prompt tokens a step's captured graph holds beside max_batch_size decode rows
     # (a new prompt's tokens are rows of the step: no eager prefill); caps the prefill budget
     graph_prefill_rows: int = 256
+    # KV cache element type: auto (the model dtype) | fp8 (E4M3, one scale per slot, kv head
+    # and layer, calibrated at start-up: engine/model/kv_fp8.py); fp8: graph backend only
+    kv_cache_dtype: str = "auto"
     # LoRA adapter pool (docs/lora.md), allocated once at start-up on the device: adapter
     # slots (0: as many as model.adapters names) and the largest rank one may have (0: the
     # largest of model.adapters). A lower rank is zero-padded to it, so a step's LoRA cost
@@ -169,6 +172,10 @@ class EngineConfig:
         require(0 <= self.graph_prefill_rows <= 65536, self, "graph_prefill_rows",
                 "must be 0..65536")
         require(self.max_seq_len >= 64, self, "max_seq_len", "must be >= 64")
+        require(self.kv_cache_dtype in ("auto", "fp8"), self, "kv_cache_dtype",
+                "must be auto or fp8")
+        require(self.kv_cache_dtype == "auto" or self.backend == "graph", self,
+                "kv_cache_dtype", "fp8 is served by the graph backend only")
         require(isinstance(self.gc_pacing, bool), self, "gc_pacing", "must be true or false")
         require(0 < self.trtllm_kv_free_gpu_fraction <= 1, self, "trtllm_kv_free_gpu_fraction",
                 "must be in (0, 1]")

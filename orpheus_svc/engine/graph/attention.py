@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 
 from orpheus_svc.engine.model.fp8_kernels import quant_helpers
+from orpheus_svc.engine.model.kv_fp8 import dequantize_kv, quantize_kv
 from orpheus_svc.engine.model.linear import quantize_rows
 
 log = logging.getLogger(__name__)
@@ -69,18 +70,23 @@ def splits_for(batch: int, kv_heads: int, multiprocessors: int) -> int:
 
 
 def decode_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                               slots: torch.Tensor, lens: torch.Tensor, fp8: bool = False):
+                               slots: torch.Tensor, lens: torch.Tensor, fp8: bool = False,
+                               kv_scales=None):
     """[B, heads, D] -> [B, heads, D]: the module docstring's function in plain torch;
-    fp8: (out, out's rows [B, heads * D] quantised by linear.quantize_rows)."""
-    out = _reference(q, k_cache, v_cache, slots, lens)
+    fp8: (out, out's rows [B, heads * D] quantised by linear.quantize_rows). kv_scales
+    (k_scale, v_scale) [slots, kv_heads]: E4M3 caches, dequantised by them (kv_fp8.py)."""
+    out = _reference(q, k_cache, v_cache, slots, lens, kv_scales)
     return (out, quantize_rows(out.reshape(out.shape[0], -1))) if fp8 else out
 
 
-def _reference(q, k_cache, v_cache, slots, lens):
+def _reference(q, k_cache, v_cache, slots, lens, kv_scales=None):
     bsz, heads, d = q.shape
     kv_heads, span = k_cache.shape[1], k_cache.shape[2]
     group = heads // kv_heads
     keys, values = k_cache[slots], v_cache[slots]  # [B, kv_heads, span, D]
+    if kv_scales is not None:
+        keys = dequantize_kv(keys, kv_scales[0][slots].unsqueeze(-1)).to(q.dtype)
+        values = dequantize_kv(values, kv_scales[1][slots].unsqueeze(-1)).to(q.dtype)
     mask = (torch.arange(span, device=q.device)[None, :] < lens[:, None])[:, None, None, :]
     # head kv * group + r reads kv head kv (Llama's repeat_kv order): [B, kv_heads, group, D]
     out = F.scaled_dot_product_attention(q.reshape(bsz, kv_heads, group, d), keys, values,
@@ -94,7 +100,7 @@ _KERNELS = None
 def _kernels():
     """The Triton kernels, compiled on first use (Triton is imported only here)."""
     # the quantisation's helpers as this module's globals (fp8_kernels._kernels says why)
-    global _KERNELS, e4m3_bits, row_scale
+    global _KERNELS, e4m3_bits, row_scale, e4m3_value, tl
     if _KERNELS is not None:
         return _KERNELS
     import triton
@@ -103,12 +109,23 @@ def _kernels():
     e4m3_bits, row_scale = quant_helpers()
 
     @triton.jit
+    def e4m3_value(bits):
+        # E4M3fn bits (uint8, never NaN: the writes saturate at 448) -> float32, exactly,
+        # by integer arithmetic (the interpreter's fp8 casts are not trusted here)
+        b = bits.to(tl.int32)
+        e = (b >> 3) & 0xF
+        normal = ((b & 0x80) << 24) | ((e + 120) << 23) | ((b & 7) << 20)
+        sub = (b & 7).to(tl.float32) * 0.001953125  # 2^-9
+        sub = tl.where((b & 0x80) != 0, -sub, sub)
+        return tl.where(e > 0, normal.to(tl.float32, bitcast=True), sub)
+
+    @triton.jit
     def split_kernel(Q, K, V, Slots, Lens, MidO, MidL,
                      stride_qb, stride_qh, stride_ks, stride_kh, stride_kn,
                      stride_vs, stride_vh, stride_vn, stride_ob, stride_oh, stride_os,
-                     stride_lb, stride_lh, sm_scale,
+                     stride_lb, stride_lh, sm_scale, KS, VS, stride_ss,
                      GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
-                     BLOCK_N: tl.constexpr, SPLITS: tl.constexpr):
+                     BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, KV_FP8: tl.constexpr):
         b = tl.program_id(0)
         g = tl.program_id(1)
         s = tl.program_id(2)
@@ -128,12 +145,17 @@ def _kernels():
         acc = tl.zeros([GROUP_PAD, D], tl.float32)
         k_base = K + slot * stride_ks + g * stride_kh
         v_base = V + slot * stride_vs + g * stride_vh
+        qk_scale = sm_scale
+        if KV_FP8:  # the slot's K scale folds into the softmax scale (kv_fp8.py)
+            qk_scale = sm_scale * tl.load(KS + slot * stride_ss + g)
         for n0 in range(start, end, BLOCK_N):
             n = n0 + tl.arange(0, BLOCK_N)
             nmask = n < end
             k = tl.load(k_base + n[:, None] * stride_kn + d[None, :], mask=nmask[:, None],
                         other=0.0)
-            qk = tl.dot(q, tl.trans(k)) * sm_scale
+            if KV_FP8:
+                k = e4m3_value(k).to(q.dtype)
+            qk = tl.dot(q, tl.trans(k)) * qk_scale
             qk = tl.where(nmask[None, :], qk, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1))
             alpha = tl.exp(m_i - m_new)
@@ -141,10 +163,14 @@ def _kernels():
             l_i = l_i * alpha + tl.sum(p, 1)
             v = tl.load(v_base + n[:, None] * stride_vn + d[None, :], mask=nmask[:, None],
                         other=0.0)
+            if KV_FP8:
+                v = e4m3_value(v).to(q.dtype)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
         filled = l_i > 0
         out = acc / tl.where(filled, l_i, 1.0)[:, None]
+        if KV_FP8:  # the slot's V scale, once per output
+            out = out * tl.load(VS + slot * stride_ss + g)
         lse = tl.where(filled, m_i + tl.log(tl.where(filled, l_i, 1.0)), float("-inf"))
         tl.store(MidO + b * stride_ob + heads[:, None] * stride_oh + s * stride_os + d[None, :],
                  out, mask=rmask[:, None])
@@ -220,19 +246,28 @@ class DecodeAttention:
         self.scale = 1.0 / math.sqrt(head_dim)
 
     def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                 slots: torch.Tensor, lens: torch.Tensor, fp8: bool = False):
+                 slots: torch.Tensor, lens: torch.Tensor, fp8: bool = False,
+                 kv_scales=None):
         """q [batch, heads, D] (contiguous in its last dim); slots, lens int32 or int64 [batch]
-        -> [batch, heads, D]; fp8: (that, its rows quantised) (module docstring)."""
+        -> [batch, heads, D]; fp8: (that, its rows quantised) (module docstring).
+        kv_scales (k_scale, v_scale) [slots, kv_heads]: E4M3 caches (kv_fp8.py)."""
         split_kernel, reduce_kernel, reduce_fp8_kernel = _kernels()
         b, splits = self.batch, self.splits
         mo, ml = self.mid_o, self.mid_l
+        kv_fp8 = kv_scales is not None
+        if kv_fp8:  # E4M3 caches read as their bits
+            k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
+            ks, vs = kv_scales
+        else:  # placeholders the kernel never reads
+            ks = vs = ml
         split_kernel[(b, self.kv_heads, splits)](
             q, k_cache, v_cache, slots, lens, mo, ml,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
             mo.stride(0), mo.stride(1), mo.stride(2), ml.stride(0), ml.stride(1), self.scale,
+            ks, vs, ks.stride(0),
             GROUP=self.heads // self.kv_heads, GROUP_PAD=GROUP_PAD, D=self.head_dim,
-            BLOCK_N=BLOCK_N, SPLITS=splits, num_warps=4, num_stages=2)
+            BLOCK_N=BLOCK_N, SPLITS=splits, KV_FP8=kv_fp8, num_warps=4, num_stages=2)
         out = self.out
         pad = max(2, triton_next_pow2(splits))
         if fp8:
@@ -276,6 +311,13 @@ def triton_kernel_works(model) -> bool:
                               spec.head_dim, 4, dev, model.dtype)
         got = att(q, kc, vc, slots, lens).float()
         out8, (q8, s8) = att(q, kc, vc, slots, lens, fp8=True)
+        if getattr(model, "kv_fp8", False):  # the E4M3 cache's path (kv_fp8.py)
+            scales = (torch.rand((b + 1, spec.num_key_value_heads), device=dev,
+                                 generator=gen) + 0.5) / 100
+            k8, v8 = quantize_kv(kc, scales[..., None]), quantize_kv(vc, scales[..., None])
+            att8 = DecodeAttention(b, spec.num_attention_heads, spec.num_key_value_heads,
+                                   spec.head_dim, 4, dev, model.dtype)  # att's out is got
+            got_kv8 = att8(q, k8, v8, slots, lens, kv_scales=(scales, scales)).float()
     except Exception:  # noqa: BLE001 - any compile or launch failure
         log.exception("graph engine: the Triton decode attention kernel failed to run here; "
                       "using the torch reference attention (slower: its cost follows "
@@ -293,4 +335,12 @@ def triton_kernel_works(model) -> bool:
         raise RuntimeError(f"the Triton decode attention's quantising reduce (fp8=True) "
                            f"disagrees with its reference (relative error {err8:.3g}) or "
                            f"quantises to other bits than torch: refusing to serve with it")
+    if getattr(model, "kv_fp8", False):
+        ref8 = decode_attention_reference(q.float(), k8, v8, slots, lens,
+                                          kv_scales=(scales, scales))
+        err_kv8 = float((got_kv8 - ref8).norm() / ref8.norm())
+        if not err_kv8 < 2e-2:
+            raise RuntimeError(f"the Triton decode attention over the FP8 KV cache disagrees "
+                               f"with its reference (relative error {err_kv8:.3g}): refusing "
+                               f"to serve with it")
     return True

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from orpheus_svc.engine.model.fp8_kernels import quant_helpers
+from orpheus_svc.engine.model.kv_fp8 import quantize_kv
 from orpheus_svc.engine.model.linear import quantize_rows
 from orpheus_svc.engine.model.llama import apply_rope, rms_norm
 
@@ -53,16 +54,20 @@ class TorchOps:
     @staticmethod
     def rope_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor,
                  slots: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                 heads: int, kv_heads: int) -> torch.Tensor:
+                 heads: int, kv_heads: int, kv_scales=None) -> torch.Tensor:
         """RoPE on q and k at each row's position; k and v written at (slot, :, pos); q out
-        as [B, heads, D]."""
+        as [B, heads, D]. kv_scales (k_scale, v_scale) [slots, kv_heads]: the caches are
+        E4M3 and k, v are written quantised by their slot's scales (kv_fp8.py)."""
         bsz = qkv.shape[0]
         d = k_cache.shape[-1]
         q = qkv[:, :heads * d].view(bsz, heads, d)
         k = qkv[:, heads * d:(heads + kv_heads) * d].view(bsz, kv_heads, d)
         v = qkv[:, (heads + kv_heads) * d:].view(bsz, kv_heads, d)
         c, s = cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)
-        k_cache[slots, :, pos] = apply_rope(k, c, s)
+        k = apply_rope(k, c, s)
+        if kv_scales is not None:
+            k, v = quantize_kv(k, kv_scales[0][slots]), quantize_kv(v, kv_scales[1][slots])
+        k_cache[slots, :, pos] = k
         v_cache[slots, :, pos] = v
         return apply_rope(q, c, s).contiguous()
 
@@ -130,8 +135,8 @@ def _kernels():
     @triton.jit
     def rope_qkv_kernel(QKV, Cos, Sin, Pos, Slots, KC, VC, QOut, stride_qkv, stride_tab,
                         stride_ks, stride_kh, stride_kn, stride_vs, stride_vh, stride_vn,
-                        stride_qb, stride_qh, HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
-                        D: tl.constexpr):
+                        stride_qb, stride_qh, KS, VS, stride_ss, HEADS: tl.constexpr,
+                        KV_HEADS: tl.constexpr, D: tl.constexpr, KV_FP8: tl.constexpr):
         b = tl.program_id(0)
         h = tl.program_id(1)  # 0..HEADS-1: q heads; then kv heads
         half = tl.arange(0, D // 2)
@@ -153,12 +158,27 @@ def _kernels():
             g = h - HEADS
             slot = tl.load(Slots + b).to(tl.int64)
             kdst = KC + slot * stride_ks + g * stride_kh + pos * stride_kn
-            tl.store(kdst + half, r1.to(KC.dtype.element_ty))
-            tl.store(kdst + D // 2 + half, r2.to(KC.dtype.element_ty))
             vsrc = QKV + b * stride_qkv + (HEADS + KV_HEADS + g) * D
             vdst = VC + slot * stride_vs + g * stride_vh + pos * stride_vn
-            tl.store(vdst + half, tl.load(vsrc + half))
-            tl.store(vdst + D // 2 + half, tl.load(vsrc + D // 2 + half))
+            if KV_FP8:  # E4M3 bits of x / its slot's scale (kv_fp8.quantize_kv's)
+                ks = tl.load(KS + slot * stride_ss + g)
+                vs = tl.load(VS + slot * stride_ss + g)
+                # k rounded to the qkv dtype first, as TorchOps' apply_rope leaves it
+                k1 = r1.to(QKV.dtype.element_ty).to(tl.float32)
+                k2 = r2.to(QKV.dtype.element_ty).to(tl.float32)
+                tl.store(kdst + half, e4m3_bits(tl.math.div_rn(k1, ks)).to(tl.uint8))
+                tl.store(kdst + D // 2 + half,
+                         e4m3_bits(tl.math.div_rn(k2, ks)).to(tl.uint8))
+                v1 = tl.load(vsrc + half).to(tl.float32)
+                v2 = tl.load(vsrc + D // 2 + half).to(tl.float32)
+                tl.store(vdst + half, e4m3_bits(tl.math.div_rn(v1, vs)).to(tl.uint8))
+                tl.store(vdst + D // 2 + half,
+                         e4m3_bits(tl.math.div_rn(v2, vs)).to(tl.uint8))
+            else:
+                tl.store(kdst + half, r1.to(KC.dtype.element_ty))
+                tl.store(kdst + D // 2 + half, r2.to(KC.dtype.element_ty))
+                tl.store(vdst + half, tl.load(vsrc + half))
+                tl.store(vdst + D // 2 + half, tl.load(vsrc + D // 2 + half))
 
     @triton.jit
     def silu_mul_kernel(GU, Out, Q, S, stride_gu, stride_o, stride_q, n,
@@ -225,15 +245,23 @@ class TritonOps:
         return out, ((q, s) if quant else None)
 
     @staticmethod
-    def rope_qkv(qkv, cos, sin, pos, slots, k_cache, v_cache, heads, kv_heads):
+    def rope_qkv(qkv, cos, sin, pos, slots, k_cache, v_cache, heads, kv_heads,
+                 kv_scales=None):
         rope_qkv_kernel = _kernels()[1]
         bsz, d = qkv.shape[0], k_cache.shape[-1]
         q = torch.empty((bsz, heads, d), device=qkv.device, dtype=qkv.dtype)
+        fp8 = kv_scales is not None
+        if fp8:  # E4M3 caches written as their bits
+            k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
+            ks, vs = kv_scales
+        else:  # placeholders the kernel never reads
+            ks = vs = cos
         rope_qkv_kernel[(bsz, heads + kv_heads)](
             qkv, cos, sin, pos, slots, k_cache, v_cache, q, qkv.stride(0), cos.stride(0),
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), q.stride(0), q.stride(1),
-            HEADS=heads, KV_HEADS=kv_heads, D=d, num_warps=1)
+            ks, vs, ks.stride(0), HEADS=heads, KV_HEADS=kv_heads, D=d, KV_FP8=fp8,
+            num_warps=1)
         return q
 
     @staticmethod
@@ -292,6 +320,13 @@ def triton_ops_work(model, tolerance: float = 2e-2) -> bool:
                TritonOps.add_rms_norm(x.clone(), delta, w, spec.rms_norm_eps)[1],
                TritonOps.rope_qkv(qkv, cos, sin, pos, slots, kc, vc, heads, kvh),
                TritonOps.silu_mul(gu)]
+        kv8 = getattr(model, "kv_fp8", False)
+        if kv8:  # the quantising K/V write of an FP8 KV cache (kv_fp8.py)
+            scales = (torch.rand((3, kvh), device=dev, generator=g) + 0.5) / 50
+            k8a, v8a, k8b, v8b = (torch.zeros(kc.shape, device=dev, dtype=torch.float8_e4m3fn)
+                                  for _ in range(4))
+            TritonOps.rope_qkv(qkv, cos, sin, pos, slots, k8a, v8a, heads, kvh,
+                               kv_scales=(scales, scales))
         quantised = [TritonOps.rms_norm_fp8(x, w, spec.rms_norm_eps),
                      TritonOps.add_rms_norm_fp8(x.clone(), delta, w, spec.rms_norm_eps)[1:],
                      TritonOps.silu_mul_fp8(gu)]
@@ -304,8 +339,13 @@ def triton_ops_work(model, tolerance: float = 2e-2) -> bool:
            TorchOps.rope_qkv(qkv, cos, sin, pos, slots, kc2, vc2, heads, kvh),
            TorchOps.silu_mul(gu)]
     pairs = list(zip(got, ref)) + [(kc, kc2), (vc, vc2)]
-    for name, (a, b) in zip(("rms_norm", "add_rms_norm", "rope_qkv", "silu_mul", "k cache",
-                             "v cache"), pairs):
+    names = ["rms_norm", "add_rms_norm", "rope_qkv", "silu_mul", "k cache", "v cache"]
+    if kv8:
+        TorchOps.rope_qkv(qkv, cos, sin, pos, slots, k8b, v8b, heads, kvh,
+                          kv_scales=(scales, scales))
+        pairs += [(k8a.float(), k8b.float()), (v8a.float(), v8b.float())]
+        names += ["fp8 k cache", "fp8 v cache"]
+    for name, (a, b) in zip(names, pairs):
         err = float((a.float() - b.float()).norm() / b.float().norm())
         if not err < tolerance:
             raise RuntimeError(f"the fused Triton kernel {name} disagrees with torch "

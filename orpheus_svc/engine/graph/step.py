@@ -46,7 +46,8 @@ from orpheus_svc.engine.model.lora import LoraRows
 from orpheus_svc.engine.model.sampling import stop_logits
 
 # attend(q [B, heads, D], k_cache, v_cache, slots [B], lens [B]) -> [B, heads, D]; with
-# fp8=True: (that, its rows [B, heads * D] quantised as Fp8Linear.quantize does)
+# fp8=True: (that, its rows [B, heads * D] quantised as Fp8Linear.quantize does); with
+# kv_scales=(k_scale, v_scale): the caches are E4M3 (engine/model/kv_fp8.py)
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
                   torch.Tensor]
 # The LoRA rows of a step from its adapter input row (GraphRunner decides how: grouped on
@@ -100,12 +101,14 @@ def decode_hidden(model: SlotLlama, ids: torch.Tensor, slots: torch.Tensor, pos:
     proj = SlotLlama._proj
     for li, layer in enumerate(layers):
         kc, vc = model.k_cache[li], model.v_cache[li]
+        # an FP8 KV cache's scales (engine/model/kv_fp8.py), passed only when there is one
+        scaled = {} if not model.kv_fp8 else {"kv_scales": model.kv_scales(li)}
         q = ops.rope_qkv(proj(li, layer, "qkv", h, lora, qh), model.cos, model.sin, pos, slots,
-                         kc, vc, heads, kv_heads)
+                         kc, vc, heads, kv_heads, **scaled)
         if fp8_input("o", li):
-            o, qo = attend(q, kc, vc, slots, lens, fp8=True)
+            o, qo = attend(q, kc, vc, slots, lens, fp8=True, **scaled)
         else:
-            o, qo = attend(q, kc, vc, slots, lens), None
+            o, qo = attend(q, kc, vc, slots, lens, **scaled), None
         o = o.reshape(bsz, -1)
         x, h, qh = norm(x, proj(li, layer, "o", o, lora, qo), layer["post_norm"],
                         fp8_input("gate_up", li))

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from orpheus_svc.engine.model.invariant import prompt_groups, rows_attention
+from orpheus_svc.engine.model.kv_fp8 import CALIBRATION_TOKENS, KV_DTYPES, scale_for
 from orpheus_svc.engine.model.linear import make_linear
 from orpheus_svc.engine.model.lora import LoraPool, LoraRows
 from orpheus_svc.models.llama_config import LlamaSpec
@@ -95,13 +96,16 @@ class SlotLlama:
                  max_seq_len: int, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32, quantization: str = "none",
                  spare_slots: int = 0, fp8_gemm: str = "rowwise", max_adapters: int = 0,
-                 max_lora_rank: int = 0) -> None:
+                 max_lora_rank: int = 0, kv_cache_dtype: str = "auto") -> None:
         """`quantization`: "none" (weights in `dtype`) or "fp8" (engine/model/linear.py; the
         embedding, the norms and the LM head stay in `dtype`). `spare_slots`: KV slots
         allocated beyond `num_slots` for the owner's own use (the graph engine's dummy
         slot, which padded batch rows write to). `fp8_gemm`: Fp8Linear's gemm.
         `max_adapters` > 0: a LoRA pool of that many adapters of rank <= `max_lora_rank`
-        (engine/model/lora.py), in `dtype` whatever the quantization."""
+        (engine/model/lora.py), in `dtype` whatever the quantization. `kv_cache_dtype`:
+        "auto" (K/V in `dtype`) or "fp8" (E4M3 with per-(slot, kv head) scales calibrated
+        here, engine/model/kv_fp8.py: the graph engine's step reads and writes it; this
+        class's own prefill and decode refuse it)."""
         self.spec = spec
         self.device = torch.device(device)
         self.dtype = dtype
@@ -127,12 +131,6 @@ class SlotLlama:
                 in_norm=w[p + "input_layernorm.weight"],
                 post_norm=w[p + "post_attention_layernorm.weight"],
             ))
-        kv_shape = (num_slots + spare_slots, spec.num_key_value_heads, max_seq_len,
-                    spec.head_dim)
-        self.k_cache = [torch.zeros(kv_shape, device=self.device, dtype=dtype)
-                        for _ in range(spec.num_hidden_layers)]
-        self.v_cache = [torch.zeros(kv_shape, device=self.device, dtype=dtype)
-                        for _ in range(spec.num_hidden_layers)]
         freqs = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), rope_inv_freq(spec))
         emb = torch.cat((freqs, freqs), dim=-1)
         self.cos = emb.cos().to(self.device, dtype)
@@ -142,15 +140,59 @@ class SlotLlama:
         # Attributes so bench/gpu_torch.py can time the alternatives on a GPU.
         self.sdpa_kernels = sdpa_kernels(self.device)
         self.grouped_decode = True
+        if kv_cache_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r}: must be auto or fp8")
+        self.kv_fp8 = kv_cache_dtype == "fp8"
+        slots_all = num_slots + spare_slots
+        kv_shape = (slots_all, spec.num_key_value_heads, max_seq_len, spec.head_dim)
+        # per layer [slots, kv_heads] float32 (kv_fp8.py); None with K/V in `dtype`
+        self.k_scale = self.v_scale = None
+        if self.kv_fp8:
+            k_amax, v_amax = self._calibration_amax()
+            self.k_scale = [scale_for(a).expand(slots_all, -1).contiguous() for a in k_amax]
+            self.v_scale = [scale_for(a).expand(slots_all, -1).contiguous() for a in v_amax]
+        kv_dtype = torch.float8_e4m3fn if self.kv_fp8 else dtype
+        self.k_cache = [torch.zeros(kv_shape, device=self.device, dtype=kv_dtype)
+                        for _ in range(spec.num_hidden_layers)]
+        self.v_cache = [torch.zeros(kv_shape, device=self.device, dtype=kv_dtype)
+                        for _ in range(spec.num_hidden_layers)]
         log.info("kv cache preallocated: %d layers x 2 x %d kv_heads x %d head_dim x %d max_seq_len"
                  " x %d slots x %d bytes = %d bytes; weights (%s) %d bytes",
                  spec.num_hidden_layers, spec.num_key_value_heads, spec.head_dim, max_seq_len,
                  num_slots + spare_slots, self.kv_element_bytes, self.kv_cache_bytes,
                  quantization, self.weight_bytes)
 
+    def _calibration_amax(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per layer, each kv head's largest |K| and |V| [kv_heads] over a seeded prompt of
+        CALIBRATION_TOKENS random ids, prefilled into a one-slot cache in `dtype`
+        (kv_fp8.py says why)."""
+        spec, n = self.spec, min(CALIBRATION_TOKENS, self.max_seq_len)
+        shape = (1, spec.num_key_value_heads, n, spec.head_dim)
+        self.k_cache = [torch.zeros(shape, device=self.device, dtype=self.dtype)
+                        for _ in range(spec.num_hidden_layers)]
+        self.v_cache = [torch.zeros(shape, device=self.device, dtype=self.dtype)
+                        for _ in range(spec.num_hidden_layers)]
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, self.embed.shape[0], (n,), generator=gen).tolist()
+        with torch.inference_mode(), self._kernels():
+            self._prefill([0], [ids])
+        amax = [[c[0].abs().amax(dim=(1, 2)).float() for c in caches]
+                for caches in (self.k_cache, self.v_cache)]
+        return amax[0], amax[1]
+
+    def kv_scales(self, li: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Layer li's (k_scale, v_scale) [slots, kv_heads] with an FP8 KV cache, else None."""
+        return (self.k_scale[li], self.v_scale[li]) if self.kv_fp8 else None
+
+    def _refuse_fp8_kv(self) -> None:
+        if self.kv_fp8:
+            raise RuntimeError("SlotLlama's own prefill and decode keep K/V in the model "
+                               "dtype: an FP8 KV cache is read and written by the graph "
+                               "engine's step (engine/graph/step.py)")
+
     @property
     def kv_element_bytes(self) -> int:
-        return torch.tensor([], dtype=self.dtype).element_size()
+        return 1 if self.kv_fp8 else torch.tensor([], dtype=self.dtype).element_size()
 
     @property
     def weight_bytes(self) -> int:
@@ -167,7 +209,8 @@ class SlotLlama:
 
     @property
     def kv_cache_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k_cache + self.v_cache)
+        scales = (self.k_scale + self.v_scale) if self.kv_fp8 else []
+        return sum(t.numel() * t.element_size() for t in self.k_cache + self.v_cache + scales)
 
     def _kernels(self):
         if self.sdpa_kernels is None:
@@ -217,6 +260,7 @@ class SlotLlama:
         those prompts' results must not depend on the others (invariant.py), so they are
         run in groups padded to a length of their own. `adapters` (per prompt): its LoRA
         adapter slot, -1 = the base model (None: all base)."""
+        self._refuse_fp8_kv()
         groups = prompt_groups([len(p) for p in prompts], invariant, self.max_seq_len)
         with self._kernels():
             if len(groups) == 1:
@@ -277,6 +321,7 @@ class SlotLlama:
         `invariant` (per row): those rows' results must not depend on the others
         (invariant.py), so the step attends over a span rounded up to fixed block edges.
         `adapters` (per row): its LoRA adapter slot, -1 = the base model (None: all base)."""
+        self._refuse_fp8_kv()
         with self._kernels():
             return self._decode(slots, tokens, positions, invariant, adapters)
 

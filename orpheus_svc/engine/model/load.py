@@ -56,7 +56,7 @@ def load_slot_llama(config, device: torch.device, dtype: torch.dtype,
                       max_seq_len=e.max_seq_len, device=device, dtype=dtype,
                       quantization=m.quantization, spare_slots=spare_slots,
                       fp8_gemm=m.fp8_gemm, max_adapters=adapters.capacity,
-                      max_lora_rank=adapters.rank)
+                      max_lora_rank=adapters.rank, kv_cache_dtype=e.kv_cache_dtype)
     if model.lora is not None:
         adapters.install(model.lora)
         for index, (name, w) in enumerate(adapters.adapters):
