@@ -229,8 +229,8 @@ def test_unseeded_rows_take_the_batched_path():
     """The fast path for unseeded load is untouched: one prefill padded to the longest
     prompt; a seeded row's prompt is padded to a length of its own."""
     assert invariant.prompt_groups([9, 30], [False, False], SEQ) == [([0, 1], None)]
-    assert invariant.prompt_groups([9, 30, 33], [True, False, True], SEQ) == [
-        ([0], 32), ([1], None), ([2], 64)]
+    assert invariant.prompt_groups([9, 30, 33, 12, 7], [True, False, True, True, False],
+                                   SEQ) == [([1, 4], None), ([0], 32), ([2], 64), ([3], 32)]
     assert invariant.prompt_groups([9, 30], None, SEQ) == [([0, 1], None)]
 
 

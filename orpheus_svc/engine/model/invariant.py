@@ -26,8 +26,9 @@ a library picks for a shape on one processor:
   decode step `rows_attention` runs each row alone, over its own length rounded up to
   SPAN_BLOCK (at most the slot), from fresh copies of its query and keys: as with the
   GEMMs, a row's call is the same call whatever shares its step.
-* Prefill: the same for the prompt length a batch is padded to. Invariant prompts are
-  prefilled in groups padded to their own length rounded up to PROMPT_BLOCK.
+* Prefill: the same for the prompt length a batch is padded to, and for the prompts that
+  share a call. Each invariant prompt is prefilled in a call of its own, padded to its own
+  length rounded up to PROMPT_BLOCK.
 * RMSNorm, softmax, top-k, sort, cumsum, elementwise ops: each row's reduction is its own
   (ATen reduces a row in one thread, split only across rows).
 
@@ -128,15 +129,14 @@ def round_up(n: int, block: int, cap: int) -> int:
 def prompt_groups(lengths: Sequence[int], invariant: Sequence[bool] | None, cap: int
                   ) -> list[tuple[list[int], int | None]]:
     """How a step's prompts are prefilled: [(prompt indices, padded length)], None = the
-    longest of the group (the fast path); invariant prompts grouped by their length
-    rounded up to PROMPT_BLOCK (at most `cap`)."""
+    longest of the group (the fast path); each invariant prompt in a call of its own,
+    padded to its length rounded up to PROMPT_BLOCK (at most `cap`)."""
     if not invariant or not any(invariant):
         return [(list(range(len(lengths))), None)] if len(lengths) else []
-    groups: dict[object, list[int]] = {}
-    for i, n in enumerate(lengths):
-        groups.setdefault(round_up(n, PROMPT_BLOCK, cap) if invariant[i] else None,
-                          []).append(i)
-    return [(members, pad_to) for pad_to, members in groups.items()]
+    shared = [i for i in range(len(lengths)) if not invariant[i]]
+    groups = [(shared, None)] if shared else []
+    return groups + [([i], round_up(n, PROMPT_BLOCK, cap))
+                     for i, n in enumerate(lengths) if invariant[i]]
 
 
 def gemm_rows_invariant(device: torch.device | str = "cpu",
