@@ -84,7 +84,7 @@ print("   resolved:", ", ".join(found))'
     [[ -d examples ]] && cp -r examples "${WORK}/${name}-tests/"
   fi
   (cd "${WORK}/${name}-tests" && ORPHEUS_REQUIRE_PLUGIN_TESTS=1 PYTHONWARNINGS="error::UserWarning:google.protobuf" \
-    "${venv}/bin/python" -m pytest -q -p no:cacheprovider -o addopts=-ra "${targets[@]}")
+    "${venv}/bin/python" -m pytest -q -p no:cacheprovider -o addopts=-ra --durations=3 "${targets[@]}")
 }
 
 one_install() {

@@ -181,20 +181,14 @@ def _session(client: str, target: str, **kwargs) -> list:
     return asyncio.run(main())
 
 
-def check_resumed_stream(events: list, cut_segment: int, segments: int,
-                         cut_start_may_be_lost: bool = False) -> Summary:
+def check_resumed_stream(events: list, cut_segment: int, segments: int) -> Summary:
     """The caller saw one session: every SegmentEnd once, in order; the cut segment started
     twice, every other once; sequence numbers and sample offsets without a gap; the summary
-    last, covering all of it. `cut_start_may_be_lost`: the cut segment may have started only
-    once, when the messages the broken call sent just before its status never reached the
-    caller (gRPC's asyncio stack can drop them: tests/clients/replicas.py)."""
+    last, covering all of it."""
     starts = [e.segment_index for e in events if isinstance(e, SegmentStart)]
     ends = [e.segment_index for e in events if isinstance(e, SegmentEnd)]
     assert ends == list(range(segments))
-    want = sorted(list(range(segments)) + [cut_segment])
-    if cut_start_may_be_lost and starts == list(range(segments)):
-        want = starts
-    assert starts == want
+    assert starts == sorted(list(range(segments)) + [cut_segment])
     sequence = offset = 0
     for e in events:
         if isinstance(e, SegmentStart):
@@ -214,10 +208,7 @@ def test_a_session_broken_mid_segment_is_resumed_without_losing_text(replicas, c
     # before the cut (tests/e2e/test_resume.py cuts the second, at a real kill)
     a, b = _pair(replicas, at_segment=2)
     events = _session(client, f"{a.target},{b.target}")
-    # grpc.aio lost the broken call's last two messages (segment 2's start and its first
-    # audio) once, in a compat venv running beside another: the session was still whole
-    summary = check_resumed_stream(events, cut_segment=2, segments=5,
-                                   cut_start_may_be_lost=client == "async")
+    summary = check_resumed_stream(events, cut_segment=2, segments=5)
     assert summary.resumes == 1
     ends = [e for e in events if isinstance(e, SegmentEnd)]
     assert [e.text for e in ends] == ["One two.", "Three four five.", "Six seven",
@@ -249,11 +240,7 @@ def test_resume_attempts_exhausted_give_the_caller_the_error(replicas, client):
     with pytest.raises(TTSError) as err:
         _session(client, replica.target, resume=Resume(max_attempts=2))
     assert err.value.code == grpc.StatusCode.UNAVAILABLE
-    # the server's own message, unless every attempt ended while the client was writing:
-    # then gRPC's asyncio stack loses the server's status, and the client says so
-    # (_aio_session.py; seen once with grpcio 1.63.2 in the compat venv, not in 18 reruns)
-    assert ("engine is gone" in err.value.details
-            or "gRPC lost its status" in err.value.details), err.value.details
+    assert err.value.details == "the engine is gone", err.value.details
     assert len(replica.servicer.streaming_calls()) == 3
 
 

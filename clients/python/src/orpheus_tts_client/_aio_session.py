@@ -188,54 +188,56 @@ class AsyncSession:
         (see _retry, _resume); "finished" if nothing is left to speak (_nothing_left);
         None if the call's status is the session's. Holds the write lock, so no write
         overtakes the replay."""
-        while not self._cancelled:
-            await failed.code()  # finished: its headers, if any, are in
-            was_accepted = self._was_accepted(failed)
-            if self._log is None:
-                return None
-            # every response was read: the server's status, if a racing write hid it,
-            # replaces the placeholder now or (grpcio 1.85) never
-            status = await self._status.settled()
-            code = status[0]
-            if status != _WRITE_RACE:
-                self._last_status = status
-            elif self._attempts.resume is not None and (
-                    was_accepted or self._attempts.was_accepted):
-                # A session that is being resumed whose call ended under a write: the
-                # server's own status is lost, and what ends a call while text is still
-                # going out is most likely its replica going away. Resumed, within bounds;
-                # if that gives up, the caller gets UNAVAILABLE (_raise_status).
-                code = grpc.StatusCode.UNAVAILABLE
-                before = f"{self._last_status[1]}; " if self._last_status else ""
-                self._lost_status = (code, before + "a resumed call ended while text was "
-                                     "being sent, and gRPC lost its status")
-            if self._nothing_left(code, was_accepted):
-                return "finished"
-            wait = self._attempts.next_wait(code == grpc.StatusCode.UNAVAILABLE, was_accepted)
-            if wait is None:
-                return None
-            try:
-                await asyncio.wait_for(self._wake.wait(), wait)
-            except asyncio.TimeoutError:
-                pass
+        if self._cancelled:
+            return None
+        await failed.code()  # finished: its headers, if any, are in
+        was_accepted = self._was_accepted(failed)
+        if self._log is None:
+            return None
+        # every response was read (_responses): the server's status, if a racing
+        # write hid it, replaces the placeholder now
+        status = await self._status.settled()
+        code = status[0]
+        if status != _WRITE_RACE:
+            self._last_status = status
+        elif self._attempts.resume is not None and (
+                was_accepted or self._attempts.was_accepted):
+            # A session that is being resumed whose call ended under a write: the
+            # server's own status is lost, and what ends a call while text is still
+            # going out is most likely its replica going away. Resumed, within bounds;
+            # if that gives up, the caller gets UNAVAILABLE (_raise_status).
+            code = grpc.StatusCode.UNAVAILABLE
+            before = f"{self._last_status[1]}; " if self._last_status else ""
+            self._lost_status = (code, before + "a resumed call ended while text was "
+                                 "being sent, and gRPC lost its status")
+        if self._nothing_left(code, was_accepted):
+            return "finished"
+        wait = self._attempts.next_wait(code == grpc.StatusCode.UNAVAILABLE, was_accepted)
+        if wait is None:
+            return None
+        try:
+            await asyncio.wait_for(self._wake.wait(), wait)
+        except asyncio.TimeoutError:
+            pass
+        if self._cancelled:
+            return None
+        if was_accepted:
+            self._view.resumed()  # the caller's numbering goes on from here
+        self._attempts.advance()
+        self._accepted = False
+        self._call, self._status = self._open()
+        try:
+            for req in [resumed_config(self._first_config, self._view.ended),
+                        *self._log.replay()]:
+                await self._unless_cancelled(self._call.write(req))
+            if self._ended:
+                await self._unless_cancelled(self._call.done_writing())
+        except (grpc.RpcError, asyncio.InvalidStateError):
+            # this attempt ended too: the reader reads what it got (its status comes
+            # only after that) and decides again; the log still holds the replay
             if self._cancelled:
                 return None
-            if was_accepted:
-                self._view.resumed()  # the caller's numbering goes on from here
-            self._attempts.advance()
-            self._accepted = False
-            self._call, self._status = self._open()
-            failed = self._call
-            try:
-                for req in [resumed_config(self._first_config, self._view.ended),
-                            *self._log.replay()]:
-                    await self._unless_cancelled(failed.write(req))
-                if self._ended:
-                    await self._unless_cancelled(failed.done_writing())
-                return "retried"
-            except (grpc.RpcError, asyncio.InvalidStateError):
-                continue  # this attempt ended too: decide again
-        return None
+        return "retried"
 
     def _nothing_left(self, code: grpc.StatusCode, was_accepted: bool) -> bool:
         """Whether a failed call leaves nothing to speak: every segment of a session that
@@ -271,11 +273,16 @@ class AsyncSession:
         A non-OK status raises TTSError."""
         if self._config is not None:
             await self.start()
+        reading: tuple[grpc.aio.StreamStreamCall, AsyncIterator[Any]] | None = None
         try:
             while True:
                 call = self._call
+                if reading is None or reading[0] is not call:
+                    reading = (call, _responses(call))
                 try:
-                    msg = await call.read()
+                    msg = await reading[1].__anext__()
+                except StopAsyncIteration:
+                    return
                 except grpc.RpcError as e:
                     if self._cancelled:
                         return
@@ -289,8 +296,8 @@ class AsyncSession:
                         return
                     if self._cancelled:
                         return
-                    if call is not self._call or e.code() == grpc.StatusCode.INTERNAL:
-                        await self._raise_status(all_read=True)  # the server's, of the last attempt
+                    if e.code() == grpc.StatusCode.INTERNAL:
+                        await self._raise_status(all_read=True)  # the server's, if a write hid it
                     raise TTSError.from_rpc_error(e) from None
                 except asyncio.CancelledError:
                     # grpc.aio raises CancelledError in a pending read when the call is
@@ -298,8 +305,6 @@ class AsyncSession:
                     if self._cancelled and not _task_cancelling():
                         return
                     raise
-                if msg is grpc.aio.EOF:
-                    return
                 if not self._accepted:
                     self._accepted = True
                     self._attempts.accepted()
@@ -379,6 +384,15 @@ class _StatusWatch:
             if status != _WRITE_RACE or loop.time() >= give_up:
                 return status
             await asyncio.sleep(0.005)
+
+
+def _responses(call: grpc.aio.StreamStreamCall) -> AsyncIterator[Any]:
+    """The call's responses through its async iterator, not ``read()``: once a write that
+    raced the end of the call has set _WRITE_RACE, ``read()`` refuses to read on, so the
+    messages the server sent before its status stay in gRPC's core, and the status, which
+    comes only after them, never replaces the placeholder. The iterator reads every message
+    there is, then raises the call's status."""
+    return call.__aiter__()
 
 
 async def _session_id(call: grpc.aio.StreamStreamCall) -> str:
