@@ -146,6 +146,13 @@ class EngineConfig:
     # follows max_lora_rank, not each adapter's own.
     max_adapters: int = 0
     max_lora_rank: int = 0
+    # The prefix pool (torch and graph backends; docs/voices.md): the KV of each reference
+    # voice's clip and transcript, computed once at registration and copied into a slot at
+    # admission instead of prefilled with every segment. Preallocated at start-up in the
+    # KV cache's dtype: for Orpheus-3B in bf16, 114,688 B a token, so 1024 MB holds some
+    # 9,360 tokens (about eight 20 s references). 0: no pool (each segment computes its
+    # prefix). A registration that does not fit is refused (RESOURCE_EXHAUSTED).
+    prefix_pool_mb: int = 1024
     # trtllm
     trtllm_engine_dir: str | None = None
     trtllm_kv_free_gpu_fraction: float = 0.9
@@ -169,6 +176,8 @@ class EngineConfig:
         require(self.max_sessions >= 1, self, "max_sessions", "must be >= 1")
         require(0 <= self.max_adapters <= 1024, self, "max_adapters", "must be 0..1024")
         require(0 <= self.max_lora_rank <= 512, self, "max_lora_rank", "must be 0..512")
+        require(isinstance(self.prefix_pool_mb, int) and 0 <= self.prefix_pool_mb <= 1 << 20,
+                self, "prefix_pool_mb", "must be 0..1048576 (MB)")
         require(0 <= self.graph_prefill_rows <= 65536, self, "graph_prefill_rows",
                 "must be 0..65536")
         require(self.max_seq_len >= 64, self, "max_seq_len", "must be >= 64")

@@ -15,7 +15,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -29,10 +29,12 @@ from orpheus_svc.core.prompt import build_prompt, expected_audio_seconds, max_to
 from orpheus_svc.core.reference import (
     ReferenceVoice,
     ReferenceVoiceError,
-    build_reference_prompt,
     check_room,
+    reference_prefix,
+    text_turn,
     with_reference_voices,
 )
+from orpheus_svc.core.prefix_book import PrefixPoolFull
 from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.tokens import FRAME_SECONDS
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
@@ -133,20 +135,28 @@ class FrontRuntime:
         ValueError (the caller's INVALID_ARGUMENT) for a seed the engine would ignore."""
         if sampling.seed is not None and self.seed_refusal:
             raise ValueError(f"sampling.seed: {self.seed_refusal}")
-        prompt = tuple(self.prompt(voice, text))
+        prompt, prefix_len = self.prompt_parts(voice, text)
         expected = max(1, round(expected_audio_seconds(text) / FRAME_SECONDS))
         return GenerationRequest(session_id=session_id, segment_index=segment_index,
-                                 prompt_ids=prompt, max_tokens=max_tokens_for_text(text),
+                                 prompt_ids=tuple(prompt), max_tokens=max_tokens_for_text(text),
                                  sampling=sampling, expected_frames=expected,
-                                 adapter=self.adapter_of(voice) if adapter is None else adapter)
+                                 adapter=self.adapter_of(voice) if adapter is None else adapter,
+                                 prefix_len=prefix_len)
 
     def prompt(self, voice: str, text: str) -> list[int]:
         """The prompt ids of `text` in `voice`: a reference voice's (its clip's turns, then
         the text's: core/reference.py build_reference_prompt), else "{voice}: {text}"'s."""
+        return self.prompt_parts(voice, text)[0]
+
+    def prompt_parts(self, voice: str, text: str) -> tuple[list[int], int]:
+        """(prompt ids, prefix length): a reference voice's prompt starts with its prefix
+        (core/reference.py reference_prefix: what the engine's prefix pool holds), any
+        other's has none (0)."""
         ref = self.references.get((voice or "").strip().casefold())
-        if ref is not None:
-            return build_reference_prompt(self.encode, ref, text)
-        return build_prompt(self.encode, voice, text)
+        if ref is None:
+            return build_prompt(self.encode, voice, text), 0
+        prefix = reference_prefix(self.encode, ref)
+        return prefix + text_turn(self.encode, text), len(prefix)
 
     def open(self, request: GenerationRequest, on_event: Callable[[EngineEvent], None] | None = None,
              loop: Any = None) -> GenerationHandle:
@@ -245,6 +255,7 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
                         on_step=on_step,
                         collector=CollectorPacer() if e.gc_pacing else None)
     references = _references(config, built, device)
+    _pool_references(built, references)
     try:
         voices = with_reference_voices(_voices(config, built), references, built.adapters)
     except ValueError as exc:
@@ -278,6 +289,20 @@ def _references(config: Config, built: BuiltBackend, device: torch.device
         log.info("reference voice %s: a slot of %d tokens keeps %d for each segment's text "
                  "and speech", ref.name, max_seq_len, room)
     return refs
+
+
+def _pool_references(built: BuiltBackend, references: Sequence[ReferenceVoice]) -> None:
+    """Each start-up reference voice's prefix computed into the backend's prefix pool, when
+    it has one (engine.prefix_pool_mb; core/step.py add_prefix), before the engine thread
+    starts. ReferenceStartupError naming the voice when the pool cannot hold them all."""
+    backend = built.backend
+    if not backend.capabilities.prefix_pool_tokens:
+        return
+    for ref in references:
+        try:
+            backend.add_prefix(tuple(reference_prefix(built.encode, ref)))
+        except PrefixPoolFull as exc:
+            raise ReferenceStartupError(f"reference voice {ref.name}: {exc}") from None
 
 
 def _catalog(base: VoiceRegistry, built: BuiltBackend) -> AdapterCatalog:

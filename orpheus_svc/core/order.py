@@ -30,10 +30,10 @@ def choose(keyed: list[tuple[tuple, int, Generation]], max_batch_size: int,
             left_out.append(gen)
         elif not needs_prefill(gen):
             decode.append(gen)
-        elif prefill and gen.num_prompt_tokens > budget:
+        elif prefill and gen.request.prefill_tokens > budget:
             left_out.append(gen)
         else:
-            budget -= gen.num_prompt_tokens
+            budget -= gen.request.prefill_tokens
             prefill.append(gen)
     return prefill, decode, left_out
 
@@ -46,7 +46,7 @@ def all_fit(num_candidates: int, new: list[Generation], max_batch_size: int,
     if num_candidates > max_batch_size:
         return None
     if len(new) > 1:
-        if sum(g.num_prompt_tokens for g in new) > max_prefill_tokens:
+        if sum(g.request.prefill_tokens for g in new) > max_prefill_tokens:
             return None
         new.sort(key=lambda g: (key(g), g.gen_id))
     return new

@@ -88,3 +88,15 @@ class GenerationRequest:
     # The LoRA adapter slot the generation runs on (engine/model/lora.py), -1 for the base
     # model: the slot of its voice's adapter (runtime.py), never a name or a path a client chose.
     adapter: int = -1
+    # prompt_ids[:prefix_len] is a reference voice's prefix (core/reference.py), the same
+    # for every segment in that voice: a backend with a prefix pool copies its KV instead
+    # of computing it, and one without computes it in a call of its own (so the bits are
+    # the same either way). 0: no prefix. `prefix_cached`: the runtime registered it in
+    # the engine's pool, so the scheduler's prefill budget counts only the rest.
+    prefix_len: int = 0
+    prefix_cached: bool = False
+
+    @property
+    def prefill_tokens(self) -> int:
+        """The prompt tokens a prefill of this request computes."""
+        return len(self.prompt_ids) - (self.prefix_len if self.prefix_cached else 0)

@@ -261,6 +261,8 @@ class BackendCapabilities:
     max_adapters, max_lora_rank: the LoRA adapter slots the backend holds and the largest
         rank one may have (engine.max_adapters, engine.max_lora_rank); 0: no adapters, and a
         request with an adapter index is refused at admission.
+    prefix_pool_tokens: the KV tokens of the backend's prefix pool (engine.prefix_pool_mb;
+        Backend.add_prefix); 0: none, and a request's prefix is computed with its prompt.
     seed_refusal: why a client's per-request seed (SamplingParams.seed) cannot be honoured,
         naming what ignores it; None when it is (every backend but TensorRT-LLM's PyTorch
         runtime). The edge refuses such a request (runtime.FrontRuntime.request) rather
@@ -277,6 +279,7 @@ class BackendCapabilities:
     seed_refusal: str | None = None
     max_adapters: int = 0
     max_lora_rank: int = 0
+    prefix_pool_tokens: int = 0
 
 
 class Backend(Protocol):
@@ -305,3 +308,13 @@ class Backend(Protocol):
     # None. EngineLoop calls it on the engine thread between steps, only for a slot no row
     # of a step reads (the runtime's adapter catalog, core/adapters.py, keeps it so);
     # nothing is recaptured or reallocated.
+    #
+    # A backend with a prefix pool (capabilities.prefix_pool_tokens > 0) also has
+    #
+    #     add_prefix(ids) -> None      compute the prompt prefix `ids` into the pool
+    #                                  (core/prefix_book.py PrefixPoolFull when it does not fit)
+    #     drop_prefix(ids) -> None     the pool lets it go
+    #     holds_prefix(ids) -> bool
+    #
+    # called by EngineLoop on the engine thread between steps. Every backend honours a
+    # request's prefix_len (core/request.py) with the pool or without it.

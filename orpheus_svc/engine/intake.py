@@ -27,6 +27,10 @@ def row_problem(req: GenerationRequest, max_adapters: int = 0) -> str | None:
         return f"max_tokens must be >= 1, got {req.max_tokens}"
     if not req.prompt_ids:
         return "empty prompt"
+    if not (isinstance(req.prefix_len, int) and 0 <= req.prefix_len < len(req.prompt_ids)):
+        # a prefix is followed by the turn that generation starts from
+        return (f"prefix_len {req.prefix_len!r} must be 0..{len(req.prompt_ids) - 1} "
+                f"(the prompt is {len(req.prompt_ids)} tokens)")
     if not (isinstance(req.adapter, int) and -1 <= req.adapter < max_adapters):
         # a pool slot the backend does not hold would read another adapter's weights or
         # none: the row fails alone (BackendCapabilities.max_adapters)

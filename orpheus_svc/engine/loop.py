@@ -4,6 +4,7 @@ Message based on both sides, so it can move to its own process without a rewrite
 
     submit(request) / cancel(gen_id)  ->  command queue  ->  engine thread
     write_adapter(slot, adapter)      ->  the same queue: a LoRA pool slot rewritten between steps
+    add_prefix(ids) / drop_prefix(ids) ->  the same queue: a reference voice's KV in the prefix pool
     engine thread  ->  sink([Rejected ...])                 refusals (before a slot)
     engine thread  ->  flusher.push_many([FramePush ...])  once per step / drop(gen_id, finish)
     flusher thread ->  sink([AudioEvent ...])              one call per decode batch
@@ -33,6 +34,7 @@ scans every session, only when idle and at that interval).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -92,6 +94,14 @@ class _WriteAdapter(NamedTuple):
     steps; `done` resolves once it is written (or with why it failed)."""
     slot: int
     adapter: object
+    done: Future
+
+
+class _Prefix(NamedTuple):
+    """Command: add the prompt prefix `ids` to the backend's prefix pool (`add`) or let it
+    go, between two steps; `done` resolves once done (or with why it failed)."""
+    add: bool
+    ids: tuple[int, ...]
     done: Future
 
 
@@ -188,6 +198,30 @@ class EngineLoop:
             done.set_exception(RuntimeError("the engine failed; no adapter can be written"))
         else:
             self._commands.put(_WriteAdapter(slot, adapter, done))
+        return done
+
+    def add_prefix(self, ids: Sequence[int]) -> Future:
+        """Queue the computation of the prompt prefix `ids` (a reference voice's) into the
+        backend's prefix pool, between two steps (Backend.add_prefix). Returns a Future:
+        resolved once it is held, or with the error (core/prefix_book.py PrefixPoolFull
+        when it does not fit; RuntimeError without a pool or when the engine failed)."""
+        return self._prefix_command(True, ids)
+
+    def drop_prefix(self, ids: Sequence[int]) -> Future:
+        """Queue the release of a prefix add_prefix computed (generations admitted later
+        compute it themselves). Returns a Future resolved once it is let go."""
+        return self._prefix_command(False, ids)
+
+    def _prefix_command(self, add: bool, ids: Sequence[int]) -> Future:
+        done: Future = Future()
+        if not self.capabilities.prefix_pool_tokens:
+            done.set_exception(RuntimeError(
+                f"the {self.capabilities.name} backend has no prefix pool "
+                f"(engine.prefix_pool_mb is 0, or the backend keeps none)"))
+        elif self.failure is not None:
+            done.set_exception(RuntimeError("the engine failed; no prefix can be written"))
+        else:
+            self._commands.put(_Prefix(add, tuple(ids), done))
         return done
 
     def stats(self) -> SchedulerStats:
@@ -297,6 +331,8 @@ class EngineLoop:
                 self._admit(cmd, events)
             elif isinstance(cmd, _WriteAdapter):
                 self._write_adapter(cmd)
+            elif isinstance(cmd, _Prefix):
+                self._prefix(cmd)
             else:
                 gen = self._scheduler.cancel(cmd.gen_id, self._clock())
                 if gen is not None:  # was still waiting: ends now, it never held a slot
@@ -322,12 +358,35 @@ class EngineLoop:
         else:
             cmd.done.set_result(None)
 
+    def _prefix(self, cmd: _Prefix) -> None:
+        """A prefix added to or dropped from the pool between steps (add_prefix). A
+        FatalBackendError ends the thread as a step's would; any other error (a full pool)
+        fails the command alone."""
+        if not cmd.done.set_running_or_notify_cancel():
+            return
+        try:
+            if cmd.add:
+                self.backend.add_prefix(cmd.ids)
+            else:
+                self.backend.drop_prefix(cmd.ids)
+        except FatalBackendError as exc:
+            cmd.done.set_exception(exc)
+            raise
+        except Exception as exc:  # noqa: BLE001 - the caller (a registration) reports it
+            cmd.done.set_exception(exc)
+        else:
+            cmd.done.set_result(None)
+
     def _admit(self, cmd: _Submit, events: EventBatch) -> None:
         req = cmd.request
         problem = row_problem(req, self.capabilities.max_adapters)
         if problem is not None:
             events.add(Rejected(cmd.gen_id, code=Status.INVALID_ARGUMENT, reason=problem))
             return
+        if req.prefix_len and self.capabilities.prefix_pool_tokens:
+            # the prefill budget counts only what the step computes (core/order.py)
+            req = dataclasses.replace(req, prefix_cached=self.backend.holds_prefix(
+                req.prompt_ids[:req.prefix_len]))
         seed = req.sampling.seed
         if seed is None:
             seed = (self._seed * 0x100000001B3 + cmd.gen_id) & 0xFFFFFFFFFFFF

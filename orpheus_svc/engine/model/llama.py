@@ -36,7 +36,9 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from orpheus_svc.engine.model.invariant import prompt_groups, rows_attention
+from orpheus_svc.engine.model.invariant import (
+    PROMPT_BLOCK, invariant_step, prompt_groups, round_up, rows_attention,
+)
 from orpheus_svc.engine.model.kv_fp8 import CALIBRATION_TOKENS, KV_DTYPES, scale_for
 from orpheus_svc.engine.model.linear import make_linear
 from orpheus_svc.engine.model.lora import LoraPool, LoraRows
@@ -191,6 +193,12 @@ class SlotLlama:
                                "engine's step (engine/graph/step.py)")
 
     @property
+    def kv_bytes_per_token(self) -> int:
+        """KV cache bytes one token takes in every layer (K and V)."""
+        s = self.spec
+        return s.num_hidden_layers * s.num_key_value_heads * s.head_dim * 2 * self.kv_element_bytes
+
+    @property
     def kv_element_bytes(self) -> int:
         return 1 if self.kv_fp8 else torch.tensor([], dtype=self.dtype).element_size()
 
@@ -254,35 +262,70 @@ class SlotLlama:
     @torch.inference_mode()
     def prefill(self, slots: Sequence[int], prompts: Sequence[Sequence[int]],
                 invariant: Sequence[bool] | None = None,
-                adapters: Sequence[int] | None = None) -> torch.Tensor:
-        """Run whole prompts into their slots (from position 0). Returns the final-norm
-        hidden state of each prompt's last token, [B, hidden]. `invariant` (per prompt):
-        those prompts' results must not depend on the others (invariant.py), so they are
-        run in groups padded to a length of their own. `adapters` (per prompt): its LoRA
-        adapter slot, -1 = the base model (None: all base)."""
+                adapters: Sequence[int] | None = None,
+                starts: Sequence[int] | None = None) -> torch.Tensor:
+        """Run prompts into their slots. Returns the final-norm hidden state of each
+        prompt's last token, [B, hidden]. `invariant` (per prompt): those prompts' results
+        must not depend on the others (invariant.py), so they are run in groups padded to a
+        length of their own. `adapters` (per prompt): its LoRA adapter slot, -1 = the base
+        model (None: all base). `starts` (per prompt, None: all 0): where the prompt goes
+        in its slot; positions below it already hold a prefix's K/V (write_prefix), which
+        the prompt attends to."""
         self._refuse_fp8_kv()
+        starts = [0] * len(prompts) if starts is None else list(starts)
         groups = prompt_groups([len(p) for p in prompts], invariant, self.max_seq_len)
         with self._kernels():
             if len(groups) == 1:
-                return self._prefill(slots, prompts, groups[0][1], adapters)
+                return self._prefill(slots, prompts, self._pad(groups[0][1], starts),
+                                     adapters, starts)
             out = [None] * len(prompts)
             for members, pad_to in groups:
-                hidden = self._prefill([slots[i] for i in members],
-                                       [prompts[i] for i in members], pad_to,
-                                       None if adapters is None
-                                       else [adapters[i] for i in members])
+                pick = lambda xs: [xs[i] for i in members]  # noqa: E731
+                hidden = self._prefill(pick(slots), pick(prompts),
+                                       self._pad(pad_to, pick(starts)),
+                                       None if adapters is None else pick(adapters),
+                                       pick(starts))
                 for row, i in enumerate(members):
                     out[i] = hidden[row]
             return torch.stack(out)
 
+    def _pad(self, pad_to: int | None, starts: Sequence[int]) -> int | None:
+        """An invariant group's padded length, kept inside the slot past its start."""
+        return None if pad_to is None else min(pad_to, self.max_seq_len - max(starts))
+
+    @torch.inference_mode()
+    def prefix_kv(self, ids: Sequence[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The K/V of a prompt prefix on its own (a reference voice's: core/request.py
+        prefix_len), per layer [kv_heads, len(ids), head_dim]: prefilled batch-invariant
+        in a call of its own, into a one-slot cache of its own, so it is computed exactly as
+        a seeded session's step computes the prefix in its slot when no pool holds it."""
+        self._refuse_fp8_kv()
+        spec, n = self.spec, len(ids)
+        # room for the padding of its invariant call (invariant.py prompt_groups)
+        shape = (1, spec.num_key_value_heads, round_up(n, PROMPT_BLOCK, self.max_seq_len),
+                 spec.head_dim)
+        saved = self.k_cache, self.v_cache
+        self.k_cache = [torch.zeros(shape, device=self.device, dtype=self.dtype)
+                        for _ in range(spec.num_hidden_layers)]
+        self.v_cache = [torch.zeros(shape, device=self.device, dtype=self.dtype)
+                        for _ in range(spec.num_hidden_layers)]
+        try:
+            with invariant_step(True):
+                self.prefill([0], [list(ids)], [True])
+            return ([c[0, :, :n].clone() for c in self.k_cache],
+                    [c[0, :, :n].clone() for c in self.v_cache])
+        finally:
+            self.k_cache, self.v_cache = saved
+
     def _prefill(self, slots: Sequence[int], prompts: Sequence[Sequence[int]],
-                 pad_to: int | None = None, adapters: Sequence[int] | None = None
-                 ) -> torch.Tensor:
+                 pad_to: int | None = None, adapters: Sequence[int] | None = None,
+                 starts: Sequence[int] | None = None) -> torch.Tensor:
         lengths = [len(p) for p in prompts]
         t = max(lengths) if pad_to is None else pad_to
-        if max(lengths) > self.max_seq_len:
-            raise ValueError(f"prompt of {max(lengths)} tokens exceeds max_seq_len "
-                             f"{self.max_seq_len}")
+        starts = [0] * len(prompts) if starts is None else list(starts)
+        if max(s + n for s, n in zip(starts, lengths)) > self.max_seq_len:
+            raise ValueError(f"prompt of {max(s + n for s, n in zip(starts, lengths))} "
+                             f"tokens exceeds max_seq_len {self.max_seq_len}")
         ids = torch.zeros((len(prompts), t), dtype=torch.long)
         for i, p in enumerate(prompts):
             ids[i, :len(p)] = torch.as_tensor(p, dtype=torch.long)
@@ -290,28 +333,78 @@ class SlotLlama:
         lens = torch.as_tensor(lengths, device=self.device)
         slot_idx = torch.as_tensor(list(slots), device=self.device)
         pos = torch.arange(t, device=self.device)
-        positions = pos.expand(len(prompts), t)
-        # causal within the prompt, and never a padded key
-        mask = (pos[None, :] <= pos[:, None])[None] & (pos[None, None, :] < lens[:, None, None])
-        mask = mask.unsqueeze(1)  # [B, 1, T, T]
         x = self.embed[ids]
-        group = self.spec.num_attention_heads // self.spec.num_key_value_heads
         lora = None if adapters is None else LoraRows.grouped(self.lora, adapters, repeat=t)
+        if any(starts):
+            attend_at = self._attend_after_prefix(slot_idx, starts, lens, t)
+        else:
+            attend_at = self._attend_from_zero(slot_idx, lens, t)
+        positions = attend_at.positions
         for li, layer in enumerate(self.layers):
             def attend(h, li=li, layer=layer):
                 q, k, v = self._qkv(li, layer, h, positions, lora)
-                self.k_cache[li][slot_idx, :, :t] = k
-                self.v_cache[li][slot_idx, :, :t] = v
-                if self.sdpa_kernels is None:
-                    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-                else:  # the memory-efficient kernel has no GQA: repeat K/V (prompts are short)
-                    o = F.scaled_dot_product_attention(q, k.repeat_interleave(group, dim=1),
-                                                       v.repeat_interleave(group, dim=1),
-                                                       attn_mask=mask)
-                return o.transpose(1, 2).reshape(h.shape[0], t, -1)
+                return attend_at(li, q, k, v).transpose(1, 2).reshape(h.shape[0], t, -1)
             x = self._block(li, layer, x, attend, lora)
         last = x[torch.arange(len(prompts), device=self.device), lens - 1]
         return self._rms(last, self.final_norm)
+
+    def _attend_from_zero(self, slot_idx: torch.Tensor, lens: torch.Tensor, t: int):
+        """Prompts from position 0: their K/V go to [0, t) of their slots, and they attend
+        to their own keys (causal, never a padded one)."""
+        pos = torch.arange(t, device=self.device)
+        mask = (pos[None, :] <= pos[:, None])[None] & (pos[None, None, :] < lens[:, None, None])
+        mask = mask.unsqueeze(1)  # [B, 1, T, T]
+
+        def attend(li: int, q, k, v):
+            self.k_cache[li][slot_idx, :, :t] = k
+            self.v_cache[li][slot_idx, :, :t] = v
+            return self._sdpa_prefill(q, k, v, mask)
+        attend.positions = pos.expand(len(slot_idx), t)
+        return attend
+
+    def _attend_after_prefix(self, slot_idx: torch.Tensor, starts: Sequence[int],
+                             lens: torch.Tensor, t: int):
+        """Prompts after a prefix: prompt i's tokens go to starts[i] + [0, t) of its slot
+        (padding clamped inside the slot: never attended, rewritten by decode), and attend
+        to every key of their slot up to their own position, the prefix's included."""
+        start = torch.as_tensor(list(starts), device=self.device)
+        positions = start[:, None] + torch.arange(t, device=self.device)[None, :]
+        write_at = positions.clamp(max=self.max_seq_len - 1)
+        span = int(max(s + t for s in starts))
+        span = min(span, self.max_seq_len)
+        keys = torch.arange(span, device=self.device)
+        # [B, 1, T, span]: a key at or before the query, and inside the prompt's real end
+        mask = ((keys[None, None, :] <= positions[:, :, None])
+                & (keys[None, None, :] < (start + lens)[:, None, None])).unsqueeze(1)
+        rows = slot_idx[:, None]
+
+        def attend(li: int, q, k, v):
+            kc, vc = self.k_cache[li], self.v_cache[li]
+            kc[rows, :, write_at] = k.transpose(1, 2)
+            vc[rows, :, write_at] = v.transpose(1, 2)
+            return self._sdpa_prefill(q, kc[slot_idx, :, :span], vc[slot_idx, :, :span], mask)
+        attend.positions = positions
+        return attend
+
+    def _sdpa_prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      mask: torch.Tensor) -> torch.Tensor:
+        """q [B, heads, T, d] over k, v [B, kv_heads, S, d] with mask [B, 1, T, S]."""
+        if self.sdpa_kernels is None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        # the memory-efficient kernel has no GQA: repeat K/V (prompts are short)
+        group = self.spec.num_attention_heads // self.spec.num_key_value_heads
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(group, dim=1),
+                                              v.repeat_interleave(group, dim=1),
+                                              attn_mask=mask)
+
+    def write_prefix(self, slot: int, k: Sequence[torch.Tensor],
+                     v: Sequence[torch.Tensor]) -> None:
+        """A prefix's K/V (per layer [kv_heads, n, head_dim]: prefix_kv, or a pool's view)
+        into positions [0, n) of `slot`: one device copy per layer and tensor."""
+        n = k[0].shape[1]
+        for li in range(len(self.layers)):
+            self.k_cache[li][slot, :, :n].copy_(k[li], non_blocking=True)
+            self.v_cache[li][slot, :, :n].copy_(v[li], non_blocking=True)
 
     @torch.inference_mode()
     def decode(self, slots: Sequence[int], tokens: Sequence[int],
