@@ -149,3 +149,31 @@ def test_a_request_names_its_prefix_only_by_its_prompt():
     assert req.prefill_tokens == len(req.prompt_ids)  # not known to be pooled
     cached = dataclasses.replace(req, prefix_cached=True)
     assert cached.prefill_tokens == len(TURNS[0])
+
+
+def _graph(pool_on: bool, dtype=torch.float64):
+    from orpheus_svc.engine.graph.backend import GraphBackend
+    spec, w = _weights()
+    model = SlotLlama(spec, w, num_slots=4, max_seq_len=192, dtype=dtype, spare_slots=1)
+    pool = PrefixPool(model, budget_mb=1) if pool_on else None
+    backend = GraphBackend(model, 4, graphs=False, prefixes=pool)
+    if pool_on:
+        backend.add_prefix(PREFIX)
+    return backend
+
+
+def test_the_graph_engines_rows_start_after_a_pooled_prefix():
+    # float64: the pooled prefix and the rows after it sample what the whole prompt as
+    # rows of the step samples; with the pool off the prefix is computed in the slot
+    whole = _drive(_graph(False), [_request(i, prefix_len=0) for i in range(4)])
+    pooled = _graph(True)
+    assert pooled.capabilities.prefix_pool_tokens > 0 and pooled.holds_prefix(PREFIX)
+    assert _drive(pooled, [_request(i) for i in range(4)]) == whole
+    assert _drive(_graph(False), [_request(i) for i in range(4)]) == whole
+
+
+def test_the_graph_engine_samples_the_same_with_the_pool_and_without(blas_by_shape):
+    # the token choice is inside the step, so tokens are what can be compared here
+    runs = [_drive(_graph(pool_on, torch.float32), [_request(i) for i in range(3)])
+            for pool_on in (True, False)]
+    assert runs[0] == runs[1]

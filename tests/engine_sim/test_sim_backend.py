@@ -250,3 +250,30 @@ def test_every_profile_is_usable(name):
     gens = [dataclasses.replace(make_gen(i), slot=i) for i in range(1, 4)]
     out = be.step(_plan(1, prefill=gens))
     assert set(out.tokens) == {1, 2, 3}
+
+
+def test_a_pooled_prefix_costs_its_copy_instead_of_its_prefill():
+    # a 2,000-token reference prefix and a 40-token turn: with the prefix held, the step
+    # pays the turn's prefill (attending to the prefix) and the copy; without, all of it
+    prefix = tuple(range(1000, 3000))
+    req = GenerationRequest(session_id="s1", segment_index=0,
+                            prompt_ids=prefix + tuple(range(40)), max_tokens=700,
+                            expected_frames=30, prefix_len=len(prefix))
+    costs = {}
+    for held in (False, True):
+        clock = FakeClock()
+        be = backend(clock, prefix_pool_tokens=4096)
+        if held:
+            be.add_prefix(prefix)
+            assert clock.sleeps[-1] == pytest.approx(H100.step_seconds(0, 0, 1, 2000, 2000**2))
+            assert be.holds_prefix(prefix) and be.capabilities.prefix_pool_tokens == 4096
+        g = Generation(gen_id=1, request=req, arrival=0.0, seed=1, slot=1)
+        be.step(_plan(1, prefill=[g]))
+        costs[held] = clock.sleeps[-1]
+    n = 2040
+    assert costs[False] == pytest.approx(H100.step_seconds(0, 0, 1, n, n * n))
+    assert costs[True] == pytest.approx(H100.step_seconds(0, 0, 1, 40, n * n - 2000**2)
+                                        + H100.prefix_copy_seconds(2000))
+    assert costs[True] < costs[False]
+    be.drop_prefix(prefix)
+    assert not be.holds_prefix(prefix)

@@ -14,7 +14,7 @@ from orpheus_tts_client.proto.v1 import tts_pb2_grpc
 from websockets.sync.client import connect
 
 from orpheus_svc.audio.codec import SNAC_24KHZ_CONFIG, write_random_snac
-from orpheus_svc.core.reference import build_reference_prompt
+from orpheus_svc.core.reference import build_reference_prompt, reference_prefix
 from orpheus_svc.runtime import FrontRuntime
 
 from ..audio.clip_helpers import encode_clip, sweep
@@ -24,15 +24,25 @@ TINY = {**SNAC_24KHZ_CONFIG, "encoder_dim": 4, "decoder_dim": 64}
 
 
 @pytest.fixture(scope="module")
-def ref_server(tmp_path_factory):
+def ref_files(tmp_path_factory):
     root = tmp_path_factory.mktemp("ref")
     snac = write_random_snac(root / "snac", seed=3, config=TINY)
     (root / "clip.wav").write_bytes(encode_clip(sweep(1.2, 24000), 24000, "wav"))
-    srv = InProcessServer(**{
+    return str(snac), str(root / "clip.wav")
+
+
+def _ref_server(files, **overrides) -> InProcessServer:
+    snac, clip = files
+    return InProcessServer(**{
         "engine.max_sessions": 4, "engine.max_batch_size": 4, "engine.max_seq_len": 480,
-        "model.snac": str(snac),
-        "model.reference_voices": [{"name": "clone", "clip": str(root / "clip.wav"),
+        "model.snac": snac, **overrides,
+        "model.reference_voices": [{"name": "clone", "clip": clip,
                                     "transcript": "A rising tone."}]}).start()
+
+
+@pytest.fixture(scope="module")
+def ref_server(ref_files):
+    srv = _ref_server(ref_files)
     try:
         yield srv
     finally:
@@ -90,6 +100,10 @@ def test_every_edge_speaks_a_reference_voice_by_name(ref_server, opened):
         tuple(build_reference_prompt(runtime.encode, ref, t))
         for t in ("Hi.", "Hello.", "Hi.", "Yes.")]
     assert {req.adapter for req in opened} == {-1}  # the base model speaks it
+    # each names its prefix, which the engine's pool holds from start-up
+    prefix = reference_prefix(runtime.encode, ref)
+    assert {req.prefix_len for req in opened} == {len(prefix)}
+    assert runtime.engine.backend.holds_prefix(tuple(prefix))
     # a base voice keeps its own prompt
     list(stub.Synthesize(pb.SynthesizeRequest(text="Hi.", voice="tara"), timeout=120))
     assert opened[-1].prompt_ids[:len(ref.audio_token_ids)] != opened[0].prompt_ids[:len(ref.audio_token_ids)]
@@ -107,3 +121,21 @@ def test_the_same_seed_gives_byte_identical_pcm(ref_server):
                                                       sampling=pb.SamplingOptions(seed=12)),
                                  timeout=120))
     assert other != first  # the seed, not a constant output, makes them equal
+
+
+def test_a_seed_gives_the_same_pcm_with_the_prefix_pool_and_without(ref_server, ref_files):
+    # the pool's prefix is computed exactly as a seeded step computes it in its slot
+    # (engine/model/prefix_pool.py): the first session, a later one and a server with the
+    # pool off (engine.prefix_pool_mb 0) give the same bytes
+    request = pb.SynthesizeRequest(text="Hi there.", voice="clone",
+                                   sampling=pb.SamplingOptions(seed=21))
+    stub = tts_pb2_grpc.TTSServiceStub(ref_server.channel)
+    pooled = _pcm(stub.Synthesize(request, timeout=120))
+    off = _ref_server(ref_files, **{"engine.prefix_pool_mb": 0})
+    try:
+        assert not off.server.state.runtime.engine.capabilities.prefix_pool_tokens
+        unpooled = _pcm(tts_pb2_grpc.TTSServiceStub(off.channel).Synthesize(request,
+                                                                            timeout=120))
+    finally:
+        off.stop()
+    assert pooled and unpooled == pooled

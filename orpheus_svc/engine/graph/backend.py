@@ -32,6 +32,7 @@ from orpheus_svc.engine.graph.runner import GraphRunner, Launch
 from orpheus_svc.engine.model.device import fatal_if_device_lost
 from orpheus_svc.engine.model.sampling import int64_bits
 from orpheus_svc.engine.model.llama import SlotLlama
+from orpheus_svc.engine.model.prefix_pool import PrefixPool
 
 log = logging.getLogger(__name__)
 
@@ -42,22 +43,29 @@ TIMING_LOG_S = 10.0
 class GraphBackend:
     def __init__(self, model: SlotLlama, max_batch_size: int, *, graphs: bool,
                  kernel: str = "auto", buckets: Sequence[int] | None = None,
-                 fused: str = "auto", prefill_rows: int = 0) -> None:
+                 fused: str = "auto", prefill_rows: int = 0,
+                 prefixes: PrefixPool | None = None) -> None:
         """prefill_rows: prompt tokens a step's graphs hold beside the decode rows
         (engine.graph_prefill_rows); the scheduler's prefill budget is capped to it, so a
         step with new prompts is one replay (a lone longer prompt takes several). 0: the
         budget is capped to one slot's length instead, what the runner's staging holds
-        beside the decode rows."""
+        beside the decode rows. prefixes: the reference voices' KV (prefix_pool.py); a
+        request's prefix goes into its slot before its rows, which start after it (from
+        the pool, or computed by the model's own prefill as the pool computes it). With an
+        FP8 KV cache the model's prefill cannot write the slot: there the whole prompt is
+        rows of the step and no pool is kept."""
         self.runner = GraphRunner(model, max_batch_size, graphs=graphs, kernel=kernel,
                                   buckets=buckets, fused=fused, prefill_rows=prefill_rows)
         self.model = model
+        self.prefixes = None if model.kv_fp8 else prefixes
         self.clock = StepClock(model.device.type == "cuda")  # timing, from outside the runner
         self._in_flight = 0  # steps launched and not collected yet
         self.capabilities = BackendCapabilities(
             name="graph", num_slots=model.num_slots, max_seq_len=model.max_seq_len,
             runs_ahead=True, max_prefill_tokens=prefill_rows or model.max_seq_len,
             max_adapters=model.lora.capacity if model.lora else 0,
-            max_lora_rank=model.lora.rank if model.lora else 0)
+            max_lora_rank=model.lora.rank if model.lora else 0,
+            prefix_pool_tokens=self.prefixes.tokens if self.prefixes else 0)
 
     def launch(self, plan: StepPlan) -> tuple[tuple[int, ...], Launch, StepMark]:
         """Queue the step; one that holds a seeded row runs batch-invariant, every row of
@@ -66,8 +74,9 @@ class GraphBackend:
         with self.runner.on_stream():  # the start event on the step's stream
             mark = self.clock.begin(ahead)
             try:
-                launched = self.runner.launch(_prefill_rows(plan), _decode_rows(plan.decode),
-                                              invariant=plan.seeded)
+                starts = [self._place_prefix(r) for r in plan.prefill]
+                launched = self.runner.launch(_prefill_rows(plan, starts),
+                                              _decode_rows(plan.decode), invariant=plan.seeded)
             except Exception as exc:
                 fatal_if_device_lost(exc)  # a poisoned CUDA context fails every later step
                 raise
@@ -108,20 +117,48 @@ class GraphBackend:
             fatal_if_device_lost(exc)
             raise
 
+    def add_prefix(self, ids: Sequence[int]) -> None:
+        """Backend.add_prefix: compute the prefix `ids` into the pool (PrefixPoolFull)."""
+        try:
+            with self.runner.on_stream():  # in order with the steps that copy it
+                self.prefixes.add(ids)
+        except Exception as exc:
+            fatal_if_device_lost(exc)
+            raise
+
+    def drop_prefix(self, ids: Sequence[int]) -> None:
+        """Backend.drop_prefix: the pool lets the prefix go (a step queued before still
+        copies what it held: the range is rewritten only by a later add, queued after)."""
+        self.prefixes.drop(ids)
+
+    def holds_prefix(self, ids: Sequence[int]) -> bool:
+        return self.prefixes is not None and ids in self.prefixes.book
+
+    def _place_prefix(self, row) -> int:
+        """Put a row's prompt prefix into its slot (torch/backend.py TorchBackend's rule);
+        returns where its rows start (0: no prefix, or an FP8 KV cache)."""
+        n = row.request.prefix_len
+        if not n or self.model.kv_fp8:
+            return 0
+        ids = row.request.prompt_ids[:n]
+        if self.prefixes is None or not self.prefixes.copy_into(ids, row.slot):
+            self.model.prefill([row.slot], [ids], [True])
+        return n
+
     def close(self) -> None:
         """Nothing to stop: graphs and buffers are freed with this object."""
 
 
-def _prefill_rows(plan: StepPlan) -> list[PrefillRow]:
-    """The plan's new prompts as the runner's rows (rows.py)."""
-    return [PrefillRow(slot=r.slot, prompt_ids=r.request.prompt_ids,
+def _prefill_rows(plan: StepPlan, starts: Sequence[int]) -> list[PrefillRow]:
+    """The plan's new prompts as the runner's rows (rows.py), each from its start."""
+    return [PrefillRow(slot=r.slot, prompt_ids=r.request.prompt_ids[s:], start=s,
                        temperature=r.request.sampling.temperature,
                        top_p=r.request.sampling.top_p,
                        repetition_penalty=r.request.sampling.repetition_penalty,
                        seed=int(int64_bits([r.seed])[0]), frame_position=r.frame_position,
                        stop_allowed=r.stop_allowed, counter=r.num_generated,
                        invariant=r.request.sampling.seed is not None, adapter=r.request.adapter)
-            for r in plan.prefill]
+            for r, s in zip(plan.prefill, starts)]
 
 
 def _decode_rows(d) -> np.ndarray | None:

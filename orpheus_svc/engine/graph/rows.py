@@ -53,6 +53,7 @@ class PrefillRow:
     counter: int             # tokens sampled so far (the counter of its uniform)
     invariant: bool = False  # a seeded session's: its bits must not depend on the batch
     adapter: int = -1        # its LoRA adapter slot (engine/model/lora.py), -1 = base
+    start: int = 0           # the position of its first token: below it, a prefix's KV
 
 
 @dataclass
@@ -109,7 +110,7 @@ def step_rows(decode: np.ndarray | None, prefill: Sequence[PrefillRow]) -> StepR
     for k, (p, length) in enumerate(zip(prefill, lengths)):
         rows = slice(at, at + length)
         ints[INPUT["slots"], rows] = p.slot
-        ints[INPUT["pos"], rows] = np.arange(length)
+        ints[INPUT["pos"], rows] = np.arange(p.start, p.start + length)
         ints[INPUT["fpos"], rows] = p.frame_position
         ints[INPUT["stop_ok"], rows] = int(p.stop_allowed)
         ints[INPUT["counter"], rows] = p.counter

@@ -56,6 +56,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from orpheus_svc.core.grammar import position_id_range
+from orpheus_svc.core.prefix_book import PrefixBook
 from orpheus_svc.core.prompt import TYPICAL_CHARS_PER_SECOND
 from orpheus_svc.core.step import BackendCapabilities, StepPlan, StepResult, StepRow
 from orpheus_svc.core.tokens import (
@@ -110,7 +111,8 @@ class SimBackend:
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
                  faults: SimFaults | None = None, max_adapters: int = 0,
-                 lora_rank: int = 0, never_stop: bool = False) -> None:
+                 lora_rank: int = 0, never_stop: bool = False,
+                 prefix_pool_tokens: int = 0) -> None:
         """`max_adapters`, `lora_rank`: the LoRA pool a real engine would hold
         (engine.max_adapters, engine.max_lora_rank); each step pays its modelled cost
         (GpuProfile.lora_seconds) for the rows on adapters. `never_stop`: every stream is
@@ -127,7 +129,11 @@ class SimBackend:
         self.capabilities = BackendCapabilities(name="sim", num_slots=num_slots,
                                                 max_seq_len=max_seq_len, retry_safe=True,
                                                 max_adapters=max_adapters if lora_rank else 0,
-                                                max_lora_rank=self.lora_rank)
+                                                max_lora_rank=self.lora_rank,
+                                                prefix_pool_tokens=prefix_pool_tokens)
+        # the prefix pool a real engine would hold (engine.prefix_pool_mb): which prefixes
+        # it has; a step pays the copy of a held one instead of its prefill
+        self.prefixes = PrefixBook(prefix_pool_tokens, "engine.prefix_pool_mb")
         self._clock = clock
         self._sleep = sleep
         # what each LoRA pool slot holds (write_adapter), as a real engine's pool would:
@@ -213,11 +219,15 @@ class SimBackend:
         tokens: dict[int, tuple[int]] = {}
         ended: list[int] = []  # the scheduler finishes these with this step's token
         prefill_tokens = prefill_sq = 0
+        copied = 0  # prefix tokens copied from the pool instead of computed
         for g in plan.prefill:
             stream = self._store(g)
             n = len(g.request.prompt_ids)
-            prefill_tokens += n
-            prefill_sq += n * n
+            held = g.request.prefix_len if g.request.prefix_len and \
+                g.request.prompt_ids[:g.request.prefix_len] in self.prefixes else 0
+            copied += held
+            prefill_tokens += n - held
+            prefill_sq += n * n - held * held  # the turn's rows attend to the prefix too
             tokens[g.gen_id] = (stream[0],) if stream else _STOP_STEP
             if len(stream) <= 1:
                 ended.append(g.gen_id)
@@ -247,6 +257,8 @@ class SimBackend:
                                       prefill_tokens, prefill_sq)
         if self.lora_rank:
             d += self._lora_seconds(plan)
+        if copied:
+            d += self.profile.prefix_copy_seconds(copied)
         c = self.counters
         end, over = pace_step(self._last_end if busy else None, now, d)
         if busy:
@@ -287,6 +299,22 @@ class SimBackend:
                 if late > LATE_WAKE_S:
                     c["late_wakes"] += 1
         return StepResult(tokens=tokens, decode_tokens=decode_tokens)
+
+    def add_prefix(self, ids: Sequence[int]) -> None:
+        """Backend.add_prefix: the pool holds `ids` from now on (PrefixPoolFull when it does
+        not fit), after the modelled time of its prefill, as a real engine spends it
+        between two steps."""
+        fresh = ids not in self.prefixes
+        self.prefixes.place(ids)
+        if fresh:
+            n = len(ids)
+            self._sleep(self.profile.step_seconds(0, 0, 1, n, n * n))
+
+    def drop_prefix(self, ids: Sequence[int]) -> None:
+        self.prefixes.remove(ids)
+
+    def holds_prefix(self, ids: Sequence[int]) -> bool:
+        return ids in self.prefixes
 
     def write_adapter(self, slot: int, adapter) -> None:
         """Backend.write_adapter: the sim keeps no weights, only what each slot holds

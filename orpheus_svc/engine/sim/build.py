@@ -10,7 +10,7 @@ from orpheus_svc.engine.sim.backend import SimBackend
 from orpheus_svc.engine.sim.codec import SimCodec
 from orpheus_svc.engine.sim.encode import sim_encode
 from orpheus_svc.engine.sim.faults import SimFaults
-from orpheus_svc.engine.sim.profiles import get_profile
+from orpheus_svc.engine.sim.profiles import KV_BYTES_PER_TOKEN, get_profile
 from orpheus_svc.models.adapters import read_configured_adapters
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,8 @@ def build_sim_backend(config) -> tuple[SimBackend, Callable[[str], list[int]], S
     adapters = read_configured_adapters(config, None)  # no weights to check shapes against
     backend = SimBackend(profile, num_slots=e.max_sessions, max_seq_len=e.max_seq_len,
                          faults=faults, max_adapters=adapters.capacity,
-                         lora_rank=adapters.rank)
+                         lora_rank=adapters.rank,
+                         prefix_pool_tokens=e.prefix_pool_mb * (1 << 20) // KV_BYTES_PER_TOKEN)
     backend.adapters = adapters.served
     for slot, (_, weights) in enumerate(adapters.adapters):  # what a real pool holds now
         backend.pool[slot] = (str(weights.path), weights.spec.r)

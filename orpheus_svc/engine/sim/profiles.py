@@ -149,6 +149,11 @@ class GpuProfile:
                    if prefill_rows else 0.0)
         return prefill + max(self.host_step_s + self.host_row_s * rows - device_s, 0.0)
 
+    def prefix_copy_seconds(self, tokens: int) -> float:
+        """What copying `tokens` tokens of a pooled prefix's KV into slots costs: each read
+        once and written once, at the profile's bandwidth (paper)."""
+        return 2 * KV_BYTES_PER_TOKEN * tokens / self.bandwidth
+
     def lora_seconds(self, adapters: int, lora_tokens: int, rank: int) -> float:
         """What a step's LoRA adds (paper, docs/lora.md): every distinct adapter in the step
         read once (rank x LORA_PARAMS_PER_RANK 16-bit values; a lower rank is padded to the
