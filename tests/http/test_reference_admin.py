@@ -203,6 +203,8 @@ REFUSALS = [
      "name", "a voice of the base model"),
     ("an adapter voice's name", dict(name="Nova", clip_path="rise.wav"), Status.ALREADY_EXISTS,
      "name", "a voice of adapter 'nova-lora'"),
+    ("a taken name, before the clip is read", dict(name="Tara", clip_audio=b"junk"),
+     Status.ALREADY_EXISTS, "name", "a voice of the base model"),
     ("a reference voice's name", dict(name="STARTUP", clip_path="rise.wav"),
      Status.ALREADY_EXISTS, "name", "a reference voice"),
     ("a path outside (symlink)", dict(clip_path="escape.wav"), Status.PERMISSION_DENIED,
