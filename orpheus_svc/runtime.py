@@ -10,6 +10,7 @@ says so.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -35,6 +36,13 @@ from orpheus_svc.core.reference import (
     with_reference_voices,
 )
 from orpheus_svc.core.prefix_book import PrefixPoolFull
+from orpheus_svc.core.reference_catalog import (
+    ReferenceCatalog,
+    ReferenceEntry,
+    ReferenceLease,
+    ReferenceRefusal,
+)
+from orpheus_svc.core.status import Status
 from orpheus_svc.core.request import GenerationRequest, SamplingParams
 from orpheus_svc.core.tokens import FRAME_SECONDS
 from orpheus_svc.core.voices import VoiceRegistry, english_registry
@@ -61,6 +69,10 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return getattr(torch, name)
+
+
+# FrontRuntime.request's `reference` when the caller holds no lease: the voice's name says.
+BY_NAME: Any = object()
 
 
 @dataclass
@@ -93,49 +105,146 @@ class FrontRuntime:
     catalog: AdapterCatalog | None = None
     # Reference voices (core/reference.py, docs/voices.md): casefolded name -> the voice, whose
     # clip and transcript go in front of every prompt spoken in it. `voices` lists them too
-    # (Voice.reference), among the base model's voices: the base model speaks them.
+    # (Voice.reference), among the base model's voices: the base model speaks them. Given at
+    # construction (model.reference_voices: `voices` lists them already), then the reference
+    # catalog's published snapshot (`reference_catalog`), replaced on the asyncio loop when
+    # one is added or removed (add_reference_voice, remove_reference_voice).
     references: dict[str, ReferenceVoice] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.catalog is None:
             self.catalog = AdapterCatalog.from_registry(self.voices, self.adapters)
+        # the base model's own voices: what the reference voices are listed after
+        base = self.catalog.base
+        self._model_voices = VoiceRegistry(tuple(v for v in base.voices if not v.reference),
+                                           base.default, base.source)
+        self.reference_catalog = ReferenceCatalog(on_free=self._release_reference)
+        for ref in self.references.values():  # model.reference_voices, listed from start-up
+            self.reference_catalog.add(ref, prefix_tokens=len(reference_prefix(self.encode, ref)))
+        self.reference_catalog.on_change = self._publish_references
+        self.catalog.held_elsewhere = self.reference_catalog.holder
         self.catalog.on_change = self._publish_adapters
         self._publish_adapters()
 
     def _publish_adapters(self) -> None:
         self.voices, self.adapters = self.catalog.voices, dict(self.catalog.slots)
 
+    def _publish_references(self) -> None:
+        self.references = dict(self.reference_catalog.references)
+        self.catalog.set_base(with_reference_voices(self._model_voices,
+                                                    self.reference_catalog.loaded()))
+
+    # -- reference voices: registration ----------------------------------------------------
+    #
+    # add_reference_voice / remove_reference_voice are the one way a reference voice enters
+    # or leaves the served voices while serving (the admin service calls them); what the
+    # engine keeps for a voice (a KV prefix pool: the reference's prefix prefilled once,
+    # copied into each session's slot) hooks in at `_hold_reference` (made before the voice
+    # is listed; a full pool refuses there) and `_release_reference` (freed once the voice
+    # is unloaded and its last session ended). Start-up voices (model.reference_voices) are
+    # listed at construction, before the engine runs, through the same catalog (`add`).
+
+    def voice_owner(self, name: str) -> str | None:
+        """Who has voice name `name` (any case): the base model, an adapter (loading or
+        loaded) or a reference voice (loading or loaded); None when it is free."""
+        return self.reference_catalog.holder(name) or self.catalog.owner_of(name)
+
+    async def add_reference_voice(self, ref: ReferenceVoice, clip: str = "") -> ReferenceEntry:
+        """Register `ref` (read from `clip`, "" for bytes) and list it: ListVoices and every
+        edge speak it when this returns. In order: the name free among every voice
+        (ALREADY_EXISTS, field "name"), room in a slot for the prefix and a segment
+        (check_room: INVALID_ARGUMENT, field "clip"), the name held (LOADING), what the
+        engine keeps for it made (`_hold_reference`), then LOADED. ReferenceRefusal
+        otherwise, with nothing registered. The asyncio loop only (the catalogs' owner)."""
+        owner = self.voice_owner(ref.name)
+        if owner is not None:
+            raise ReferenceRefusal(Status.ALREADY_EXISTS, (
+                f"{ref.name!r} is already {owner}; name the reference voice differently"),
+                field="name")
+        try:
+            check_room(self.encode, ref, self.engine.capabilities.max_seq_len)
+        except ReferenceVoiceError as exc:
+            raise ReferenceRefusal(Status.INVALID_ARGUMENT, exc.message, field=exc.field) from None
+        prefix = len(reference_prefix(self.encode, ref))
+        self.reference_catalog.reserve(ref, clip, prefix)
+        try:
+            await self._hold_reference(ref)
+        except BaseException:
+            self.reference_catalog.abandon(ref.name)
+            raise
+        return self.reference_catalog.activate(ref.name)
+
+    def remove_reference_voice(self, name: str) -> tuple[ReferenceEntry, bool]:
+        """Unregister reference voice `name`: unlisted and refused to new sessions at once;
+        the sessions open on it finish in its voice (each holds a ReferenceLease), and
+        `_release_reference` runs after the last one ends (at once when none is open: the
+        bool). ReferenceRefusal: NOT_FOUND, or FAILED_PRECONDITION while it loads."""
+        return self.reference_catalog.unload(name)
+
+    async def _hold_reference(self, ref: ReferenceVoice) -> None:
+        """The engine's part of registering `ref`, before it is listed: with a prefix pool
+        (engine.prefix_pool_mb; engine/model/prefix_pool.py), its prefix computed into the
+        pool on the engine thread, between steps. A pool with no room refuses the voice
+        (ReferenceRefusal RESOURCE_EXHAUSTED naming the budget), with nothing registered.
+        Without a pool, nothing: each segment computes the prefix with its prompt."""
+        if not self._has_prefix_pool():
+            return
+        done = self.engine.add_prefix(tuple(reference_prefix(self.encode, ref)))
+        try:
+            await asyncio.wrap_future(done)
+        except PrefixPoolFull as exc:
+            raise ReferenceRefusal(Status.RESOURCE_EXHAUSTED, str(exc), field="clip") from None
+
+    def _release_reference(self, ref: ReferenceVoice) -> None:
+        """`ref` is unloaded and no session holds it any more (the reference catalog's
+        on_free, on the asyncio loop): the pool lets its prefix go (a segment admitted
+        later would compute it itself). Called once for every voice that was listed,
+        start-up ones included."""
+        log.info("reference voice %s released", ref.name)
+        if self._has_prefix_pool():
+            self.engine.drop_prefix(tuple(reference_prefix(self.encode, ref))) \
+                .add_done_callback(_log_drop_failure)
+
+    def _has_prefix_pool(self) -> bool:
+        caps = getattr(self.engine, "capabilities", None)
+        return bool(caps is not None and getattr(caps, "prefix_pool_tokens", 0))
+
     def adapter_of(self, voice: str) -> int:
         """The pool slot of the loaded adapter that speaks `voice`, -1 for the base model's
         voices (and for a name no voice has: the edge refused it already)."""
         return self.catalog.slot_of(voice)
 
-    def lease_voice(self, voice: str) -> AdapterLease | None:
+    def lease_voice(self, voice: str) -> AdapterLease | ReferenceLease | None:
         """What a session holds from its start to its end: the adapter that speaks `voice`
         (its slot goes into every request of the session; released when the session
-        ends, so an unloaded adapter's slot is freed only after its last session), or
-        None for a base voice. AdapterRefusal(FAILED_PRECONDITION) for a voice of an
-        adapter being unloaded. The asyncio loop only (the catalog's owner)."""
-        return self.catalog.lease(voice)
+        ends, so an unloaded adapter's slot is freed only after its last session), the
+        reference voice `voice` (its clip builds every prompt of the session, even after an
+        unload), or None for a base voice. Either lease has `slot` and `reference`.
+        AdapterRefusal / ReferenceRefusal (FAILED_PRECONDITION) for a voice being unloaded.
+        The asyncio loop only (the catalogs' owner)."""
+        lease = self.reference_catalog.lease(voice)
+        return lease if lease is not None else self.catalog.lease(voice)
 
     def voice_refusal(self, voice: str) -> str | None:
         """Why `voice`, which the voice list does not have, takes no new session: it is
-        spoken by an adapter being unloaded; None when that is not why."""
-        return self.catalog.refusal(voice)
+        spoken by an adapter being unloaded, or is a reference voice being unloaded; None
+        when that is not why."""
+        return self.catalog.refusal(voice) or self.reference_catalog.refusal(voice)
 
     def request(self, session_id: str, segment_index: int, voice: str, text: str,
                 sampling: SamplingParams = SamplingParams(),
-                adapter: int | None = None) -> GenerationRequest:
+                adapter: int | None = None, reference: Any = BY_NAME) -> GenerationRequest:
         """A GenerationRequest for one segment (prompt ids and token budget from the text),
         with `sampling` as it is given: a session's was validated and completed at its edge
         (server/settings.py, the one place config.sampling fills what a request left unset);
         a caller with none (warm-up) gets SamplingParams' own, Orpheus's recommended values.
         `adapter`: the pool slot the session leased (lease_voice; -1 the base model); None:
         the slot of whichever loaded adapter speaks `voice` now (warm-up, offline callers).
-        ValueError (the caller's INVALID_ARGUMENT) for a seed the engine would ignore."""
+        `reference`: the reference voice the session leased (None: none, whatever the name
+        means now); BY_NAME: whichever is listed as `voice` now. ValueError (the caller's INVALID_ARGUMENT) for a seed the engine would ignore."""
         if sampling.seed is not None and self.seed_refusal:
             raise ValueError(f"sampling.seed: {self.seed_refusal}")
-        prompt, prefix_len = self.prompt_parts(voice, text)
+        prompt, prefix_len = self.prompt_parts(voice, text, reference)
         expected = max(1, round(expected_audio_seconds(text) / FRAME_SECONDS))
         return GenerationRequest(session_id=session_id, segment_index=segment_index,
                                  prompt_ids=tuple(prompt), max_tokens=max_tokens_for_text(text),
@@ -143,16 +252,19 @@ class FrontRuntime:
                                  adapter=self.adapter_of(voice) if adapter is None else adapter,
                                  prefix_len=prefix_len)
 
-    def prompt(self, voice: str, text: str) -> list[int]:
+    def prompt(self, voice: str, text: str, reference: Any = BY_NAME) -> list[int]:
         """The prompt ids of `text` in `voice`: a reference voice's (its clip's turns, then
-        the text's: core/reference.py build_reference_prompt), else "{voice}: {text}"'s."""
-        return self.prompt_parts(voice, text)[0]
+        the text's: core/reference.py build_reference_prompt), else "{voice}: {text}"'s.
+        `reference` as in `request`."""
+        return self.prompt_parts(voice, text, reference)[0]
 
-    def prompt_parts(self, voice: str, text: str) -> tuple[list[int], int]:
+    def prompt_parts(self, voice: str, text: str, reference: Any = BY_NAME
+                     ) -> tuple[list[int], int]:
         """(prompt ids, prefix length): a reference voice's prompt starts with its prefix
         (core/reference.py reference_prefix: what the engine's prefix pool holds), any
-        other's has none (0)."""
-        ref = self.references.get((voice or "").strip().casefold())
+        other's has none (0). `reference` as in `request`."""
+        ref = self.references.get((voice or "").strip().casefold()) \
+            if reference is BY_NAME else reference
         if ref is None:
             return build_prompt(self.encode, voice, text), 0
         prefix = reference_prefix(self.encode, ref)
@@ -245,7 +357,7 @@ def build_runtime(config: Config, router: EventRouter | None = None, *,
         codec = NullCodec(device)
     else:
         fl = config.flusher
-        codec = built.codec or load_snac(_snac_ref(config, built.is_demo), device=device,
+        codec = built.codec or load_snac(snac_ref(config, built.is_demo), device=device,
                                          dtype=resolve_dtype(fl.codec_dtype, device),
                                          max_batch_frames=fl.max_decode_frames,
                                          graphs=fl.codec_graphs)
@@ -278,7 +390,7 @@ def _references(config: Config, built: BuiltBackend, device: torch.device
     if not config.model.reference_voices:
         return ()
     refs = load_reference_voices(config.model.reference_voices,
-                                 _snac_ref(config, built.is_demo), device)
+                                 snac_ref(config, built.is_demo), device)
     max_seq_len = built.backend.capabilities.max_seq_len
     for i, ref in enumerate(refs):
         try:
@@ -321,12 +433,18 @@ def _catalog(base: VoiceRegistry, built: BuiltBackend) -> AdapterCatalog:
     return catalog
 
 
+def _log_drop_failure(done) -> None:
+    if done.exception() is not None:
+        log.error("dropping a reference voice's prefix from the pool failed: %s",
+                  done.exception())
+
+
 def _log_failure(done) -> None:
     if done.exception() is not None:
         log.error("clearing a freed LoRA adapter slot failed: %s", done.exception())
 
 
-def _snac_ref(config: Config, is_demo: bool) -> str:
+def snac_ref(config: Config, is_demo: bool) -> str:
     """model.snac, else the demo's random-init SNAC (with a warning unless the whole model
     is the demo, whose own warning says so)."""
     if config.model.snac is not None:

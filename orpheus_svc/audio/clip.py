@@ -14,7 +14,8 @@ a request's bytes over MAX_CLIP_BYTES are refused before decoding, so a long rec
 no more than the limit to refuse.
 
 `resolve_clip_path` is the realpath check of a clip named while serving: only files inside
-model.reference_dirs (models/adapters.py resolve_inside is the adapters' twin).
+model.reference_dirs (models/adapters.py resolve_inside is the adapters' twin); its
+refusals are ClipPathError, which says whether the path lies outside them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ ClipSource = Union[bytes, bytearray, memoryview, str, os.PathLike]
 
 def _clip_error(message: str) -> ReferenceVoiceError:
     return ReferenceVoiceError("clip", message)
+
+
+class ClipPathError(ReferenceVoiceError):
+    """A clip path refused by resolve_clip_path; `outside`: it names a file outside
+    model.reference_dirs (the admin service answers PERMISSION_DENIED), else it is no
+    usable path (empty, relative: INVALID_ARGUMENT)."""
+
+    def __init__(self, message: str, outside: bool = False) -> None:
+        super().__init__("clip", message)
+        self.outside = outside
 
 
 def _open_source(source: ClipSource) -> tuple[object, str]:
@@ -125,11 +136,11 @@ def resolve_clip_path(path: str, dirs: tuple[str, ...]) -> Path:
     the same way); ReferenceVoiceError("clip") otherwise. Read the clip from the path
     returned, never from `path`: a symlink swapped after the check then reads nothing new."""
     if not isinstance(path, str) or not path.strip() or "\x00" in path:
-        raise _clip_error("the clip's path is empty: give the file's absolute path (inside "
+        raise ClipPathError("the clip's path is empty: give the file's absolute path (inside "
                           "model.reference_dirs)")
     given = Path(path)
     if not given.is_absolute():
-        raise _clip_error(f"clip path {path[:200]!r} is not absolute: give the file's "
+        raise ClipPathError(f"clip path {path[:200]!r} is not absolute: give the file's "
                           f"absolute path (inside model.reference_dirs)")
     real = Path(os.path.realpath(given))
     roots = [Path(os.path.realpath(d)) for d in dirs]
@@ -137,6 +148,6 @@ def resolve_clip_path(path: str, dirs: tuple[str, ...]) -> Path:
     if not any(_inside(real, r) for r in roots):
         shown = f"{path[:200]!r}" + (f" resolves to {str(real)!r}, which is"
                                      if str(real) != path else " is")
-        raise _clip_error(f"clip path {shown} outside model.reference_dirs ({allowed}): the "
-                          f"server reads clips only from those directories")
+        raise ClipPathError(f"clip path {shown} outside model.reference_dirs ({allowed}): the "
+                            f"server reads clips only from those directories", outside=True)
     return real

@@ -19,7 +19,10 @@ A slot is free only when no entry holds it: loading, loaded or draining with ses
 `on_free(slot)` tells the owner when a slot that held weights is free again (the runtime
 clears it on the engine), and `on_change()` when the published `voices` / `slots` changed.
 
-`voices` (the base model's voices, then each loaded adapter's, as core/voices.py
+`base` is the base model's voices with the loaded reference voices (core/reference.py
+with_reference_voices; replaced by `set_base` when one is loaded or unloaded, and
+`held_elsewhere` names a voice name a reference voice still loading holds).
+`voices` (`base`, then each loaded adapter's voices, as core/voices.py
 `with_adapter_voices` makes them) and `slots` (name -> slot of each loaded adapter) are
 immutable snapshots, replaced as a whole: any thread may read the latest.
 """
@@ -66,7 +69,11 @@ class AdapterEntry:
 
 class AdapterLease:
     """A session's hold on the adapter that speaks its voice: `slot` goes into every
-    GenerationRequest of the session; `release()` once the session ended (idempotent)."""
+    GenerationRequest of the session; `release()` once the session ended (idempotent).
+    `reference` is None: an adapter's voice is no reference voice (a session reads both
+    from whichever lease it holds: core/reference_catalog.py ReferenceLease)."""
+
+    reference = None
 
     def __init__(self, catalog: "AdapterCatalog", entry: AdapterEntry) -> None:
         self._catalog, self.entry, self._held = catalog, entry, True
@@ -96,6 +103,9 @@ class AdapterCatalog:
         self.capacity = capacity
         self.on_free = on_free
         self.on_change = on_change
+        # name -> who holds it outside this catalog's voices (a reference voice loading), or
+        # None: a voice an adapter claims may not take such a name either
+        self.held_elsewhere: Callable[[str], str | None] | None = None
         self._live: dict[str, AdapterEntry] = {}   # LOADING and LOADED, by casefolded name
         self._draining: list[AdapterEntry] = []    # unloaded, sessions still open
         self.voices: VoiceRegistry = base
@@ -130,6 +140,26 @@ class AdapterCatalog:
         self._live[_key(name)] = entry
         self._publish()
         return entry
+
+    def set_base(self, base: VoiceRegistry) -> None:
+        """The base model's voices are now `base` (a reference voice loaded or unloaded:
+        runtime.py); the published voice list follows. The caller has checked that no name
+        in `base` is an adapter's voice (owner_of)."""
+        self.base = base
+        self._publish()
+
+    def owner_of(self, name: str) -> str | None:
+        """Which live voice has `name` (any case), for a refusal: "a voice of the base
+        model", "a reference voice", or "a voice of adapter 'x'" (loading or loaded); None
+        when no voice does."""
+        key = _key(name or "")
+        for v in self.base.voices:
+            if v.name.casefold() == key:
+                return "a reference voice" if v.reference else "a voice of the base model"
+        for entry in self._live.values():
+            if entry.voices is not None and key in {n.casefold() for n in entry.voice_names}:
+                return f"a voice of adapter {entry.name!r}"
+        return None
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -273,6 +303,12 @@ class AdapterCatalog:
         return entry
 
     def _check_voices(self, entry: AdapterEntry, voices: VoiceRegistry) -> None:
+        if self.held_elsewhere is not None:
+            for name in voices.names:
+                holder = self.held_elsewhere(name)
+                if holder is not None:
+                    raise AdapterRefusal(Status.ALREADY_EXISTS, (
+                        f"adapter {entry.name!r}: voice {name!r} is already {holder}"))
         others = [(e.name, e.voices) for e in self._live.values()
                   if e is not entry and e.voices is not None]
         try:

@@ -74,6 +74,10 @@ MAX_CLIP_FRAMES = math.ceil(MAX_CLIP_SECONDS * SAMPLE_RATE / SAMPLES_PER_FRAME) 
 # A clip's file or bytes: 30 s of 96 kHz stereo float32 WAV is 23 MB; compressed clips are
 # far smaller. Bounds what a registration reads before it knows the clip's length.
 MAX_CLIP_BYTES = 32 * 1024 * 1024
+# A clip sent in an admin request's bytes (LoadReferenceVoiceRequest.clip_audio): under gRPC's
+# 4 MiB message limit with room for the other fields. 30 s of 24 kHz mono 16-bit WAV is
+# 1.4 MB, of 44.1 kHz mono 2.6 MB, and compressed clips far less; a larger file goes by path.
+MAX_CLIP_AUDIO_BYTES = 3 * 1024 * 1024
 # Fast read speech runs about 20 characters a second (spaces and punctuation counted), so
 # 30 s holds some 600; a transcript much longer than that cannot be the clip's.
 MAX_TRANSCRIPT_CHARS = 1000

@@ -36,6 +36,7 @@ from orpheus_svc.core.adapters import AdapterRefusal
 from orpheus_svc.core.errors import SessionError, internal_message, new_error_id
 from orpheus_svc.core.events import AudioEvent, EngineEvent, Finish, Rejected
 from orpheus_svc.core.normalize import normalize_text
+from orpheus_svc.core.reference_catalog import ReferenceRefusal
 from orpheus_svc.core.status import Status
 from orpheus_svc.core.tokens import SAMPLE_RATE
 from orpheus_svc.engine.handle import GenerationHandle
@@ -179,6 +180,7 @@ class StreamSession:
         self._segments: list[_Segment] = []
         self._by_gen: dict[int, _Segment] = {}
         self._adapter = -1  # the LoRA pool slot run() leased for the voice (-1: base model)
+        self._reference = None  # the reference voice run() leased (None: not one)
         self._inbox: asyncio.Queue = asyncio.Queue()
         self._input_done = False
         self._error: SessionError | None = None
@@ -198,14 +200,16 @@ class StreamSession:
         self._audio = SessionEncoder(settings.encoding, settings.sample_rate, whole=settings.whole)
 
     async def run(self, inputs: AsyncIterator[Input]) -> AsyncIterator[Output]:
-        # The session's voice holds its LoRA adapter (if one speaks it) from here to the
-        # session's end, so an adapter unloaded meanwhile keeps its slot, and every segment
-        # its weights, until this session has all its audio (core/adapters.py).
+        # The session's voice holds its LoRA adapter (if one speaks it) or its reference
+        # voice from here to the session's end, so an adapter unloaded meanwhile keeps its
+        # slot, and every segment its weights (a reference voice: its clip), until this
+        # session has all its audio (core/adapters.py, core/reference_catalog.py).
         try:
             lease = self.runtime.lease_voice(self.settings.voice)
-        except AdapterRefusal as exc:  # its adapter is being unloaded: no new session
+        except (AdapterRefusal, ReferenceRefusal) as exc:  # being unloaded: no new session
             raise SessionError(exc.code, exc.message, field="voice") from None
         self._adapter = -1 if lease is None else lease.slot
+        self._reference = None if lease is None else lease.reference
         loop = asyncio.get_running_loop()
         reader = asyncio.create_task(self._read(inputs))
         try:
@@ -335,7 +339,7 @@ class StreamSession:
                 req = self.runtime.request(self.session_id, seg.index, self.settings.voice,
                                            self._spoken(seg),
                                            self.settings.segment_sampling(seg.index),
-                                           adapter=self._adapter)
+                                           adapter=self._adapter, reference=self._reference)
             except ValueError as exc:  # e.g. control tokens spelled in the text
                 raise SessionError(Status.INVALID_ARGUMENT, f"segment {seg.index}: {exc}") from exc
             seg.t_open = time.monotonic()

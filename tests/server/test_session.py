@@ -67,7 +67,8 @@ class FakeRuntime:
                          finish=Finish("length", 10, 7 * self.frames, self.frames)))
             h(AudioEvent(gid, np.zeros(2048, np.float32), 0))  # a stray: nothing after the end
 
-    def request(self, session_id, segment_index, voice, text, sampling=None, adapter=-1):
+    def request(self, session_id, segment_index, voice, text, sampling=None, adapter=-1,
+                reference=None):
         return GenerationRequest(session_id, segment_index, (1, 2, 3), 70)
 
     def lease_voice(self, voice):  # base voices only: no LoRA adapter to hold

@@ -93,7 +93,8 @@ def test_the_runtime_takes_a_sessions_sampling_as_it_is():
 
 
 class RecordingRuntime(FakeRuntime):
-    def request(self, session_id, segment_index, voice, text, sampling=None, adapter=-1):
+    def request(self, session_id, segment_index, voice, text, sampling=None, adapter=-1,
+                reference=None):
         self.sampling = getattr(self, "sampling", []) + [sampling]
         return GenerationRequest(session_id, segment_index, (1, 2, 3), 70, sampling)
 

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1corpheus/admin/v1/admin.proto\x12\x10orpheus.admin.v1\"\x97\x01\n\x07\x41\x64\x61pter\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0c\n\x04rank\x18\x03 \x01(\r\x12\x0e\n\x06voices\x18\x04 \x03(\t\x12\x15\n\ropen_sessions\x18\x05 \x01(\r\x12-\n\x05state\x18\x06 \x01(\x0e\x32\x1e.orpheus.admin.v1.AdapterState\x12\x0c\n\x04slot\x18\x07 \x01(\r\"@\n\x12LoadAdapterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06voices\x18\x03 \x03(\t\"A\n\x13LoadAdapterResponse\x12*\n\x07\x61\x64\x61pter\x18\x01 \x01(\x0b\x32\x19.orpheus.admin.v1.Adapter\"\x15\n\x13ListAdaptersRequest\"}\n\x14ListAdaptersResponse\x12+\n\x08\x61\x64\x61pters\x18\x01 \x03(\x0b\x32\x19.orpheus.admin.v1.Adapter\x12\x10\n\x08\x63\x61pacity\x18\x02 \x01(\r\x12\x10\n\x08max_rank\x18\x03 \x01(\r\x12\x14\n\x0c\x61\x64\x61pter_dirs\x18\x04 \x03(\t\"$\n\x14UnloadAdapterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"R\n\x15UnloadAdapterResponse\x12*\n\x07\x61\x64\x61pter\x18\x01 \x01(\x0b\x32\x19.orpheus.admin.v1.Adapter\x12\r\n\x05\x66reed\x18\x02 \x01(\x08*~\n\x0c\x41\x64\x61pterState\x12\x1d\n\x19\x41\x44\x41PTER_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15\x41\x44\x41PTER_STATE_LOADING\x10\x01\x12\x18\n\x14\x41\x44\x41PTER_STATE_LOADED\x10\x02\x12\x1a\n\x16\x41\x44\x41PTER_STATE_DRAINING\x10\x03\x32\xab\x02\n\x0c\x41\x64minService\x12Z\n\x0bLoadAdapter\x12$.orpheus.admin.v1.LoadAdapterRequest\x1a%.orpheus.admin.v1.LoadAdapterResponse\x12]\n\x0cListAdapters\x12%.orpheus.admin.v1.ListAdaptersRequest\x1a&.orpheus.admin.v1.ListAdaptersResponse\x12`\n\rUnloadAdapter\x12&.orpheus.admin.v1.UnloadAdapterRequest\x1a\'.orpheus.admin.v1.UnloadAdapterResponseBLZJgithub.com/orpheus-svc/orpheus-svc/clients/go/gen/orpheus/admin/v1;adminv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1corpheus/admin/v1/admin.proto\x12\x10orpheus.admin.v1\"\x97\x01\n\x07\x41\x64\x61pter\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0c\n\x04rank\x18\x03 \x01(\r\x12\x0e\n\x06voices\x18\x04 \x03(\t\x12\x15\n\ropen_sessions\x18\x05 \x01(\r\x12-\n\x05state\x18\x06 \x01(\x0e\x32\x1e.orpheus.admin.v1.AdapterState\x12\x0c\n\x04slot\x18\x07 \x01(\r\"@\n\x12LoadAdapterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06voices\x18\x03 \x03(\t\"A\n\x13LoadAdapterResponse\x12*\n\x07\x61\x64\x61pter\x18\x01 \x01(\x0b\x32\x19.orpheus.admin.v1.Adapter\"\x15\n\x13ListAdaptersRequest\"}\n\x14ListAdaptersResponse\x12+\n\x08\x61\x64\x61pters\x18\x01 \x03(\x0b\x32\x19.orpheus.admin.v1.Adapter\x12\x10\n\x08\x63\x61pacity\x18\x02 \x01(\r\x12\x10\n\x08max_rank\x18\x03 \x01(\r\x12\x14\n\x0c\x61\x64\x61pter_dirs\x18\x04 \x03(\t\"$\n\x14UnloadAdapterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"R\n\x15UnloadAdapterResponse\x12*\n\x07\x61\x64\x61pter\x18\x01 \x01(\x0b\x32\x19.orpheus.admin.v1.Adapter\x12\r\n\x05\x66reed\x18\x02 \x01(\x08\"\xdd\x01\n\x0eReferenceVoice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08language\x18\x02 \x01(\t\x12\x12\n\ntranscript\x18\x03 \x01(\t\x12\x0c\n\x04\x63lip\x18\x04 \x01(\t\x12\x0f\n\x07seconds\x18\x05 \x01(\x02\x12\x14\n\x0c\x61udio_tokens\x18\x06 \x01(\r\x12\x15\n\rprefix_tokens\x18\x07 \x01(\r\x12\x15\n\ropen_sessions\x18\x08 \x01(\r\x12\x34\n\x05state\x18\t \x01(\x0e\x32%.orpheus.admin.v1.ReferenceVoiceState\"\x82\x01\n\x19LoadReferenceVoiceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08language\x18\x02 \x01(\t\x12\x12\n\ntranscript\x18\x03 \x01(\t\x12\x13\n\tclip_path\x18\x04 \x01(\tH\x00\x12\x14\n\nclip_audio\x18\x05 \x01(\x0cH\x00\x42\x06\n\x04\x63lip\"M\n\x1aLoadReferenceVoiceResponse\x12/\n\x05voice\x18\x01 \x01(\x0b\x32 .orpheus.admin.v1.ReferenceVoice\"\x1c\n\x1aListReferenceVoicesRequest\"\xf4\x01\n\x1bListReferenceVoicesResponse\x12\x30\n\x06voices\x18\x01 \x03(\x0b\x32 .orpheus.admin.v1.ReferenceVoice\x12\x16\n\x0ereference_dirs\x18\x02 \x03(\t\x12\x18\n\x10min_clip_seconds\x18\x03 \x01(\x02\x12\x18\n\x10max_clip_seconds\x18\x04 \x01(\x02\x12\x1c\n\x14max_transcript_chars\x18\x05 \x01(\r\x12\x1c\n\x14max_clip_audio_bytes\x18\x06 \x01(\r\x12\x1b\n\x13max_clip_file_bytes\x18\x07 \x01(\r\"+\n\x1bUnloadReferenceVoiceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"^\n\x1cUnloadReferenceVoiceResponse\x12/\n\x05voice\x18\x01 \x01(\x0b\x32 .orpheus.admin.v1.ReferenceVoice\x12\r\n\x05\x66reed\x18\x02 \x01(\x08*~\n\x0c\x41\x64\x61pterState\x12\x1d\n\x19\x41\x44\x41PTER_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15\x41\x44\x41PTER_STATE_LOADING\x10\x01\x12\x18\n\x14\x41\x44\x41PTER_STATE_LOADED\x10\x02\x12\x1a\n\x16\x41\x44\x41PTER_STATE_DRAINING\x10\x03*\xa5\x01\n\x13ReferenceVoiceState\x12%\n!REFERENCE_VOICE_STATE_UNSPECIFIED\x10\x00\x12!\n\x1dREFERENCE_VOICE_STATE_LOADING\x10\x01\x12 \n\x1cREFERENCE_VOICE_STATE_LOADED\x10\x02\x12\"\n\x1eREFERENCE_VOICE_STATE_DRAINING\x10\x03\x32\x87\x05\n\x0c\x41\x64minService\x12Z\n\x0bLoadAdapter\x12$.orpheus.admin.v1.LoadAdapterRequest\x1a%.orpheus.admin.v1.LoadAdapterResponse\x12]\n\x0cListAdapters\x12%.orpheus.admin.v1.ListAdaptersRequest\x1a&.orpheus.admin.v1.ListAdaptersResponse\x12`\n\rUnloadAdapter\x12&.orpheus.admin.v1.UnloadAdapterRequest\x1a\'.orpheus.admin.v1.UnloadAdapterResponse\x12o\n\x12LoadReferenceVoice\x12+.orpheus.admin.v1.LoadReferenceVoiceRequest\x1a,.orpheus.admin.v1.LoadReferenceVoiceResponse\x12r\n\x13ListReferenceVoices\x12,.orpheus.admin.v1.ListReferenceVoicesRequest\x1a-.orpheus.admin.v1.ListReferenceVoicesResponse\x12u\n\x14UnloadReferenceVoice\x12-.orpheus.admin.v1.UnloadReferenceVoiceRequest\x1a..orpheus.admin.v1.UnloadReferenceVoiceResponseBLZJgithub.com/orpheus-svc/orpheus-svc/clients/go/gen/orpheus/admin/v1;adminv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -22,8 +22,10 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'orpheus_svc.proto.admin.v1.
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'ZJgithub.com/orpheus-svc/orpheus-svc/clients/go/gen/orpheus/admin/v1;adminv1'
-  _globals['_ADAPTERSTATE']._serialized_start=609
-  _globals['_ADAPTERSTATE']._serialized_end=735
+  _globals['_ADAPTERSTATE']._serialized_start=1463
+  _globals['_ADAPTERSTATE']._serialized_end=1589
+  _globals['_REFERENCEVOICESTATE']._serialized_start=1592
+  _globals['_REFERENCEVOICESTATE']._serialized_end=1757
   _globals['_ADAPTER']._serialized_start=51
   _globals['_ADAPTER']._serialized_end=202
   _globals['_LOADADAPTERREQUEST']._serialized_start=204
@@ -38,6 +40,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_UNLOADADAPTERREQUEST']._serialized_end=523
   _globals['_UNLOADADAPTERRESPONSE']._serialized_start=525
   _globals['_UNLOADADAPTERRESPONSE']._serialized_end=607
-  _globals['_ADMINSERVICE']._serialized_start=738
-  _globals['_ADMINSERVICE']._serialized_end=1037
+  _globals['_REFERENCEVOICE']._serialized_start=610
+  _globals['_REFERENCEVOICE']._serialized_end=831
+  _globals['_LOADREFERENCEVOICEREQUEST']._serialized_start=834
+  _globals['_LOADREFERENCEVOICEREQUEST']._serialized_end=964
+  _globals['_LOADREFERENCEVOICERESPONSE']._serialized_start=966
+  _globals['_LOADREFERENCEVOICERESPONSE']._serialized_end=1043
+  _globals['_LISTREFERENCEVOICESREQUEST']._serialized_start=1045
+  _globals['_LISTREFERENCEVOICESREQUEST']._serialized_end=1073
+  _globals['_LISTREFERENCEVOICESRESPONSE']._serialized_start=1076
+  _globals['_LISTREFERENCEVOICESRESPONSE']._serialized_end=1320
+  _globals['_UNLOADREFERENCEVOICEREQUEST']._serialized_start=1322
+  _globals['_UNLOADREFERENCEVOICEREQUEST']._serialized_end=1365
+  _globals['_UNLOADREFERENCEVOICERESPONSE']._serialized_start=1367
+  _globals['_UNLOADREFERENCEVOICERESPONSE']._serialized_end=1461
+  _globals['_ADMINSERVICE']._serialized_start=1760
+  _globals['_ADMINSERVICE']._serialized_end=2407
 # @@protoc_insertion_point(module_scope)

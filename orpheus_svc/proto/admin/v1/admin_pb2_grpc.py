@@ -31,7 +31,8 @@ if _version_not_supported:
 
 
 class AdminServiceStub(object):
-    """AdminService loads, lists and unloads the LoRA adapters in the engine's adapter pool.
+    """AdminService loads, lists and unloads the LoRA adapters in the engine's adapter pool and
+    the reference voices (voices cloned from a clip and its transcript).
     """
 
     def __init__(self, channel):
@@ -55,10 +56,26 @@ class AdminServiceStub(object):
                 request_serializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.UnloadAdapterRequest.SerializeToString,
                 response_deserializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.UnloadAdapterResponse.FromString,
                 _registered_method=True)
+        self.LoadReferenceVoice = channel.unary_unary(
+                '/orpheus.admin.v1.AdminService/LoadReferenceVoice',
+                request_serializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.LoadReferenceVoiceRequest.SerializeToString,
+                response_deserializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.LoadReferenceVoiceResponse.FromString,
+                _registered_method=True)
+        self.ListReferenceVoices = channel.unary_unary(
+                '/orpheus.admin.v1.AdminService/ListReferenceVoices',
+                request_serializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.ListReferenceVoicesRequest.SerializeToString,
+                response_deserializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.ListReferenceVoicesResponse.FromString,
+                _registered_method=True)
+        self.UnloadReferenceVoice = channel.unary_unary(
+                '/orpheus.admin.v1.AdminService/UnloadReferenceVoice',
+                request_serializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.UnloadReferenceVoiceRequest.SerializeToString,
+                response_deserializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.UnloadReferenceVoiceResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer(object):
-    """AdminService loads, lists and unloads the LoRA adapters in the engine's adapter pool.
+    """AdminService loads, lists and unloads the LoRA adapters in the engine's adapter pool and
+    the reference voices (voices cloned from a clip and its transcript).
     """
 
     def LoadAdapter(self, request, context):
@@ -85,6 +102,33 @@ class AdminServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LoadReferenceVoice(self, request, context):
+        """LoadReferenceVoice makes a reference voice from a clip (a file inside
+        model.reference_dirs, or the clip's bytes) and its transcript, checked as the server
+        checks model.reference_voices at start-up; the voice is listed (ListVoices, reference
+        set) and spoken by name on every edge when the call returns. A refused load changes
+        nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListReferenceVoices(self, request, context):
+        """ListReferenceVoices: every reference voice (loaded, loading or draining) and the limits a
+        clip and a transcript must meet.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnloadReferenceVoice(self, request, context):
+        """UnloadReferenceVoice: the voice takes no new session from now on and leaves the voice
+        list; sessions open on it finish with all their audio, in its voice.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -103,6 +147,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     request_deserializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.UnloadAdapterRequest.FromString,
                     response_serializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.UnloadAdapterResponse.SerializeToString,
             ),
+            'LoadReferenceVoice': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadReferenceVoice,
+                    request_deserializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.LoadReferenceVoiceRequest.FromString,
+                    response_serializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.LoadReferenceVoiceResponse.SerializeToString,
+            ),
+            'ListReferenceVoices': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListReferenceVoices,
+                    request_deserializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.ListReferenceVoicesRequest.FromString,
+                    response_serializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.ListReferenceVoicesResponse.SerializeToString,
+            ),
+            'UnloadReferenceVoice': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnloadReferenceVoice,
+                    request_deserializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.UnloadReferenceVoiceRequest.FromString,
+                    response_serializer=orpheus_dot_admin_dot_v1_dot_admin__pb2.UnloadReferenceVoiceResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'orpheus.admin.v1.AdminService', rpc_method_handlers)
@@ -111,7 +170,8 @@ def add_AdminServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class AdminService(object):
-    """AdminService loads, lists and unloads the LoRA adapters in the engine's adapter pool.
+    """AdminService loads, lists and unloads the LoRA adapters in the engine's adapter pool and
+    the reference voices (voices cloned from a clip and its transcript).
     """
 
     @staticmethod
@@ -185,6 +245,87 @@ class AdminService(object):
             '/orpheus.admin.v1.AdminService/UnloadAdapter',
             orpheus_dot_admin_dot_v1_dot_admin__pb2.UnloadAdapterRequest.SerializeToString,
             orpheus_dot_admin_dot_v1_dot_admin__pb2.UnloadAdapterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadReferenceVoice(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orpheus.admin.v1.AdminService/LoadReferenceVoice',
+            orpheus_dot_admin_dot_v1_dot_admin__pb2.LoadReferenceVoiceRequest.SerializeToString,
+            orpheus_dot_admin_dot_v1_dot_admin__pb2.LoadReferenceVoiceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListReferenceVoices(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orpheus.admin.v1.AdminService/ListReferenceVoices',
+            orpheus_dot_admin_dot_v1_dot_admin__pb2.ListReferenceVoicesRequest.SerializeToString,
+            orpheus_dot_admin_dot_v1_dot_admin__pb2.ListReferenceVoicesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnloadReferenceVoice(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orpheus.admin.v1.AdminService/UnloadReferenceVoice',
+            orpheus_dot_admin_dot_v1_dot_admin__pb2.UnloadReferenceVoiceRequest.SerializeToString,
+            orpheus_dot_admin_dot_v1_dot_admin__pb2.UnloadReferenceVoiceResponse.FromString,
             options,
             channel_credentials,
             insecure,
