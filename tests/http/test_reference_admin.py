@@ -73,7 +73,7 @@ def ref_admin_server(tmp_path_factory):
                                     "transcript": "The start-up voice."}],
         "server.api_keys": keys_doc(("ops", ADMIN_KEY, ["admin"]), ("app", USER_KEY, None)),
     }).start()
-    srv.root, srv.clips, srv.adapters = root, clips, adapters
+    srv.root, srv.clips, srv.adapters, srv.snac = root, clips, adapters, str(snac)
     try:
         yield srv
     finally:
@@ -158,6 +158,11 @@ def test_load_by_path_and_by_bytes_lists_and_speaks_the_voice_at_once(ref_admin_
     assert data["Rise"]["reference"] is True and data["fall"]["language"] == "en-GB"
 
     assert synthesize(srv, "rise").audio_ms > 0  # any case, as every voice
+    # the engine's prefix pool holds each voice's prefix from its load on
+    pool = runtime.engine.backend
+    for name in ("startup", "Rise", "fall"):
+        assert pool.holds_prefix(tuple(reference_prefix(runtime.encode,
+                                                        runtime.references[name.casefold()])))
     assert speech(srv, "fall").status_code == 200
     ref = runtime.references["rise"]
     assert rise.prefix_tokens == len(reference_prefix(runtime.encode, ref))
@@ -300,7 +305,44 @@ def test_unload_lets_the_open_session_finish_in_its_voice(ref_admin_server, open
         for t in ("First part.", "Second part, after the unload.")]
     assert [(v.name, v.transcript) for v in references(srv).voices
             if v.name == "kai"] == [("kai", "A falling tone.")]  # the old one released
+    pool = runtime.engine.backend
+    new_kai = runtime.references["kai"]
+    assert not pool.holds_prefix(tuple(reference_prefix(runtime.encode, kai)))
     assert unload_ref(srv, "kai").freed
+    assert _eventually(lambda: not pool.holds_prefix(
+        tuple(reference_prefix(runtime.encode, new_kai))))
+
+
+def _eventually(check, timeout=10.0):
+    """The pool is let go on the engine thread, after the unload's answer."""
+    import time
+    end = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_full_prefix_pool_refuses_a_voice_and_changes_nothing(ref_admin_server):
+    # a server whose pool (1 MB: 9 tokens of Orpheus-3B's KV on the sim) holds no prefix
+    srv = ref_admin_server
+    small = InProcessServer(**{
+        "engine.backend": "sim", "engine.max_sessions": 2, "engine.max_seq_len": 2048,
+        "engine.prefix_pool_mb": 1, "model.reference_dirs": [str(srv.clips)],
+        "model.snac": srv.snac,
+        "server.api_keys": keys_doc(("ops", ADMIN_KEY, ["admin"]), ("app", USER_KEY, None)),
+    }).start()
+    try:
+        before = (grpc_voices(small), references(small).SerializeToString())
+        code, details = code_of(load_ref, small, "big", "A rising tone.",
+                                clip_path=str(srv.clips / "rise.wav"))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "engine.prefix_pool_mb 1" in details and "no room" in details, details
+        assert (grpc_voices(small), references(small).SerializeToString()) == before
+        assert len(small.server.state.runtime.engine.backend.prefixes) == 0
+    finally:
+        small.stop()
 
 
 def test_the_split_topology_refuses_every_reference_voice_call(ref_admin_server):

@@ -112,7 +112,8 @@ class SimBackend:
                  sleep: Callable[[float], None] = time.sleep,
                  faults: SimFaults | None = None, max_adapters: int = 0,
                  lora_rank: int = 0, never_stop: bool = False,
-                 prefix_pool_tokens: int = 0) -> None:
+                 prefix_pool_tokens: int = 0,
+                 prefix_budget: str = "engine.prefix_pool_mb") -> None:
         """`max_adapters`, `lora_rank`: the LoRA pool a real engine would hold
         (engine.max_adapters, engine.max_lora_rank); each step pays its modelled cost
         (GpuProfile.lora_seconds) for the rows on adapters. `never_stop`: every stream is
@@ -133,7 +134,7 @@ class SimBackend:
                                                 prefix_pool_tokens=prefix_pool_tokens)
         # the prefix pool a real engine would hold (engine.prefix_pool_mb): which prefixes
         # it has; a step pays the copy of a held one instead of its prefill
-        self.prefixes = PrefixBook(prefix_pool_tokens, "engine.prefix_pool_mb")
+        self.prefixes = PrefixBook(prefix_pool_tokens, prefix_budget)
         self._clock = clock
         self._sleep = sleep
         # what each LoRA pool slot holds (write_adapter), as a real engine's pool would:

@@ -34,7 +34,8 @@ def build_sim_backend(config) -> tuple[SimBackend, Callable[[str], list[int]], S
     backend = SimBackend(profile, num_slots=e.max_sessions, max_seq_len=e.max_seq_len,
                          faults=faults, max_adapters=adapters.capacity,
                          lora_rank=adapters.rank,
-                         prefix_pool_tokens=e.prefix_pool_mb * (1 << 20) // KV_BYTES_PER_TOKEN)
+                         prefix_pool_tokens=e.prefix_pool_mb * (1 << 20) // KV_BYTES_PER_TOKEN,
+                         prefix_budget=f"engine.prefix_pool_mb {e.prefix_pool_mb}")
     backend.adapters = adapters.served
     for slot, (_, weights) in enumerate(adapters.adapters):  # what a real pool holds now
         backend.pool[slot] = (str(weights.path), weights.spec.r)
