@@ -48,6 +48,18 @@ def test_a_pooled_prefix_gives_the_whole_prompts_last_hidden_state_in_float64():
         assert torch.allclose(cache[2, :, :n], cache[0, :, :n], rtol=0, atol=1e-10)
 
 
+def test_a_turn_after_a_prefix_shares_a_call_with_a_prompt_from_zero():
+    # one call: a long prompt from position 0 pads the turn past the slot's end
+    model = _model(seq=192)
+    long_prompt = PREFIX[:2] + tuple(range(40, 40 + 168))
+    k, v = model.prefix_kv(PREFIX)
+    model.write_prefix(1, k, v)
+    both = model.prefill([0, 1], [long_prompt, TURNS[0]], starts=[0, len(PREFIX)])
+    alone = model.prefill([2], [PREFIX + TURNS[0]])
+    assert torch.allclose(both[1], alone[0], rtol=0, atol=1e-10)
+    assert torch.allclose(both[0], model.prefill([3], [long_prompt])[0], rtol=0, atol=1e-10)
+
+
 def test_a_turn_after_a_prefix_attends_to_the_prefix():
     # the same turn after another prefix must come out otherwise: the keys below the
     # start are read, not only the turn's own

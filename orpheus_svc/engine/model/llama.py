@@ -332,14 +332,12 @@ class SlotLlama:
         ids = ids.to(self.device)
         lens = torch.as_tensor(lengths, device=self.device)
         slot_idx = torch.as_tensor(list(slots), device=self.device)
-        pos = torch.arange(t, device=self.device)
         x = self.embed[ids]
         lora = None if adapters is None else LoraRows.grouped(self.lora, adapters, repeat=t)
         if any(starts):
-            attend_at = self._attend_after_prefix(slot_idx, starts, lens, t)
+            attend_at, positions = self._attend_after_prefix(slot_idx, starts, lens, t)
         else:
-            attend_at = self._attend_from_zero(slot_idx, lens, t)
-        positions = attend_at.positions
+            attend_at, positions = self._attend_from_zero(slot_idx, lens, t)
         for li, layer in enumerate(self.layers):
             def attend(h, li=li, layer=layer):
                 q, k, v = self._qkv(li, layer, h, positions, lora)
@@ -350,7 +348,8 @@ class SlotLlama:
 
     def _attend_from_zero(self, slot_idx: torch.Tensor, lens: torch.Tensor, t: int):
         """Prompts from position 0: their K/V go to [0, t) of their slots, and they attend
-        to their own keys (causal, never a padded one)."""
+        to their own keys (causal, never a padded one). Returns (attend(li, q, k, v), the
+        positions [B, t])."""
         pos = torch.arange(t, device=self.device)
         mask = (pos[None, :] <= pos[:, None])[None] & (pos[None, None, :] < lens[:, None, None])
         mask = mask.unsqueeze(1)  # [B, 1, T, T]
@@ -359,19 +358,19 @@ class SlotLlama:
             self.k_cache[li][slot_idx, :, :t] = k
             self.v_cache[li][slot_idx, :, :t] = v
             return self._sdpa_prefill(q, k, v, mask)
-        attend.positions = pos.expand(len(slot_idx), t)
-        return attend
+        return attend, pos.expand(len(slot_idx), t)
 
     def _attend_after_prefix(self, slot_idx: torch.Tensor, starts: Sequence[int],
                              lens: torch.Tensor, t: int):
-        """Prompts after a prefix: prompt i's tokens go to starts[i] + [0, t) of its slot
-        (padding clamped inside the slot: never attended, rewritten by decode), and attend
-        to every key of their slot up to their own position, the prefix's included."""
+        """Prompts after a prefix: prompt i's tokens go to starts[i] + [0, t) of its slot,
+        and attend to every key of their slot up to their own position, the prefix's
+        included. A padding token past the slot's end is put at its last position (never
+        a prompt's: fit_to_slot leaves room after every prompt; never attended, rewritten
+        by decode). Returns (attend(li, q, k, v), the positions [B, t])."""
         start = torch.as_tensor(list(starts), device=self.device)
-        positions = start[:, None] + torch.arange(t, device=self.device)[None, :]
-        write_at = positions.clamp(max=self.max_seq_len - 1)
-        span = int(max(s + t for s in starts))
-        span = min(span, self.max_seq_len)
+        positions = (start[:, None] + torch.arange(t, device=self.device)[None, :]) \
+            .clamp(max=self.max_seq_len - 1)
+        span = min(max(starts) + t, self.max_seq_len)
         keys = torch.arange(span, device=self.device)
         # [B, 1, T, span]: a key at or before the query, and inside the prompt's real end
         mask = ((keys[None, None, :] <= positions[:, :, None])
@@ -380,11 +379,10 @@ class SlotLlama:
 
         def attend(li: int, q, k, v):
             kc, vc = self.k_cache[li], self.v_cache[li]
-            kc[rows, :, write_at] = k.transpose(1, 2)
-            vc[rows, :, write_at] = v.transpose(1, 2)
+            kc[rows, :, positions] = k.transpose(1, 2)
+            vc[rows, :, positions] = v.transpose(1, 2)
             return self._sdpa_prefill(q, kc[slot_idx, :, :span], vc[slot_idx, :, :span], mask)
-        attend.positions = positions
-        return attend
+        return attend, positions
 
     def _sdpa_prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       mask: torch.Tensor) -> torch.Tensor:
