@@ -1,7 +1,7 @@
 """TurnWords: which words of a turn a voice-agent plugin hands over, when, and at what time
 (orpheus_tts_client/_word_clock.py). Pure: events in, units out; no server, no clock."""
 
-from orpheus_tts_client._word_clock import LengthCalibration, TurnWords
+from orpheus_tts_client._word_clock import LengthCalibration, Playout, TurnWords
 from orpheus_tts_client.types import AudioChunk, SegmentEnd, SegmentStart, WordTiming, WordTimings
 
 RATE = 1000  # samples per second: a sample is a millisecond
@@ -149,3 +149,16 @@ def test_a_segment_of_only_tags_falls_back_to_its_text():
     t.segment_start(start(0, "<laugh>", 0, 0))
     t.audio(audio(0, 100))  # the server sends no word timings for it
     assert names(t.due(0.0, 0.0)) == ["<laugh>"]
+
+
+def test_playout_runs_in_real_time_and_stalls_without_audio():
+    p = Playout()
+    assert p.played(5.0) == 0.0 and p.lag(5.0) == 0.0  # nothing arrived: nothing plays
+    p.arrive(10.0, 1.0)
+    assert p.played(10.5) == 0.5 and p.lag(10.5) == 0.0
+    assert p.played(12.0) == 1.0  # ran dry at 11.0
+    assert p.lag(12.0) == 1.0
+    p.arrive(12.0, 2.0)
+    assert p.played(13.0) == 2.0 and p.lag(13.0) == 1.0
+    p.arrive(13.0, 5.0)  # a fast server: audio ahead of playback does not move it
+    assert p.played(14.0) == 3.0 and p.lag(14.0) == 1.0

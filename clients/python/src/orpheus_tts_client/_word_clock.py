@@ -218,3 +218,38 @@ class TurnWords:
             out.append(Unit(text, start, end, not seg.whole))
             seg.next_unit += 1
         return out
+
+
+class Playout:
+    """Where a listener's playback of the turn is, from when its audio arrived: playback
+    starts with the first audio and runs in real time while there is audio to play, and
+    stalls while there is none (audio that arrives slower than real time). All times in
+    seconds on one clock; ``lag`` is how far playback is behind that clock's count since
+    the first audio (what a framework that times words on its clock must add)."""
+
+    def __init__(self) -> None:
+        self._first: float | None = None
+        self._clock = 0.0  # the clock at the last update
+        self._played = 0.0  # seconds of audio played by then
+        self._arrived = 0.0  # seconds of audio arrived
+
+    def arrive(self, now: float, seconds: float) -> None:
+        self._advance(now)
+        if self._first is None:
+            self._first = self._clock = now
+        self._arrived += seconds
+
+    def played(self, now: float) -> float:
+        self._advance(now)
+        return self._played
+
+    def lag(self, now: float) -> float:
+        if self._first is None:
+            return 0.0
+        return max(0.0, (now - self._first) - self.played(now))
+
+    def _advance(self, now: float) -> None:
+        if self._first is None or now <= self._clock:
+            return
+        self._played = min(self._arrived, self._played + (now - self._clock))
+        self._clock = now

@@ -64,7 +64,7 @@ except ImportError:  # pragma: no cover - a Pipecat without tracing
         return f
 
 from ._aio_session import AsyncSession
-from ._word_clock import LengthCalibration, TurnWords
+from ._word_clock import LengthCalibration, Playout, TurnWords
 from .aio import AsyncClient
 from .types import (
     AudioChunk, Encoding, Sampling, SegmentEnd, SegmentStart, Summary, TTSError, WordTimings,
@@ -126,8 +126,7 @@ class OrpheusTTSService(TTSService):
         # one gRPC session per audio context (= per LLM turn), and the task reading it
         self._sessions: dict[str, AsyncSession] = {}
         self._readers: dict[str, asyncio.Task] = {}
-        # per audio context: its words, what wakes its pacer, the pacer task, and the
-        # Pipecat clock (ns) at its first audio
+        # per audio context: its words, its playback, what wakes its pacer, the pacer task
         self._turns: dict[str, _Turn] = {}
 
     def can_generate_metrics(self) -> bool:
@@ -221,8 +220,7 @@ class OrpheusTTSService(TTSService):
                         await self.stop_ttfb_metrics()
                     if turn is not None:
                         turn.words.audio(ev)
-                        if turn.first_audio_ns is None:
-                            turn.first_audio_ns = self.get_clock().get_time()
+                        turn.playout.arrive(self._now(), ev.num_samples / session.sample_rate)
                     await self.append_to_audio_context(context_id, TTSAudioRawFrame(
                         audio=ev.audio, sample_rate=session.sample_rate, num_channels=1,
                         context_id=context_id))
@@ -260,28 +258,27 @@ class OrpheusTTSService(TTSService):
         lead = self._word_lead_s
         while True:
             turn.wake.clear()
-            if turn.ended:
-                units = turn.words.rest()
-            else:
-                units = turn.words.due(self._position(turn), lead)
+            now = self._now()
+            played = turn.playout.played(now)
+            units = turn.words.rest() if turn.ended else turn.words.due(played, lead)
+            # Pipecat times a word on its clock from the turn's first audio: playback that
+            # stalled for want of audio is that much behind it
+            lag = turn.playout.lag(now)
             for unit in units:
-                await self.add_word_timestamps([(unit.text, unit.start_s)], context_id)
+                await self.add_word_timestamps([(unit.text, unit.start_s + lag)], context_id)
             if turn.ended:
                 return
             due_at = turn.words.next_due_s(lead)
-            timeout = None if due_at is None else max(0.0, due_at - self._position(turn))
+            # (a stall only makes the wait end early: the loop then looks again)
+            timeout = None if due_at is None else max(0.01, due_at - played)
             try:
                 await asyncio.wait_for(turn.wake.wait(), timeout)
             except asyncio.TimeoutError:
                 pass
 
-    def _position(self, turn: "_Turn") -> float:
-        """Seconds of the turn's audio played: Pipecat's clock since the turn's first audio
-        went to the audio context (Pipecat starts its word times there or a little later,
-        so this runs at most a little ahead, and words go a little early)."""
-        if turn.first_audio_ns is None:
-            return 0.0
-        return max(0.0, (self.get_clock().get_time() - turn.first_audio_ns) / 1e9)
+    def _now(self) -> float:
+        """Pipecat's clock, in seconds: what its transport times the words' frames on."""
+        return self.get_clock().get_time() / 1e9
 
     async def _end_turn(self, context_id: str, turn: "_Turn", hand_over_rest: bool) -> None:
         self._turns.pop(context_id, None)
@@ -309,13 +306,15 @@ class OrpheusTTSService(TTSService):
 
 @dataclass
 class _Turn:
-    """One audio context's words (``TurnWords``), the event that wakes its pacer, the
-    pacer task, and the Pipecat clock (ns) when its first audio was appended."""
+    """One audio context's words (``TurnWords``), where its playback is (``Playout``, from
+    when its audio was appended: Pipecat starts its word times at the first of it, or a
+    little later, so words go a little early, never late), the event that wakes its pacer,
+    and the pacer task."""
 
     words: TurnWords
+    playout: Playout = field(default_factory=Playout)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     pacer: asyncio.Task | None = None
-    first_audio_ns: int | None = None
     ended: bool = False
 
 
