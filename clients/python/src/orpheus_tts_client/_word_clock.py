@@ -24,7 +24,7 @@ time known then; a segment whose times are final is handed over at once.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .types import AudioChunk, SegmentEnd, SegmentStart, WordTimings
 
@@ -74,7 +74,6 @@ class _Segment:
     whole: bool = False  # no word timings: one unit for the segment
     decided: bool = False  # words or whole
     next_unit: int = 0  # units of it already handed out
-    units: list = field(default_factory=list)  # for a whole segment: [its one text]
 
 
 class TurnWords:
@@ -150,11 +149,6 @@ class TurnWords:
             return None
         start, _ = self._times(seg, seg.next_unit)
         return 0.0 if self._settled(seg) else max(start, self._last_s) - lead_s
-
-    def pending_text(self) -> bool:
-        """Whether any segment still has units to hand over."""
-        return any(s.next_unit < self._count(s) or not s.decided
-                   for s in self._segments[self._next:])
 
     # -- internals -------------------------------------------------------------------------
 

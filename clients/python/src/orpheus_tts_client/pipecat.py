@@ -31,8 +31,9 @@ stretched by this voice's measured real-to-expected length ratio and to the audi
 so far (``_word_clock.py``). A server without word timings (older than the option, or the
 option off) gives whole segments instead: each segment's text is handed over at its own
 first sample, exact, so the context is right to the segment. Pipecat's transport releases
-words on its clock, so audio that arrives slower than real time (an underrun) lets the
-words run ahead of it (docs/clients.md, "Voice-agent plugins").
+words on its clock: the service models playback from when the audio arrived, so a stall
+(audio slower than real time) delays the words handed over after it, but one after a word
+was handed over lets that word run ahead (docs/clients.md, "What the agent heard").
 
 Tracing: with Pipecat's tracing on (``PipelineWorker(..., enable_tracing=True)``, which needs
 ``pipecat-ai[tracing]``), ``run_tts`` is traced as Pipecat traces its own TTS services
