@@ -1,4 +1,5 @@
-"""OrpheusTTSService in a real Pipecat pipeline against a live orpheus-svc server."""
+"""OrpheusTTSService in a real Pipecat pipeline against a live orpheus-svc server (and the
+in-process fake server where a test needs exact or missing word times)."""
 
 import asyncio
 import warnings
@@ -15,11 +16,21 @@ from pipecat.frames.frames import (  # noqa: E402
 )
 from pipecat.pipeline.pipeline import Pipeline  # noqa: E402
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker  # noqa: E402
+from pipecat.processors.aggregators.llm_context import LLMContext  # noqa: E402
+from pipecat.processors.aggregators.llm_response_universal import (  # noqa: E402
+    LLMContextAggregatorPair,
+)
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor  # noqa: E402
+from pipecat.transports.base_output import BaseOutputTransport  # noqa: E402
+from pipecat.transports.base_transport import TransportParams  # noqa: E402
 from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
-from orpheus_tts_client import AsyncClient, Sampling  # noqa: E402
+from orpheus_tts_client import (  # noqa: E402
+    AsyncClient, Sampling, SegmentEnd, SegmentStart, WordTimings,
+)
 from orpheus_tts_client.pipecat import OrpheusTTSService  # noqa: E402
+
+from tests.clients.fake_server import FakeServer  # noqa: E402
 
 RATE = 16000
 
@@ -173,8 +184,6 @@ def test_the_turns_tts_span_is_the_parent_of_the_call():
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from tests.clients.fake_server import FakeServer
-
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -202,18 +211,6 @@ def test_the_turns_tts_span_is_the_parent_of_the_call():
 # takes it); the user barges in once the transport has played `at_s` seconds. "Heard" is
 # what the transport played by then: the words whose start (the server's last times for
 # them) lies before that point, or the segments whose first sample does.
-
-from pipecat.processors.aggregators.llm_context import LLMContext  # noqa: E402
-from pipecat.processors.aggregators.llm_response_universal import (  # noqa: E402
-    LLMContextAggregatorPair,
-)
-from pipecat.transports.base_output import BaseOutputTransport  # noqa: E402
-from pipecat.transports.base_transport import TransportParams  # noqa: E402
-
-from orpheus_tts_client import SegmentEnd, SegmentStart, WordTimings  # noqa: E402
-
-from tests.clients.fake_server import FakeServer  # noqa: E402
-
 
 class PlayingOutput(BaseOutputTransport):
     """An output transport that plays in real time: each write takes as long as its audio
