@@ -6,6 +6,12 @@ SegmentStart, CHUNKS_PER_SEGMENT deterministic PCM16 chunks, SegmentEnd (with th
 code point range in the session's text, as the server's); a summary ends the call. Errors follow the API contract: INVALID_ARGUMENT for an unknown voice (voice "nobody"),
 an empty text or a bad sample rate; FAILED_PRECONDITION when text comes before the config.
 It records what it received so tests can check what the client sent, and when.
+
+Word timings: a fake made with ``word_timings=True`` honours ``word_timestamps`` as the
+server does (one WordTimings message of estimates before a segment's audio; the fake's
+estimates are its real times, so no final message), and one made with ``chunks_per_word``
+gives each segment that many chunks per word (a segment as long as its text, as speech
+is). The default fake sends no timings: a server older than the option.
 """
 
 from __future__ import annotations
@@ -58,8 +64,11 @@ class Received:
 
 
 class FakeTTSServicer(tts_pb2_grpc.TTSServiceServicer):
-    def __init__(self, name: str = "fake") -> None:
+    def __init__(self, name: str = "fake", word_timings: bool = False,
+                 chunks_per_word: int = 0) -> None:
         self.name = name
+        self.word_timings = word_timings
+        self.chunks_per_word = chunks_per_word
         self.calls: list[Received] = []
         self.lock = threading.Lock()
         # set each time a segment's SegmentEnd has been handed to gRPC
@@ -96,7 +105,8 @@ class FakeTTSServicer(tts_pb2_grpc.TTSServiceServicer):
                 if session is not None:
                     context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                   "config may only be the first message")
-                session = _Session(self, context, req.config.voice, req.config.audio_format)
+                session = _Session(self, context, req.config.voice, req.config.audio_format,
+                                   self.word_timings and req.config.word_timestamps)
             elif session is None:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                               "the first message must be a config, got " + kind)
@@ -120,7 +130,8 @@ class FakeTTSServicer(tts_pb2_grpc.TTSServiceServicer):
         rec.items.append(("text", request.text, time.monotonic()))
         if not request.text.strip():
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "text is empty")
-        session = _Session(self, context, request.voice, request.audio_format)
+        session = _Session(self, context, request.voice, request.audio_format,
+                           self.word_timings and request.word_timestamps)
         text, at = request.text, 0
         while (m := _CUT.search(text)) is not None:
             yield from session.segment(text[:m.end()], at)
@@ -144,7 +155,8 @@ class FakeTTSServicer(tts_pb2_grpc.TTSServiceServicer):
 class _Session:
     """Per-call output state: sequence numbers and sample offsets run over the whole call."""
 
-    def __init__(self, servicer: FakeTTSServicer, context, voice: str, fmt) -> None:
+    def __init__(self, servicer: FakeTTSServicer, context, voice: str, fmt,
+                 timings: bool = False) -> None:
         voice = voice or "tara"
         if voice not in VOICES:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
@@ -161,6 +173,7 @@ class _Session:
         self.index = 0
         self.started = time.monotonic()
         self.first_audio_ms = 0.0
+        self.timings = timings
 
     def segment(self, text: str, at: int = 0, flush_id: str = ""):
         """The messages of one segment: ``text`` starts at code point ``at`` of the
@@ -171,9 +184,22 @@ class _Session:
             return
         where = {"text_start": start, "text_end": start + len(text), "flush_id": flush_id}
         n = chunk_samples(self.rate)
+        spans = [(m.group(), start + m.start()) for m in re.finditer(r"\S+", text)]
+        chunks = (self.servicer.chunks_per_word * len(spans) if self.servicer.chunks_per_word
+                  else CHUNKS_PER_SEGMENT)
         yield pb.StreamingSynthesizeResponse(segment_start=pb.SegmentStart(
             segment_index=self.index, text=text, sample_offset=self.offset, **where))
-        for _ in range(CHUNKS_PER_SEGMENT):
+        if self.timings:
+            # the words share the segment's audio evenly, the last ending at its end
+            share = chunks * n // len(spans)
+            yield pb.StreamingSynthesizeResponse(word_timings=pb.WordTimings(
+                segment_index=self.index, final=False, words=[pb.WordTiming(
+                    text=w, char_start=c, char_end=c + len(w),
+                    start_sample=self.offset + i * share,
+                    end_sample=self.offset + (chunks * n if i == len(spans) - 1
+                                              else (i + 1) * share))
+                    for i, (w, c) in enumerate(spans)]))
+        for _ in range(chunks):
             if self.seq == 0:
                 self.first_audio_ms = (time.monotonic() - self.started) * 1000
             yield pb.StreamingSynthesizeResponse(audio=pb.AudioChunk(
@@ -182,7 +208,7 @@ class _Session:
             self.seq += 1
             self.offset += n
         yield pb.StreamingSynthesizeResponse(segment_end=pb.SegmentEnd(
-            segment_index=self.index, text=text, num_samples=CHUNKS_PER_SEGMENT * n,
+            segment_index=self.index, text=text, num_samples=chunks * n,
             num_tokens=TOKENS_PER_SEGMENT, finish_reason="stop", **where))
         self.index += 1
         with self.servicer.segment_sent:
@@ -205,8 +231,8 @@ def _health_check(request: bytes, context) -> bytes:
 class FakeServer:
     """A FakeTTSServicer on a real localhost port (sync grpc.server)."""
 
-    def __init__(self, name: str = "fake") -> None:
-        self.servicer = FakeTTSServicer(name)
+    def __init__(self, name: str = "fake", **options) -> None:
+        self.servicer = FakeTTSServicer(name, **options)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
         tts_pb2_grpc.add_TTSServiceServicer_to_server(self.servicer, self.server)
         self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(

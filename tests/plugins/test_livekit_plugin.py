@@ -9,6 +9,8 @@ from .conftest import require
 require("livekit.agents")
 
 from livekit.agents import APIConnectOptions, APIError  # noqa: E402
+from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT, TimedString  # noqa: E402
+from livekit.agents.utils import is_given  # noqa: E402
 
 from orpheus_tts_client import AsyncClient, Sampling  # noqa: E402
 from orpheus_tts_client.livekit import OrpheusTTS  # noqa: E402
@@ -28,7 +30,7 @@ async def wait_idle(addr):
 
 def test_declares_streaming_and_the_models_markup(server_addr):
     t = OrpheusTTS(target=server_addr)
-    assert t.capabilities.streaming and not t.capabilities.aligned_transcript
+    assert t.capabilities.streaming and t.capabilities.aligned_transcript
     assert t.sample_rate == 24000 and t.num_channels == 1
     instructions = t.markup.llm_instructions()
     assert "<laugh>" in instructions and "<sigh>" in instructions
@@ -66,6 +68,62 @@ def test_stream_speaks_pushed_fragments_as_one_livekit_segment(server_addr):
     assert {ev.frame.sample_rate for ev in events} == {RATE}
     assert sum(ev.frame.samples_per_channel for ev in events) > 0
     assert events[-1].is_final and not any(ev.is_final for ev in events[:-1])
+
+
+def spoken(text, **options):
+    """(the stream's events, every TimedString on its frames, in order) for `text` pushed
+    in fragments of a few characters, flushed and ended."""
+    async def main():
+        async with OrpheusTTS(sample_rate=RATE, **options) as t:
+            stream = t.stream(conn_options=NO_RETRY)
+            for i in range(0, len(text), 7):
+                stream.push_text(text[i:i + 7])
+            stream.flush()
+            stream.end_input()
+            events = [ev async for ev in stream]
+            await stream.aclose()
+            return events
+
+    events = asyncio.run(main())
+    timed = [t for ev in events for t in ev.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])]
+    return events, timed
+
+
+TEXT = "Hello there, friend. How are you doing today?"
+
+
+def test_the_stream_attaches_each_word_as_livekits_timed_string(server_addr):
+    events, timed = spoken(TEXT, target=server_addr, sampling=Sampling(seed=4))
+    duration = sum(ev.frame.duration for ev in events)
+    assert timed and all(type(t) is TimedString for t in timed)
+    assert "".join(timed).split() == TEXT.split()  # one per word, in order, each spaced
+    starts = [t.start_time for t in timed]
+    assert starts == sorted(starts) and 0 <= starts[0] and starts[-1] < duration
+    assert all(is_given(t.end_time) and t.start_time <= t.end_time for t in timed)
+
+
+def test_without_word_timings_each_segment_is_one_timed_string_at_its_start(server_addr):
+    events, timed = spoken(TEXT, target=server_addr, sampling=Sampling(seed=4),
+                           word_timestamps=False)
+    assert [str(t) for t in timed] == ["Hello there, friend. ", "How are you doing today? "]
+    assert timed[0].start_time == 0.0 and 0 < timed[1].start_time
+    assert timed[1].start_time < sum(ev.frame.duration for ev in events)
+
+
+def test_word_times_are_the_servers_in_seconds_of_the_segment():
+    """Against the in-process fake, whose word times are exact: a word's TimedString
+    starts where the server says its audio does."""
+    from tests.clients.fake_server import FakeServer, chunk_samples
+
+    fake = FakeServer("livekit-words", word_timings=True, chunks_per_word=2).start()
+    try:
+        _, timed = spoken("One two. Three four.", target=fake.target)
+    finally:
+        fake.stop()
+    word_s = 2 * chunk_samples(RATE) / RATE  # two chunks a word
+    assert [str(t) for t in timed] == ["One ", "two. ", "Three ", "four. "]
+    assert [t.start_time for t in timed] == pytest.approx([i * word_s for i in range(4)])
+    assert timed[-1].end_time == pytest.approx(4 * word_s)
 
 
 def test_closing_a_stream_mid_turn_frees_the_servers_slots(server_addr):
@@ -118,7 +176,7 @@ def test_the_tts_request_span_is_the_parent_of_the_call():
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from tests.clients.fake_server import FakeServer
+    from tests.clients.fake_server import FakeServer, chunk_samples
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

@@ -11,9 +11,17 @@ orpheus-tts-client[livekit]``).
 segments (one per flush) end exactly where the server's do; ``end_input()`` half-closes;
 closing the stream cancels the call and frees the server's slots. Audio is PCM16 mono at
 ``sample_rate`` (8, 16, 24 or 48 kHz; the server resamples). Orpheus's emotion tags
-(<laugh>, <sigh>, ...) are the model's markup and pass through unchanged. Timing is per
-segment only: this plugin does not ask for the server's word timings (``word_timestamps``,
-docs/api.md), so ``aligned_transcript`` is False.
+(<laugh>, <sigh>, ...) are the model's markup and pass through unchanged.
+
+Aligned transcripts: the plugin declares ``aligned_transcript`` and attaches the spoken text
+to the audio as LiveKit ``TimedString``s (seconds from the LiveKit segment's first audio),
+which LiveKit's transcript synchroniser follows, so an interrupted reply's transcript holds
+what was played. With the server's word timings (``word_timestamps``, docs/api.md; asked for
+by default) each word is one ``TimedString``, attached before its segment's audio at the
+best time known then: the server's estimate, stretched by this voice's measured
+real-to-expected segment length (``_word_clock.py``); LiveKit takes no later correction. A
+server without word timings (or ``word_timestamps=False``) gives one ``TimedString`` per
+segment, at the segment's first sample (exact), so the transcript is right to the segment.
 
 Tracing: livekit-agents runs each request inside its ``tts_request`` span (made current), and
 the client puts the current span's W3C context in the call's metadata, so orpheus-svc's span
@@ -27,9 +35,10 @@ from typing import Any
 
 try:
     from livekit.agents import (
-        DEFAULT_API_CONNECT_OPTIONS, APIConnectionError, APIConnectOptions, APIStatusError, tts,
-        utils,
+        DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectionError, APIConnectOptions,
+        APIStatusError, tts, utils,
     )
+    from livekit.agents.types import TimedString
 except ImportError as e:  # pragma: no cover - depends on the extra
     raise ImportError("orpheus_tts_client.livekit needs livekit-agents: "
                       "pip install 'orpheus-tts-client[livekit]'") from e
@@ -37,8 +46,11 @@ except ImportError as e:  # pragma: no cover - depends on the extra
 import grpc
 
 from ._aio_session import AsyncSession
+from ._word_clock import LengthCalibration, TurnWords
 from .aio import AsyncClient
-from .types import AudioChunk, Encoding, Sampling, SegmentEnd, SegmentStart, Summary, TTSError
+from .types import (
+    AudioChunk, Encoding, Sampling, SegmentEnd, SegmentStart, Summary, TTSError, WordTimings,
+)
 
 #: The English Orpheus checkpoints' emotion tags (the server's ListVoices reports the model's).
 EMOTION_TAGS = ("<laugh>", "<chuckle>", "<sigh>", "<cough>", "<sniffle>", "<groan>", "<yawn>",
@@ -65,6 +77,8 @@ class OrpheusTTS(tts.TTS):
         client_options: further keyword arguments for ``AsyncClient``, e.g. ``resume``: a
             session whose replica dies mid-way is resumed on another one (on by default for
             a target that names replicas; docs/clients.md).
+        word_timestamps: ask the server for word timings (the default); False, or a server
+            without them, aligns the transcript per segment instead.
     """
 
     class Markup(tts.TTS.Markup):
@@ -84,10 +98,14 @@ class OrpheusTTS(tts.TTS):
     def __init__(self, *, target: str = "localhost:50051", voice: str = "tara",
                  sample_rate: int = 24000, sampling: Sampling | None = None,
                  credentials: Any = None, api_key: str | None = None,
-                 client_options: dict[str, Any] | None = None) -> None:
+                 client_options: dict[str, Any] | None = None,
+                 word_timestamps: bool = True) -> None:
+        # aligned either way: per word with the server's timings, else per segment
         super().__init__(capabilities=tts.TTSCapabilities(streaming=True,
-                                                          aligned_transcript=False),
+                                                          aligned_transcript=True),
                          sample_rate=sample_rate, num_channels=1)
+        self._word_timestamps = word_timestamps
+        self._calibration = LengthCalibration()  # this voice, over its requests
         self._target = target
         self._voice = voice
         self._sampling = sampling
@@ -116,7 +134,11 @@ class OrpheusTTS(tts.TTS):
 
     def _session(self) -> AsyncSession:
         return self._client().session(self._voice, encoding=Encoding.PCM16,
-                                      sample_rate=self.sample_rate, sampling=self._sampling)
+                                      sample_rate=self.sample_rate, sampling=self._sampling,
+                                      word_timestamps=self._word_timestamps)
+
+    def _words(self) -> TurnWords:
+        return TurnWords(self.sample_rate, self._calibration)
 
     def synthesize(self, text: str, *,
                    conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS,
@@ -145,10 +167,15 @@ class ChunkedStream(tts.ChunkedStream):
         output_emitter.initialize(request_id=utils.shortuuid(), sample_rate=self._orpheus.sample_rate,
                                   num_channels=1, mime_type="audio/pcm")
         client = self._orpheus._client()
+        words = self._orpheus._words()
+        words.sent(self.input_text)
         try:
             async for ev in client.synthesize_events(
                     self.input_text, self._orpheus._voice, encoding=Encoding.PCM16,
-                    sample_rate=self._orpheus.sample_rate, sampling=self._orpheus._sampling):
+                    sample_rate=self._orpheus.sample_rate, sampling=self._orpheus._sampling,
+                    word_timestamps=self._orpheus._word_timestamps):
+                _feed(words, ev)
+                _push_transcript(output_emitter, words, 0.0)
                 if isinstance(ev, AudioChunk) and ev.audio:
                     output_emitter.push(ev.audio)
         except TTSError as e:
@@ -167,6 +194,7 @@ class SynthesizeStream(tts.SynthesizeStream):
         output_emitter.initialize(request_id=utils.shortuuid(), sample_rate=self._orpheus.sample_rate,
                                   num_channels=1, mime_type="audio/pcm", stream=True)
         session = self._orpheus._session()
+        words = self._orpheus._words()
         # ids of LiveKit segments whose flush went to the server, oldest first
         flushed: list[str] = []
 
@@ -190,18 +218,24 @@ class SynthesizeStream(tts.SynthesizeStream):
                     self._mark_started()
                     has_text = True
                     await session.send(data)
+                    words.sent(data)  # the server's offsets count it
             if has_text:  # end_input flushes first, so only if it was never called
                 flushed.append(segment_id)
             await session.end()
 
         sender = asyncio.ensure_future(send())
         current: str | None = None
+        base_s = 0.0  # where the current LiveKit segment's audio starts in the call
         try:
             async for ev in session:
+                _feed(words, ev)
                 if isinstance(ev, SegmentStart) and current is None:
                     current = flushed[0] if flushed else utils.shortuuid()
                     output_emitter.start_segment(segment_id=current)
-                elif isinstance(ev, AudioChunk) and ev.audio and current is not None:
+                    base_s = ev.sample_offset / self._orpheus.sample_rate
+                if current is not None:
+                    _push_transcript(output_emitter, words, base_s)
+                if isinstance(ev, AudioChunk) and ev.audio and current is not None:
                     output_emitter.push(ev.audio)
                 elif isinstance(ev, SegmentEnd) and current is not None and (
                         ev.flush_id == current or ev.cause == "end_of_input"):
@@ -222,6 +256,27 @@ class SynthesizeStream(tts.SynthesizeStream):
             if not sender.done():
                 sender.cancel()
             session.cancel()  # a no-op after the summary; frees the slots if we stop early
+
+
+def _feed(words: TurnWords, ev: object) -> None:
+    """One event of the call into the request's words."""
+    if isinstance(ev, SegmentStart):
+        words.segment_start(ev)
+    elif isinstance(ev, WordTimings):
+        words.word_timings(ev)
+    elif isinstance(ev, AudioChunk):
+        words.audio(ev)
+    elif isinstance(ev, SegmentEnd):
+        words.segment_end(ev)
+
+
+def _push_transcript(output_emitter: tts.AudioEmitter, words: TurnWords, base_s: float) -> None:
+    """Attach every unit known so far (LiveKit takes them ahead of the audio; the emitter
+    puts them on the next frame it sends) as a TimedString, in seconds from `base_s`."""
+    for unit in words.due(float("inf"), 0.0):
+        end = NOT_GIVEN if unit.end_s is None else max(0.0, unit.end_s - base_s)
+        output_emitter.push_timed_transcript(TimedString(
+            unit.text + " ", start_time=max(0.0, unit.start_s - base_s), end_time=end))
 
 
 def _api_error(e: TTSError) -> Exception:
