@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="words/s for --input streaming (default 15: ~20 LLM tokens/s, a slow "
                         "hosted LLM; speech is ~2.5 words/s)")
     t.add_argument("--voice", default="tara")
+    t.add_argument("--word-timestamps", action="store_true",
+                   help="every session asks for word timings (docs/api.md)")
     t.add_argument("--encoding", choices=["pcm16", "mulaw"], default="pcm16")
     t.add_argument("--sample-rate", type=int, default=0, help="0: 24000 (pcm16) / 8000 (mulaw)")
     t.add_argument("--seed", type=int, default=-1,
@@ -159,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                       text_count=args.texts, text_seed=args.text_seed, input=args.input,
                       input_rate=args.input_rate, voice=args.voice, encoding=args.encoding,
                       sample_rate=args.sample_rate, seed=_seed_base(args),
-                      timeout_s=args.timeout, pace=args.pace)
+                      timeout_s=args.timeout, pace=args.pace,
+                      word_timestamps=args.word_timestamps)
     pid = _server_pid(args.server_pid, args.target)
     ramp = args.ramp if args.ramp == "auto" else float(args.ramp)
     opts = Options(target=args.target, base=base, jitter_s=args.jitter_ms / 1000, server_pid=pid,

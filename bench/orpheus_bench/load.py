@@ -61,6 +61,7 @@ class WorkerSpec:
     jitter_s: float = 0.1
     channels: int = 1
     start_at: float = 0.0       # time.monotonic() at which slot 0 starts
+    word_timestamps: bool = False  # ask for word timings (the server's cost of them)
 
     def share(self) -> int | None:
         if self.requests is None:
@@ -173,7 +174,8 @@ class Worker:
 
     async def _whole(self, stub, trace: SessionTrace, text: str, k: int) -> None:
         req = tts_pb2.SynthesizeRequest(text=text, voice=self.spec.voice,
-                                        audio_format=self._format(), sampling=self._sampling(k))
+                                        audio_format=self._format(), sampling=self._sampling(k),
+                                        word_timestamps=self.spec.word_timestamps)
         trace.t_start = trace.t_text_ready = time.monotonic()
         try:
             await self._consume(stub.Synthesize(req, timeout=self.spec.timeout_s), trace)
@@ -189,7 +191,8 @@ class Worker:
         closed: list[float] = []
         interval = 1.0 / self.spec.input_rate
         config = tts_pb2.SynthesisConfig(voice=self.spec.voice, audio_format=self._format(),
-                                         sampling=self._sampling(k))
+                                         sampling=self._sampling(k),
+                                         word_timestamps=self.spec.word_timestamps)
 
         async def requests():
             yield tts_pb2.StreamingSynthesizeRequest(config=config)

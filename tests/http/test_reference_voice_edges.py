@@ -1,10 +1,11 @@
 """A reference voice (model.reference_voices: a clip and its transcript, docs/voices.md) is
 listed as one and spoken by name on every edge: gRPC Synthesize and StreamingSynthesize, the
 HTTP speech route and the WebSocket. The engine receives build_reference_prompt's ids, and a seed gives
-byte-identical PCM twice. The real server on the demo model, with a tiny random SNAC and a
-generated clip."""
+byte-identical PCM twice, with the prefix pool and without it. The real server on the demo
+model, with a tiny random SNAC and a clip of real speech (espeak-ng's, shipped)."""
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,27 +18,31 @@ from orpheus_svc.audio.codec import SNAC_24KHZ_CONFIG, write_random_snac
 from orpheus_svc.core.reference import build_reference_prompt, reference_prefix
 from orpheus_svc.runtime import FrontRuntime
 
-from ..audio.clip_helpers import encode_clip, sweep
 from .inproc import InProcessServer
 
 TINY = {**SNAC_24KHZ_CONFIG, "encoder_dim": 4, "decoder_dim": 64}
+
+
+# real speech: espeak-ng (Debian's 1.51, en-us, 165 words a minute) saying its transcript,
+# 3.1 s, as 16 kHz FLAC (resampled to 24 kHz like any clip)
+SPEECH = Path(__file__).parents[1] / "audio" / "espeak-reference.flac"
+SPEECH_TRANSCRIPT = "The quick brown fox jumps over the lazy dog."
 
 
 @pytest.fixture(scope="module")
 def ref_files(tmp_path_factory):
     root = tmp_path_factory.mktemp("ref")
     snac = write_random_snac(root / "snac", seed=3, config=TINY)
-    (root / "clip.wav").write_bytes(encode_clip(sweep(1.2, 24000), 24000, "wav"))
-    return str(snac), str(root / "clip.wav")
+    return str(snac), str(SPEECH)
 
 
 def _ref_server(files, **overrides) -> InProcessServer:
     snac, clip = files
     return InProcessServer(**{
-        "engine.max_sessions": 4, "engine.max_batch_size": 4, "engine.max_seq_len": 480,
+        "engine.max_sessions": 4, "engine.max_batch_size": 4, "engine.max_seq_len": 768,
         "model.snac": snac, **overrides,
         "model.reference_voices": [{"name": "clone", "clip": clip,
-                                    "transcript": "A rising tone."}]}).start()
+                                    "transcript": SPEECH_TRANSCRIPT}]}).start()
 
 
 @pytest.fixture(scope="module")
