@@ -39,6 +39,7 @@ TRANSCRIPT = ("A long rising tone that goes on and on, for about twenty seconds,
               "and the recording stops at last.")
 # (case, server flags, levels); the sim's codec is its own, so its reference is encoded by
 # a tiny random SNAC (the encoder's cost is start-up's, not first audio's)
+SINGLE_ROUNDS = 8
 CASES = {
     "demo-cpu": ([], [1, 32]),
     "sim-h100": (["--backend", "sim", "--sim-profile", "h100-fp8",
@@ -102,6 +103,7 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("--quick", action="store_true", help="one round per level (a smoke run)")
     ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--levels", default="", help="only these levels, e.g. 1 (default: each case's)")
     ap.add_argument("--port", type=int, default=50170)
     args = ap.parse_args()
     out = Path(args.out)
@@ -118,6 +120,8 @@ def main() -> None:
                                              "decoder_dim": 64}))
         for case in args.cases.split(","):
             flags, levels = CASES[case]
+            if args.levels:
+                levels = [c for c in levels if str(c) in args.levels.split(",")]
             for pool_mb in (1024, 0):
                 pool = "pool" if pool_mb else "no-pool"
                 proc = start(flags, pool_mb, args.port, clip,
@@ -127,7 +131,9 @@ def main() -> None:
                     for conc in levels:
                         for voice in ("tara", "clone"):
                             name = f"{case}-{pool}-{voice}-{conc}"
-                            got = bench(args.port, proc.pid, voice, conc, rounds,
+                            # one session at a time: 8 of them, for a p95 of more than one
+                            got = bench(args.port, proc.pid, voice, conc,
+                                        SINGLE_ROUNDS if conc == 1 else rounds,
                                         out / f"{name}.summary.json", name)
                             rows.append({"case": case, "pool": pool, "voice": voice,
                                          "concurrency": conc, **got})

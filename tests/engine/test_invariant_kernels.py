@@ -13,7 +13,26 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-_GEMM = textwrap.dedent("""
+# The interpreter's tl.dot is one numpy matmul of the blocks, and numpy's BLAS may give a
+# row other bits by its place in the block (OpenBLAS's AVX-512 sgemm kernels do: a row
+# moves in 60 of 96 places of a [32, 64] x [64, 64] call). A GPU's dot computes each row in
+# lanes of its own, the same instructions wherever the row sits; so the scripts run the dot
+# a row at a time, each row a [1, K] call on a copy of its own, and what they check is the
+# kernels' own schedule (tiles, the walk over K, the splits), on every CPU.
+_ROWWISE_DOT = textwrap.dedent("""
+    import numpy as np
+    from triton.runtime import interpreter as _interp
+    _dot = _interp.InterpreterBuilder.create_dot
+
+    def _rowwise_dot(self, a, b, d, *args):
+        rows = [_dot(self, _interp.TensorHandle(a.data[..., r:r + 1, :].copy(), a.dtype), b,
+                     _interp.TensorHandle(d.data[..., r:r + 1, :].copy(), d.dtype), *args).data
+                for r in range(a.data.shape[-2])]
+        return _interp.TensorHandle(np.concatenate(rows, axis=-2), d.dtype.scalar)
+    _interp.InterpreterBuilder.create_dot = _rowwise_dot
+""")
+
+_GEMM = _ROWWISE_DOT + textwrap.dedent("""
     import random
     import torch
     from orpheus_svc.engine.model.fixed_gemm import fixed_gemm
@@ -64,7 +83,7 @@ _GEMM = textwrap.dedent("""
     print(out)
 """)
 
-_ATTENTION = textwrap.dedent("""
+_ATTENTION = _ROWWISE_DOT + textwrap.dedent("""
     import random
     import torch
     from orpheus_svc.engine.graph.attention import (INVARIANT_SPLITS, DecodeAttention,
