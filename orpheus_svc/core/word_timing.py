@@ -49,7 +49,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from .normalize import has_normalizer, normalize_text
 from .sentences import SentenceRules, rules_for, speech_chars
@@ -109,10 +109,13 @@ class WordTiming:
 
 # -- splitting ------------------------------------------------------------------------------
 
+# kana, CJK extension A, unified ideographs, compatibility ideographs, planes 2-3
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+                  "\U00020000-\U0003ffff]")
+
+
 def _is_cjk(ch: str) -> bool:
-    cp = ord(ch)
-    return (0x3040 <= cp <= 0x30FF or 0x3400 <= cp <= 0x4DBF or 0x4E00 <= cp <= 0x9FFF
-            or 0xF900 <= cp <= 0xFAFF or 0x20000 <= cp <= 0x3FFFF)
+    return _CJK.match(ch) is not None
 
 
 def _is_punct(ch: str) -> bool:
@@ -122,7 +125,7 @@ def _is_punct(ch: str) -> bool:
 def _split_token(token: str, offset: int, out: list[Word]) -> None:
     """Append the words of one whitespace-free, tag-free token: one word, or one per Han or
     kana character (module docstring)."""
-    if not any(map(_is_cjk, token)):
+    if _CJK.search(token) is None:
         out.append(Word(token, offset, offset + len(token)))
         return
     start, base = 0, None  # base of the word being built: None (punctuation so far), cjk, other
@@ -239,8 +242,11 @@ def _pause_s(word: str, rules: SentenceRules) -> float:
     return 0.0
 
 
+@lru_cache(maxsize=8192)
 def _speech_s(word: str, english: bool) -> float:
-    if english and not any(map(_is_cjk, word)):
+    """A word's speech seconds (pure, so cached: a call's words repeat, and normalising a
+    number or looking up phones is most of a segment's cost)."""
+    if english and _CJK.search(word) is None:
         spoken = normalize_text(word) if _DIGIT_OR_SIGN.search(word) or "." in word else word
         return _english_seconds(spoken)
     return speech_chars("".join(ch for ch in word if not _is_punct(ch))) * CHAR_S
