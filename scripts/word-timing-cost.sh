@@ -15,7 +15,7 @@ ROUNDS=${ROUNDS:-1}
 REPEAT=${REPEAT:-2}
 PORT=${PORT:-50074}
 mkdir -p "$RESULTS"
-OUT=$RESULTS
+OUT=${XDG_CACHE_HOME:-$HOME/.cache}/orpheus-bench/raw/$(basename "$RESULTS")  # server logs
 . scripts/bench-server.sh
 trap stop_server EXIT
 
