@@ -10,7 +10,7 @@ with the h100-fp8 profile: 128), two servers one after the other, pool on
 reference voice "clone"; orpheus-bench runs each voice at each level back to back on the
 same server (whole-text input; playout pacing, but one session at a time back to back), so
 a row's four TTFBs are one window's.
-Writes <out>/<case>-<pool>-<voice>-<conc>.summary.json, table.json and table.md (the
+Writes <out>/<case>-<pool>-<voice>-<conc>.summary.json, table.json and table.txt (the
 servers' logs stay in a temporary directory, removed at the end).
 
 The clip is a synthetic 20 s tone (its SNAC tokens are what the prefix holds; what it
@@ -148,7 +148,7 @@ def main() -> None:
                     proc.send_signal(signal.SIGTERM)
                     proc.wait(60)
     (out / "table.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (out / "table.md").write_text(table(rows))
+    (out / "table.txt").write_text(table(rows))
     print(table(rows))
 
 

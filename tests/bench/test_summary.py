@@ -159,7 +159,8 @@ def test_no_raw_results_are_committed():
                               "verdict.json", "invariance-cost-cpu.json",
                               "lora-cost-cpu.json",  # issue 34: bench/lora_cost.py
                               # the A/B scripts' reports (tracing-ab.sh, run-ahead-ab.sh)
-                              "report.json"), p
+                              "report.json",
+                              "table.json"), p  # bench/reference_ttfb.py (issue 43)
         if p.name.endswith(".summary.json"):
             text = p.read_text()
             assert '"sessions_detail"' not in text and '"traces"' not in text, p
