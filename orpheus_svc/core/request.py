@@ -91,8 +91,9 @@ class GenerationRequest:
     # prompt_ids[:prefix_len] is a reference voice's prefix (core/reference.py), the same
     # for every segment in that voice: a backend with a prefix pool copies its KV instead
     # of computing it, and one without computes it in a call of its own (so the bits are
-    # the same either way). 0: no prefix. `prefix_cached`: the runtime registered it in
-    # the engine's pool, so the scheduler's prefill budget counts only the rest.
+    # the same either way). 0: no prefix. `prefix_cached`: set by EngineLoop at admission
+    # when the backend's pool holds it, so the scheduler's prefill budget counts only the
+    # rest.
     prefix_len: int = 0
     prefix_cached: bool = False
 

@@ -189,3 +189,16 @@ def test_the_graph_engine_samples_the_same_with_the_pool_and_without(blas_by_sha
     runs = [_drive(_graph(pool_on, torch.float32), [_request(i) for i in range(3)])
             for pool_on in (True, False)]
     assert runs[0] == runs[1]
+
+
+def test_the_graph_engine_computes_a_missing_prefix_as_the_pool_does(blas_by_shape):
+    # in a seeded step, the prefix a pool does not hold is computed in the slot with the
+    # pool's bits (its KV compared directly: the step's token choice hides small moves)
+    from types import SimpleNamespace
+    row = SimpleNamespace(slot=2, request=_request(0))
+    kv = []
+    for pool_on in (True, False):
+        backend = _graph(pool_on, torch.float32)
+        assert backend._place_prefix(row, seeded=True) == len(PREFIX)
+        kv.append([c[2, :, :len(PREFIX)].clone() for c in backend.model.k_cache])
+    assert all(torch.equal(a, b) for a, b in zip(*kv))

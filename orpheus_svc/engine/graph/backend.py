@@ -30,6 +30,7 @@ from orpheus_svc.engine.graph.clock import StepClock, StepMark
 from orpheus_svc.engine.graph.rows import PrefillRow
 from orpheus_svc.engine.graph.runner import GraphRunner, Launch
 from orpheus_svc.engine.model.device import fatal_if_device_lost
+from orpheus_svc.engine.model.invariant import invariant_step
 from orpheus_svc.engine.model.sampling import int64_bits
 from orpheus_svc.engine.model.llama import SlotLlama
 from orpheus_svc.engine.model.prefix_pool import PrefixPool
@@ -74,7 +75,7 @@ class GraphBackend:
         with self.runner.on_stream():  # the start event on the step's stream
             mark = self.clock.begin(ahead)
             try:
-                starts = [self._place_prefix(r) for r in plan.prefill]
+                starts = [self._place_prefix(r, plan.seeded) for r in plan.prefill]
                 launched = self.runner.launch(_prefill_rows(plan, starts),
                                               _decode_rows(plan.decode), invariant=plan.seeded)
             except Exception as exc:
@@ -134,15 +135,17 @@ class GraphBackend:
     def holds_prefix(self, ids: Sequence[int]) -> bool:
         return self.prefixes is not None and ids in self.prefixes.book
 
-    def _place_prefix(self, row) -> int:
-        """Put a row's prompt prefix into its slot (torch/backend.py TorchBackend's rule);
-        returns where its rows start (0: no prefix, or an FP8 KV cache)."""
+    def _place_prefix(self, row, seeded: bool) -> int:
+        """Put a row's prompt prefix into its slot (torch/backend.py TorchBackend's rule:
+        in a seeded step computed batch-invariant, as the pool computes it); returns where
+        its rows start (0: no prefix, or an FP8 KV cache)."""
         n = row.request.prefix_len
         if not n or self.model.kv_fp8:
             return 0
         ids = row.request.prompt_ids[:n]
         if self.prefixes is None or not self.prefixes.copy_into(ids, row.slot):
-            self.model.prefill([row.slot], [ids], [True])
+            with invariant_step(seeded):
+                self.model.prefill([row.slot], [ids], [True])
         return n
 
     def close(self) -> None:
