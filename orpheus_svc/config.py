@@ -150,7 +150,7 @@ class EngineConfig:
     # voice's clip and transcript, computed once at registration and copied into a slot at
     # admission instead of prefilled with every segment. Preallocated at start-up in the
     # KV cache's dtype: for Orpheus-3B in bf16, 114,688 B a token, so 1024 MB holds some
-    # 9,360 tokens (about eight 20 s references). 0: no pool (each segment computes its
+    # 9,360 tokens (about five 20 s references). 0: no pool (each segment computes its
     # prefix). A registration that does not fit is refused (RESOURCE_EXHAUSTED).
     prefix_pool_mb: int = 1024
     # trtllm
