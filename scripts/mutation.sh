@@ -5,11 +5,11 @@
 # of the engine step's scheduler modules (group "step": core/scheduler.py and the parts it
 # composes; a subset of "core", to score them without the whole core), and of the card
 # check's host-side modules (group "card": the step's input blocks, the FP8 path choice, the
-# sim's fit to a card run).
+# sim's fit to a card run), and of the prefix pool's book (group "prefix").
 # Not part of the test command (scripts/test.sh): it takes hours on two cores.
 # RELIABILITY.md ("Mutation testing") has the last run's score.
 #
-#   scripts/mutation.sh [group ...]     groups: core options jsonwire limits buckets invariant step card
+#   scripts/mutation.sh [group ...]     groups: core options jsonwire limits buckets invariant step card prefix
 #                                       (default: all, one after the other)
 #   MUTATION_JOBS=2                     mutants run at once (default: 1)
 #   MUTATION_SAMPLE=300                 run only this many of each group's mutants not run
@@ -62,6 +62,7 @@ declare -A MUTATE=(
           orpheus_svc/core/order.py orpheus_svc/core/scheduler_settings.py orpheus_svc/core/output.py"
   [card]="orpheus_svc/engine/graph/inputs.py orpheus_svc/engine/graph/fp8_paths.py
           orpheus_svc/engine/sim/fit.py"
+  [prefix]="orpheus_svc/core/prefix_book.py"
 )
 declare -A TESTS=(
   [core]="tests/core tests/server/test_segmenter.py tests/server/test_segmenter_cuts.py tests/server/test_segmenter_languages.py tests/app tests/package"
@@ -72,6 +73,7 @@ declare -A TESTS=(
   [invariant]="tests/engine/test_batch_invariance.py"
   [step]="tests/core"
   [card]="tests/engine/test_graph_copies.py tests/engine/test_fp8_kernels.py tests/engine_sim/test_sim_fit.py"
+  [prefix]="tests/core/test_prefix_book.py tests/engine_sim/test_prefix_commands.py"
 )
 # groups whose tests build something once per session that mutmut cannot credit per test
 declare -A WHOLE_MODULE=([limits]=1)
@@ -82,7 +84,7 @@ declare -A WHOLE_MODULE=([limits]=1)
 SLOW_PROPERTIES="tests/core/test_scheduler_fastpath.py::test_the_shortcut_makes_the_same_plans_as_keying_and_sorting_everything
           tests/core/test_scheduler_parking.py::test_parking_makes_the_same_plans_as_judging_everything_every_step"
 declare -A SKIP=([core]="${SLOW_PROPERTIES}" [step]="${SLOW_PROPERTIES}")
-ALL=(core options jsonwire limits buckets invariant step card)
+ALL=(core options jsonwire limits buckets invariant step card prefix)
 
 summary() { "${PY}" "${ROOT}/scripts/mutation_stats.py" summary "${OUT}" "${ALL[@]}"; }
 
