@@ -33,6 +33,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from .lease import Lease
 from .status import Status
 from .voices import VoiceRegistry, VoiceRegistryError, with_adapter_voices
 
@@ -67,7 +68,7 @@ class AdapterEntry:
         return self.voices.names if self.voices is not None else []
 
 
-class AdapterLease:
+class AdapterLease(Lease):
     """A session's hold on the adapter that speaks its voice: `slot` goes into every
     GenerationRequest of the session; `release()` once the session ended (idempotent).
     `reference` is None: an adapter's voice is no reference voice (a session reads both
@@ -75,17 +76,9 @@ class AdapterLease:
 
     reference = None
 
-    def __init__(self, catalog: "AdapterCatalog", entry: AdapterEntry) -> None:
-        self._catalog, self.entry, self._held = catalog, entry, True
-
     @property
     def slot(self) -> int:
         return self.entry.slot
-
-    def release(self) -> None:
-        if self._held:
-            self._held = False
-            self._catalog._release(self.entry)
 
 
 def _key(name: str) -> str:

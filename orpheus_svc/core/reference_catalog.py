@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from .reference import ReferenceVoice
+from .lease import Lease
 from .status import Status
 
 LOADING, LOADED, DRAINING = "loading", "loaded", "draining"
@@ -65,24 +66,16 @@ class ReferenceEntry:
         return self.voice.name
 
 
-class ReferenceLease:
+class ReferenceLease(Lease):
     """A session's hold on its reference voice: `reference` builds every prompt of the
     session; `slot` is the base model's (-1), as an AdapterLease's slot would be;
     `release()` once the session ended (idempotent)."""
 
     slot = -1
 
-    def __init__(self, catalog: "ReferenceCatalog", entry: ReferenceEntry) -> None:
-        self._catalog, self.entry, self._held = catalog, entry, True
-
     @property
     def reference(self) -> ReferenceVoice:
         return self.entry.voice
-
-    def release(self) -> None:
-        if self._held:
-            self._held = False
-            self._catalog._release(self.entry)
 
 
 def _key(name: str) -> str:
