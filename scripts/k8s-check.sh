@@ -208,7 +208,7 @@ teardown() {
   done
   # iptables tables the kubelet's canaries brought into being, if nothing else uses them
   comm -13 "${WORK}/nft-tables.before" <(nft_tables) | while read -r _ fam tab; do
-    nft list table "${fam}" "${tab}" 2>/dev/null | grep -qE '^\s+(ip|meta|counter|jump|accept|drop|tcp|udp)' \
+    grep -qE '^\s+(ip|meta|counter|jump|accept|drop|tcp|udp)' <<<"$(nft list table "${fam}" "${tab}" 2>/dev/null)" \
       || nft delete table "${fam}" "${tab}" 2>/dev/null
   done
   # our cgroups, deepest first, in every hierarchy

@@ -85,7 +85,7 @@ for _ in $(seq 1 360); do
   kill -0 "${SERVER}" 2>/dev/null || { echo "server exited:"; cat "${LOG}"; exit 1; }
   sleep 0.5
 done
-grpcurl -plaintext -d '{"service":""}' "${ADDR}" grpc.health.v1.Health/Check | grep -q '"SERVING"' \
+grep -q '"SERVING"' <<<"$(grpcurl -plaintext -d '{"service":""}' "${ADDR}" grpc.health.v1.Health/Check)" \
   || { echo "server never became SERVING:"; cat "${LOG}"; exit 1; }
 
 (cd clients/go && ORPHEUS_SERVER_ADDR="${ADDR}" go test -count=1 ./...)
@@ -100,16 +100,20 @@ ORPHEUS_SERVER_ADDR="${ADDR}" ORPHEUS_OTLP_ENDPOINT="${OTLP}" ORPHEUS_SPANS_FILE
 SERVICES="$(grpcurl -plaintext "${ADDR}" list)"
 echo "${SERVICES}"
 grep -qx 'orpheus.tts.v1.TTSService' <<<"${SERVICES}"
-grpcurl -plaintext "${ADDR}" describe orpheus.tts.v1.TTSService | grep -q 'rpc StreamingSynthesize'
+# Output is captured whole before grep reads it: `grpcurl ... | grep -q` under pipefail fails
+# with 141 when grep exits at its match while grpcurl still writes (SIGPIPE).
+DESCRIBED="$(grpcurl -plaintext "${ADDR}" describe orpheus.tts.v1.TTSService)"
+grep -q 'rpc StreamingSynthesize' <<<"${DESCRIBED}"
 # a method's own name resolves through reflection (issue 29: ghz and grpcurl ask for it),
 # and grpc.reflection.v1 is served beside v1alpha
-grpcurl -plaintext "${ADDR}" describe orpheus.tts.v1.TTSService.Synthesize | grep -q 'rpc Synthesize'
-grpcurl -plaintext "${ADDR}" list | grep -qx 'grpc.reflection.v1.ServerReflection'
+DESCRIBED="$(grpcurl -plaintext "${ADDR}" describe orpheus.tts.v1.TTSService.Synthesize)"
+grep -q 'rpc Synthesize' <<<"${DESCRIBED}"
+grep -qx 'grpc.reflection.v1.ServerReflection' <<<"${SERVICES}"
 grpcurl -plaintext -d '{"text":"Hello there.","voice":"tara"}' "${ADDR}" \
   orpheus.tts.v1.TTSService/Synthesize >"${LOG}.synth"
 grep -q '"summary"' "${LOG}.synth" && grep -q '"audio"' "${LOG}.synth"
-grpcurl -plaintext -d '{"service":"orpheus.tts.v1.TTSService"}' "${ADDR}" grpc.health.v1.Health/Check \
-  | grep -q '"SERVING"'
+HEALTH="$(grpcurl -plaintext -d '{"service":"orpheus.tts.v1.TTSService"}' "${ADDR}" grpc.health.v1.Health/Check)"
+grep -q '"SERVING"' <<<"${HEALTH}"
 if grpcurl -plaintext -d '{"text":"Hi.","voice":"bob"}' "${ADDR}" orpheus.tts.v1.TTSService/Synthesize \
     >/dev/null 2>"${LOG}.err"; then
   echo "unknown voice was accepted"; exit 1

@@ -47,7 +47,7 @@ for _ in $(seq 1 600); do
   kill -0 "${SERVER}" 2>/dev/null || { echo "tls server exited:"; cat "${LOG}"; exit 1; }
   sleep 0.2
 done
-grpcurl "${TLS[@]}" "${HP[@]}" -d '{"service":""}' "${ADDR}" grpc.health.v1.Health/Check | grep -q '"SERVING"' \
+grep -q '"SERVING"' <<<"$(grpcurl "${TLS[@]}" "${HP[@]}" -d '{"service":""}' "${ADDR}" grpc.health.v1.Health/Check)" \
   || { echo "tls server never became SERVING:"; cat "${LOG}"; exit 1; }
 if grpcurl -plaintext "${HP[@]}" -max-time 3 -d '{"service":""}' "${ADDR}" grpc.health.v1.Health/Check \
     >/dev/null 2>&1; then echo "plaintext was answered on a TLS port"; exit 1; fi
@@ -61,7 +61,7 @@ if grpcurl "${TLS[@]}" "${ADDR}" list >/dev/null 2>"${D}/err"; then
   echo "reflection answered without a key"; exit 1; fi
 grep -q 'Unauthenticated' "${D}/err"
 AUTH=(-H "authorization: Bearer ${KEY}")
-grpcurl "${TLS[@]}" "${AUTH[@]}" "${ADDR}" list | grep -qx 'orpheus.tts.v1.TTSService'
+grep -qx 'orpheus.tts.v1.TTSService' <<<"$(grpcurl "${TLS[@]}" "${AUTH[@]}" "${ADDR}" list)"
 grpcurl "${TLS[@]}" "${AUTH[@]}" -d '{"text":"Hello there.","voice":"tara"}' "${ADDR}" \
   orpheus.tts.v1.TTSService/Synthesize >"${D}/synth"
 grep -q '"summary"' "${D}/synth" && grep -q '"audio"' "${D}/synth"
