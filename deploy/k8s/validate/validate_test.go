@@ -151,6 +151,11 @@ func TestStrictDecodingRejectsUnknownAndDuplicateFields(t *testing.T) {
 		"unknown kind": "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n",
 		"HPA v1 fields under v2": "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\n" +
 			"metadata: {name: x}\nspec:\n  targetCPUUtilizationPercentage: 50\n",
+		"misspelt ScaledObject field": scaledObjectDoc("  minReplicas: 2\n", "threshold: \"3\""),
+		"ScaledObject field this package does not declare": scaledObjectDoc(
+			"  fallback: {failureThreshold: 3, replicas: 2}\n", "threshold: \"3\""),
+		"ScaledObject trigger metadata not a string": scaledObjectDoc("", "threshold: 3"),
+		"misspelt prometheus metadata key":           scaledObjectDoc("", "threshold: \"3\", ignoreNullValue: \"false\""),
 	} {
 		if _, err := DecodeStrict([]byte(doc)); err == nil {
 			t.Errorf("%s: decoded without error", name)
@@ -159,6 +164,18 @@ func TestStrictDecodingRejectsUnknownAndDuplicateFields(t *testing.T) {
 	if _, err := DecodeKustomization([]byte("resources: [a.yaml]\nresource: [b.yaml]\n")); err == nil {
 		t.Error("kustomization with a misspelt field decoded without error")
 	}
+	if _, err := DecodeStrict([]byte(scaledObjectDoc("", "threshold: \"3\""))); err != nil {
+		t.Errorf("the ScaledObject the cases above spoil does not decode: %v", err)
+	}
+}
+
+// scaledObjectDoc is a ScaledObject with spec lines added and the prometheus trigger's
+// metadata ending in meta (YAML flow mapping entries).
+func scaledObjectDoc(spec, meta string) string {
+	return "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: x}\nspec:\n" +
+		"  scaleTargetRef: {name: x}\n" + spec +
+		"  triggers:\n    - type: prometheus\n      metadata: {serverAddress: http://p:9090, query: q, " +
+		meta + "}\n"
 }
 
 // rendered is one kustomization, built and decoded, with the pieces the checks share.
