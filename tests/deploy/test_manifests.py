@@ -26,6 +26,10 @@ K8S = ROOT / "deploy" / "k8s"
 DOCKER = ROOT / "deploy" / "docker"
 KUSTOMIZATIONS = {"base": K8S / "base", "gpu": K8S / "overlays" / "gpu",
                   "cpu-demo": K8S / "overlays" / "cpu-demo"}
+# The KEDA overlays are a sibling above plus components/keda: the sibling's config and pod,
+# another autoscaler. They have no config of their own, but render to a pod like any other.
+RENDERED = {**KUSTOMIZATIONS, "gpu-keda": K8S / "overlays" / "gpu-keda",
+            "cpu-demo-keda": K8S / "overlays" / "cpu-demo-keda"}
 # Time to stop the engine and flusher after the last call, on top of drain + grace.
 SHUTDOWN_MARGIN_S = 5
 
@@ -132,11 +136,17 @@ def _kustomize() -> str:
     return found
 
 
-@pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
+def test_every_overlay_is_rendered_here():
+    overlays = {p for p in (K8S / "overlays").iterdir() if p.is_dir()}
+    missing = sorted(overlays - set(RENDERED.values()))
+    assert not missing, f"add to RENDERED: {missing}"
+
+
+@pytest.mark.parametrize("name", list(RENDERED))
 def test_rendered_deployment_runs_a_config_that_fits_its_pod(name, tmp_path):
     """Render with kustomize, then load the config exactly as the container would (the
     ConfigMap's file via --config, ORPHEUS_* env, flags) and hold the pod spec against it."""
-    out = subprocess.run([_kustomize(), "build", str(KUSTOMIZATIONS[name])], check=True,
+    out = subprocess.run([_kustomize(), "build", str(RENDERED[name])], check=True,
                          capture_output=True, text=True).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     (deploy,) = [d for d in docs if d["kind"] == "Deployment"]

@@ -1,7 +1,8 @@
 // Package validate checks the Kubernetes manifests in deploy/k8s: every YAML document
 // decodes strictly (unknown or duplicate fields fail) into the Kubernetes API type of its
-// kind, the kustomize overlays render, and the rendered objects agree with each other and
-// with the server's config (probes, drain timing, GPUs, Services, autoscaling).
+// kind (KEDA's ScaledObject into a local type, keda.go), the kustomize overlays render,
+// and the rendered objects agree with each other and with the server's config (probes,
+// drain timing, GPUs, Services, autoscaling).
 //
 //	cd deploy/k8s/validate && go test ./...
 package validate
@@ -44,11 +45,13 @@ func newObject(apiVersion, kind string) (any, error) {
 		return &autoscalingv2.HorizontalPodAutoscaler{}, nil
 	case "networking.k8s.io/v1 NetworkPolicy":
 		return &networkingv1.NetworkPolicy{}, nil
+	case "keda.sh/v1alpha1 ScaledObject":
+		return &ScaledObject{}, nil
 	}
 	return nil, fmt.Errorf("unsupported apiVersion %q kind %q (known: apps/v1 Deployment, "+
 		"v1 Service, v1 ConfigMap, v1 ServiceAccount, policy/v1 PodDisruptionBudget, "+
-		"autoscaling/v2 HorizontalPodAutoscaler, networking.k8s.io/v1 NetworkPolicy)",
-		apiVersion, kind)
+		"autoscaling/v2 HorizontalPodAutoscaler, networking.k8s.io/v1 NetworkPolicy, "+
+		"keda.sh/v1alpha1 ScaledObject)", apiVersion, kind)
 }
 
 // SplitDocuments returns the non-empty YAML documents of a multi-document stream.
@@ -82,7 +85,8 @@ func isBlank(doc []byte) bool {
 }
 
 // DecodeStrict decodes one YAML document into the typed object of its apiVersion and kind;
-// an unknown field, a duplicate field or a wrong type is an error.
+// an unknown field, a duplicate field or a wrong type is an error (and, in a ScaledObject,
+// what keda.go's checkFields refuses).
 func DecodeStrict(doc []byte) (any, error) {
 	var head struct {
 		APIVersion string `json:"apiVersion"`
@@ -100,6 +104,11 @@ func DecodeStrict(doc []byte) (any, error) {
 	}
 	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
 		return nil, fmt.Errorf("%s: %w", head.Kind, err)
+	}
+	if c, ok := obj.(interface{ checkFields(doc []byte) error }); ok {
+		if err := c.checkFields(doc); err != nil {
+			return nil, err
+		}
 	}
 	return obj, nil
 }
@@ -132,6 +141,7 @@ type Objects struct {
 	ServiceAccounts []*corev1.ServiceAccount
 	PDBs            []*policyv1.PodDisruptionBudget
 	HPAs            []*autoscalingv2.HorizontalPodAutoscaler
+	ScaledObjects   []*ScaledObject
 }
 
 // DecodeAll decodes every document of a stream strictly and sorts the objects by kind.
@@ -159,6 +169,8 @@ func DecodeAll(stream []byte) (*Objects, error) {
 			out.PDBs = append(out.PDBs, o)
 		case *autoscalingv2.HorizontalPodAutoscaler:
 			out.HPAs = append(out.HPAs, o)
+		case *ScaledObject:
+			out.ScaledObjects = append(out.ScaledObjects, o)
 		}
 	}
 	return out, nil

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,12 +39,17 @@ type kustomization struct {
 	dir               string
 	gpu               bool
 	minStartupSeconds int32 // model load + warm-up allowance before liveness takes over
+	// keda: a KEDA ScaledObject (components/keda) scales it instead of the base's HPA. Its
+	// dir is its sibling's with "-keda" added, and it must scale as that sibling's HPA does.
+	keda bool
 }
 
 var kustomizations = []kustomization{
 	{name: "base", dir: "base", gpu: false, minStartupSeconds: 120},
 	{name: "gpu", dir: "overlays/gpu", gpu: true, minStartupSeconds: 600},
 	{name: "cpu-demo", dir: "overlays/cpu-demo", gpu: false, minStartupSeconds: 120},
+	{name: "gpu-keda", dir: "overlays/gpu-keda", gpu: true, minStartupSeconds: 600, keda: true},
+	{name: "cpu-demo-keda", dir: "overlays/cpu-demo-keda", gpu: false, minStartupSeconds: 120, keda: true},
 }
 
 func TestEveryOverlayIsListedHere(t *testing.T) {
@@ -60,6 +64,14 @@ func TestEveryOverlayIsListedHere(t *testing.T) {
 		dir := path.Join("overlays", e.Name())
 		if !slices.ContainsFunc(kustomizations, func(k kustomization) bool { return k.dir == dir }) {
 			t.Errorf("%s is not checked: add it to kustomizations in validate_test.go", dir)
+		}
+	}
+	for _, k := range kustomizations {
+		if k.keda != strings.HasSuffix(k.dir, "-keda") {
+			t.Errorf("%s: keda is %v, but a KEDA overlay, and only one, is named <sibling>-keda", k.dir, k.keda)
+		}
+		if k.keda {
+			sibling(t, k)
 		}
 	}
 }
@@ -151,6 +163,11 @@ func TestStrictDecodingRejectsUnknownAndDuplicateFields(t *testing.T) {
 		"unknown kind": "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n",
 		"HPA v1 fields under v2": "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\n" +
 			"metadata: {name: x}\nspec:\n  targetCPUUtilizationPercentage: 50\n",
+		"misspelt ScaledObject field": scaledObjectDoc("  minReplicas: 2\n", "threshold: \"3\""),
+		"ScaledObject field this package does not declare": scaledObjectDoc(
+			"  fallback: {failureThreshold: 3, replicas: 2}\n", "threshold: \"3\""),
+		"ScaledObject trigger metadata not a string": scaledObjectDoc("", "threshold: 3"),
+		"misspelt prometheus metadata key":           scaledObjectDoc("", "threshold: \"3\", ignoreNullValue: \"false\""),
 	} {
 		if _, err := DecodeStrict([]byte(doc)); err == nil {
 			t.Errorf("%s: decoded without error", name)
@@ -159,6 +176,18 @@ func TestStrictDecodingRejectsUnknownAndDuplicateFields(t *testing.T) {
 	if _, err := DecodeKustomization([]byte("resources: [a.yaml]\nresource: [b.yaml]\n")); err == nil {
 		t.Error("kustomization with a misspelt field decoded without error")
 	}
+	if _, err := DecodeStrict([]byte(scaledObjectDoc("", "threshold: \"3\""))); err != nil {
+		t.Errorf("the ScaledObject the cases above spoil does not decode: %v", err)
+	}
+}
+
+// scaledObjectDoc is a ScaledObject with spec lines added and the prometheus trigger's
+// metadata ending in meta (YAML flow mapping entries).
+func scaledObjectDoc(spec, meta string) string {
+	return "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: x}\nspec:\n" +
+		"  scaleTargetRef: {name: x}\n" + spec +
+		"  triggers:\n    - type: prometheus\n      metadata: {serverAddress: http://p:9090, query: q, " +
+		meta + "}\n"
 }
 
 // rendered is one kustomization, built and decoded, with the pieces the checks share.
@@ -183,11 +212,18 @@ func render(t *testing.T, k kustomization) *rendered {
 		t.Fatalf("kustomize build %s: rendered output: %v", k.dir, err)
 	}
 	r := &rendered{Objects: objs}
+	// One autoscaler: the base's HPA, or a ScaledObject, whose HPA KEDA makes in the cluster.
+	wantHPAs, wantScaledObjects := 1, 0
+	if k.keda {
+		wantHPAs, wantScaledObjects = 0, 1
+	}
 	if len(objs.Deployments) != 1 || len(objs.ConfigMaps) != 1 || len(objs.PDBs) != 1 ||
-		len(objs.HPAs) != 1 || len(objs.Services) != 2 || len(objs.ServiceAccounts) != 1 {
-		t.Fatalf("want 1 Deployment, ConfigMap, PDB, HPA, ServiceAccount and 2 Services; got %d, %d, %d, %d, %d, %d",
-			len(objs.Deployments), len(objs.ConfigMaps), len(objs.PDBs), len(objs.HPAs),
-			len(objs.ServiceAccounts), len(objs.Services))
+		len(objs.HPAs) != wantHPAs || len(objs.ScaledObjects) != wantScaledObjects ||
+		len(objs.Services) != 2 || len(objs.ServiceAccounts) != 1 {
+		t.Fatalf("want 1 Deployment, ConfigMap, PDB, ServiceAccount, 2 Services, %d HPA and %d ScaledObject; "+
+			"got %d, %d, %d, %d, %d, %d and %d", wantHPAs, wantScaledObjects,
+			len(objs.Deployments), len(objs.ConfigMaps), len(objs.PDBs), len(objs.ServiceAccounts),
+			len(objs.Services), len(objs.HPAs), len(objs.ScaledObjects))
 	}
 	r.deploy = objs.Deployments[0]
 	spec := &r.deploy.Spec.Template.Spec
@@ -448,7 +484,7 @@ func TestKustomizations(t *testing.T) {
 				}
 			})
 
-			t.Run("PDB and HPA target the deployment", func(t *testing.T) {
+			t.Run("PDB selects the pods", func(t *testing.T) {
 				pdb := r.PDBs[0]
 				if pdb.Spec.Selector == nil || !selects(t, pdb.Spec.Selector, pod.Labels) {
 					t.Error("PodDisruptionBudget does not select the pods")
@@ -456,37 +492,13 @@ func TestKustomizations(t *testing.T) {
 				if pdb.Spec.MaxUnavailable == nil && pdb.Spec.MinAvailable == nil {
 					t.Error("PodDisruptionBudget sets neither maxUnavailable nor minAvailable")
 				}
-				hpa := r.HPAs[0]
-				ref := hpa.Spec.ScaleTargetRef
-				if ref.Kind != "Deployment" || ref.Name != r.deploy.Name || ref.APIVersion != "apps/v1" {
-					t.Errorf("HPA scales %s %s, not Deployment %s", ref.Kind, ref.Name, r.deploy.Name)
-				}
-				if hpa.Spec.MinReplicas == nil || *hpa.Spec.MinReplicas < 2 {
-					t.Error("HPA minReplicas < 2: one disruption would stop the service")
-				}
-				if r.deploy.Spec.Replicas != nil {
-					t.Error("Deployment sets replicas, which every apply would reset under the HPA")
-				}
 			})
 
-			t.Run("HPA scales on active sessions per pod", func(t *testing.T) {
-				hpa := r.HPAs[0]
-				i := slices.IndexFunc(hpa.Spec.Metrics, func(m autoscalingv2.MetricSpec) bool {
-					return m.Type == autoscalingv2.PodsMetricSourceType && m.Pods != nil &&
-						m.Pods.Metric.Name == sessionsMetric
-				})
-				if i < 0 {
-					t.Fatalf("HPA has no Pods metric %s", sessionsMetric)
-				}
-				target := hpa.Spec.Metrics[i].Pods.Target
-				if target.Type != autoscalingv2.AverageValueMetricType || target.AverageValue == nil {
-					t.Fatalf("HPA target for %s is not an AverageValue", sessionsMetric)
-				}
-				per := target.AverageValue.AsApproximateFloat64()
-				if per <= 0 || per > float64(r.maxSess) {
-					t.Errorf("HPA target %g sessions per pod, want (0, engine.max_sessions=%d]", per, r.maxSess)
-				}
-			})
+			if k.keda {
+				scaledObjectChecks(t, k, r)
+			} else {
+				hpaChecks(t, r)
+			}
 
 			t.Run("metrics port matches config, container, Service and scrape annotation", func(t *testing.T) {
 				if r.settings.MetricsPort != metricsPort {
