@@ -580,6 +580,9 @@ record "cluster: API server ready ${CLUSTER_API_S} s, node Ready ${CLUSTER_S} s 
 if want dryrun; then
   for overlay in deploy/k8s/overlays/*/; do
     name="$(basename "${overlay}")"
+    # The KEDA overlays' ScaledObject needs KEDA's CRDs, which this cluster does not install
+    # yet: they are rendered and checked by deploy/k8s/validate only.
+    if [[ "${name}" == *-keda ]]; then record "dry run (server) ${name}: skipped (no KEDA CRDs in this cluster)"; continue; fi
     kustomize build "${overlay}" >"${WORK}/${name}.yaml"
     out="$(k apply --dry-run=server -f "${WORK}/${name}.yaml" 2>&1)" \
       || { echo "${out}"; die "the API server refused overlay ${name}"; }
