@@ -19,6 +19,12 @@
 #      dns:/// target that follows the headless Service (scripts/k8s/headless_dns.py stands
 #      in for CoreDNS): every session finished or resumed, none failed; the PDB refuses a
 #      second eviction.
+#   6. scale: Prometheus (on the host, Kubernetes service discovery) and KEDA (built from the
+#      Go module proxy, scripts/k8s/build-keda.sh; in the cluster, scripts/k8s/keda-install.sh)
+#      drive the HPA on the sessions metric: streaming clients scale cpu-demo-keda out from 2
+#      pods to 3 and, when most of them stop, back to 2 while the rest stream on; the new pod
+#      serves sessions from channels opened before it, the removed one drains, no session
+#      is lost (scripts/k8s/scale-step.sh).
 #   Everything is torn down on every exit path (processes by cgroup, mounts, network
 #   namespaces, the bridge, cgroups, iptables chains the kubelet added) and checked; the
 #   cached containerd root is put back as the import left it (its metadata restored, all the
@@ -26,12 +32,13 @@
 #
 # Run by scripts/test.sh when ORPHEUS_K8S_CHECK=1. Needs root and Debian's containerd,
 # etcd-server, containernetworking-plugins, conntrack, iptables, openssl, buildah, podman,
-# runc (apt-get install; see docs/deploy.md). The Kubernetes binaries are built once
+# runc, and for the scale step prometheus and curl (apt-get install; see docs/deploy.md). The Kubernetes binaries are built once
 # (scripts/k8s/build-binaries.sh) into K8S_CACHE (default /var/cache/orpheus-k8s); containerd's
 # copy of the image is kept in K8S_CACHE/containerd (one image, about 12 GB: its layers in the
 # content store and unpacked); a new image (podman's image ID) brings only its new layers.
-# Env: K8S_CHECK_STEPS (default cluster,dryrun,deploy,wedge,rollout; each needs the ones
-#      before it except dryrun), KEEP_IMAGE=1 (keep the image when this script built it;
+# KEDA's binaries are built once the same way (scripts/k8s/build-keda.sh, K8S_CACHE/keda-<version>).
+# Env: K8S_CHECK_STEPS (default cluster,dryrun,deploy,wedge,rollout,scale; each needs the ones
+#      before it except dryrun, wedge and rollout), KEEP_IMAGE=1 (keep the image when this script built it;
 #      K8S_REMOVE_IMAGE=1: remove it even if it was there, as scripts/test.sh asks after its
 #      image check; containerd's cached copy stays: the next image shares its deps layers),
 #      K8S_CHECK_RESULTS (default bench/results/k8s-check.txt), ROLLOUT_CLIENTS (4).
@@ -40,7 +47,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
 export PATH="${ROOT}/.tools/bin:${PATH}"
 DEV_PY="${DEV_PYTHON:-${ROOT}/.venv/bin/python}"
-STEPS=",${K8S_CHECK_STEPS:-cluster,dryrun,deploy,wedge,rollout},"
+STEPS=",${K8S_CHECK_STEPS:-cluster,dryrun,deploy,wedge,rollout,scale},"
 want() { [[ "${STEPS}" == *",$1,"* ]]; }
 RESULTS="${K8S_CHECK_RESULTS:-${ROOT}/bench/results/k8s-check.txt}"
 VERSION="$(sed -n 's/^__version__ = "\(.*\)"/\1/p' orpheus_svc/__init__.py)"
@@ -59,6 +66,9 @@ die() { say "FAILED: $*"; exit 1; }
 for tool in containerd ctr etcd runc openssl ip iptables-save buildah podman; do
   command -v "${tool}" >/dev/null || die "${tool} missing (apt-get install containerd etcd-server containernetworking-plugins conntrack iptables buildah podman runc)"
 done
+if want scale; then
+  for tool in prometheus curl; do command -v "${tool}" >/dev/null || die "${tool} missing (apt-get install prometheus curl)"; done
+fi
 [[ -x /usr/lib/cni/bridge ]] || die "/usr/lib/cni/bridge missing (apt-get install containernetworking-plugins)"
 [[ "$(id -u)" == 0 ]] || die "needs root (containerd, kubelet, cgroups, network)"
 
@@ -145,13 +155,17 @@ teardown() {
   local t_down=${SECONDS}
   say "teardown (exit ${rc})"
   [[ -n "${CLIENTS_PID:-}" ]] && kill "${CLIENTS_PID}" 2>/dev/null
-  # a Kubernetes build still running: its whole session (go and its compilers), waited for
-  # until none of it is left (the PID checked to be still the build's, not a reused one)
-  if [[ -n "${BUILD_PID:-}" ]] && grep -qs build-binaries "/proc/${BUILD_PID}/cmdline"; then
-    kill -TERM -- "-${BUILD_PID}" 2>/dev/null; wait "${BUILD_PID}" 2>/dev/null
-    for _ in $(seq 1 100); do pgrep -g "${BUILD_PID}" >/dev/null || break; sleep 0.1; done
-    pkill -KILL -g "${BUILD_PID}" 2>/dev/null
-  fi
+  [[ -n "${CLIENTS_B_PID:-}" ]] && kill "${CLIENTS_B_PID}" 2>/dev/null
+  # a Kubernetes or KEDA build still running: its whole session (go and its compilers),
+  # waited for until none of it is left (the PID checked to be still the build's)
+  local b
+  for b in "${BUILD_PID:-}:build-binaries" "${KEDA_BUILD_PID:-}:build-keda"; do
+    if [[ -n "${b%%:*}" ]] && grep -qs "${b#*:}" "/proc/${b%%:*}/cmdline"; then
+      kill -TERM -- "-${b%%:*}" 2>/dev/null; wait "${b%%:*}" 2>/dev/null
+      for _ in $(seq 1 100); do pgrep -g "${b%%:*}" >/dev/null || break; sleep 0.1; done
+      pkill -KILL -g "${b%%:*}" 2>/dev/null
+    fi
+  done
   [[ -n "${DNS_PID:-}" ]] && kill "${DNS_PID}" 2>/dev/null
   [[ -n "${WATCH_PID:-}" ]] && kill "${WATCH_PID}" 2>/dev/null
   # the background checks, and what they were running (a sleep, kubectl, a client)
@@ -280,6 +294,19 @@ trap teardown EXIT
 T_BUILD_EPOCH="$(date +%s)"
 setsid scripts/k8s/build-binaries.sh >"${WORK}/logs/k8s-build.out" 2>"${WORK}/logs/k8s-build.log" &
 BUILD_PID=$!
+# KEDA (its CRDs for the dry run, its two binaries for the scale step), built beside it
+setsid scripts/k8s/build-keda.sh >"${WORK}/logs/keda-build.out" 2>"${WORK}/logs/keda-build.log" &
+KEDA_BUILD_PID=$!
+keda_built() {  # waits for the KEDA build once; sets KEDA_DIR and KEDA_BUILD_NOTE
+  [[ -n "${KEDA_DIR:-}" ]] && return 0
+  local t_wait=${SECONDS}
+  wait "${KEDA_BUILD_PID}" || { tail -30 "${WORK}/logs/keda-build.log"; KEDA_BUILD_PID=""; die "the KEDA build failed"; }
+  KEDA_BUILD_PID=""
+  KEDA_DIR="$(tail -1 "${WORK}/logs/keda-build.out")"
+  [[ -x "${KEDA_DIR}/bin/keda" && -x "${KEDA_DIR}/bin/keda-adapter" ]] || die "the KEDA build named no binaries: ${KEDA_DIR}"
+  local s=$(($(stat -c %Y "${WORK}/logs/keda-build.out") - T_BUILD_EPOCH))
+  if ((s < 5)); then KEDA_BUILD_NOTE="built 0 s, cached"; else KEDA_BUILD_NOTE="built ${s} s, $((SECONDS - t_wait)) s waited for"; fi
+}
 trap 'exit 130' INT TERM
 
 free_port() { "${DEV_PY}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -470,6 +497,16 @@ openssl x509 -req -in "${PKI}/apiserver.csr" -CA "${PKI}/ca.crt" -CAkey "${PKI}/
   -CAcreateserial -days 1 -extfile "${PKI}/san.ext" -out "${PKI}/apiserver.crt" 2>/dev/null
 openssl genrsa -out "${PKI}/sa.key" 2048 2>/dev/null
 openssl rsa -in "${PKI}/sa.key" -pubout -out "${PKI}/sa.pub" 2>/dev/null
+# The aggregation layer (KEDA's metrics server is an aggregated API): a front-proxy CA and
+# the client certificate the API server presents to aggregated servers.
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=orpheus-k8s-front-proxy-ca \
+  -keyout "${PKI}/front-proxy-ca.key" -out "${PKI}/front-proxy-ca.crt" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj /CN=front-proxy-client -keyout "${PKI}/front-proxy-client.key" \
+  -out "${PKI}/front-proxy-client.csr" 2>/dev/null
+printf 'extendedKeyUsage=clientAuth\n' >"${PKI}/client.ext"
+openssl x509 -req -in "${PKI}/front-proxy-client.csr" -CA "${PKI}/front-proxy-ca.crt" \
+  -CAkey "${PKI}/front-proxy-ca.key" -CAcreateserial -days 1 -extfile "${PKI}/client.ext" \
+  -out "${PKI}/front-proxy-client.crt" 2>/dev/null
 TOKEN="$(openssl rand -hex 24)"
 echo "${TOKEN},orpheus-k8s-admin,orpheus-k8s-admin,system:masters" >"${PKI}/tokens.csv"
 
@@ -516,7 +553,12 @@ start kube-apiserver kube-apiserver --etcd-servers "http://127.0.0.1:${ETCD_PORT
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --service-account-key-file "${PKI}/sa.pub" --service-account-signing-key-file "${PKI}/sa.key" \
   --endpoint-reconciler-type none --kubelet-preferred-address-types InternalIP \
-  --allow-privileged=false --profiling=false
+  --allow-privileged=false --profiling=false \
+  --requestheader-client-ca-file "${PKI}/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "${PKI}/front-proxy-client.crt" --proxy-client-key-file "${PKI}/front-proxy-client.key" \
+  --enable-aggregator-routing=true
 wait_for 60 "API server" k get --raw /readyz
 wait_for 30 "containerd" "${CTR[@]}" version
 CLUSTER_API_S=$((SECONDS - t0))
@@ -578,11 +620,13 @@ record "cluster: API server ready ${CLUSTER_API_S} s, node Ready ${CLUSTER_S} s 
 
 # --- 2. server-side dry run of every overlay --------------------------------------------
 if want dryrun; then
+  # KEDA's CRDs first: the KEDA overlays' ScaledObject is checked against their schema
+  keda_built
+  kustomize build "${KEDA_DIR}/config/crd" >"${WORK}/keda-crds.yaml"
+  k apply --server-side -f "${WORK}/keda-crds.yaml" >/dev/null
+  k wait --for condition=Established --timeout 60s crd/scaledobjects.keda.sh >/dev/null
   for overlay in deploy/k8s/overlays/*/; do
     name="$(basename "${overlay}")"
-    # The KEDA overlays' ScaledObject needs KEDA's CRDs, which this cluster does not install
-    # yet: they are rendered and checked by deploy/k8s/validate only.
-    if [[ "${name}" == *-keda ]]; then record "dry run (server) ${name}: skipped (no KEDA CRDs in this cluster)"; continue; fi
     kustomize build "${overlay}" >"${WORK}/${name}.yaml"
     out="$(k apply --dry-run=server -f "${WORK}/${name}.yaml" 2>&1)" \
       || { echo "${out}"; die "the API server refused overlay ${name}"; }
@@ -794,5 +838,11 @@ if want rollout; then
   evict "${P1}" >"${WORK}/logs/evict1.log" || { cat "${WORK}/logs/evict1.log"; die "the first eviction was refused"; }
   if evict "${P2}" >"${WORK}/logs/evict2.log"; then die "the PDB let a second pod be evicted"; fi
   record "PodDisruptionBudget: eviction of ${P1} allowed, of ${P2} refused: $(grep -o 'Cannot evict pod[^"]*' "${WORK}/logs/evict2.log" | sed -n 1p | cut -c1-80)"
+fi
+
+# --- 6. autoscaling on the sessions metric through KEDA ---------------------------------
+if want scale; then
+  keda_built
+  source scripts/k8s/scale-step.sh
 fi
 record "total $((SECONDS - T_START)) s (on this 2-core CPU VM, shared with other work)"

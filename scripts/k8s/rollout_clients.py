@@ -1,6 +1,6 @@
 """Clients streaming sessions in a loop until --stop-file exists (scripts/k8s-check.sh's
-rollout). Each client thread opens one session after another over one Client on --target
-(a dns:/// name of the headless Service, re-resolved by gRPC as pods come and go; resume on,
+rollout and scale steps). Each client thread opens one session after another over one
+Client on --target (a dns:/// name of the headless Service, re-resolved by gRPC as pods come and go; resume on,
 as for every dns: target). Writes every session's Outcome to --out as JSON."""
 
 import argparse
@@ -19,6 +19,10 @@ from k8s_sessions import run_session  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("--target", required=True)
 ap.add_argument("--clients", type=int, default=4)
+ap.add_argument("--first-client", type=int, default=0,
+                help="number of the first client (seeds and the JSON's client field)")
+ap.add_argument("--dns-min-resolution-ms", type=int, default=500,
+                help="grpc.dns_min_time_between_resolutions_ms (gRPC's own default: 30000)")
 ap.add_argument("--stop-file", required=True)
 ap.add_argument("--out", required=True)
 args = ap.parse_args()
@@ -27,9 +31,9 @@ lock = threading.Lock()
 
 
 def client(i: int) -> None:
-    # re-resolve at most every 0.5 s (gRPC's default waits 30 s between resolutions)
-    with Client(args.target, timeout=600,
-                options=[("grpc.dns_min_time_between_resolutions_ms", 500)]) as tts:
+    # the rollout re-resolves at most every 0.5 s; the scale step keeps gRPC's default (30 s)
+    with Client(args.target, timeout=600, options=[
+            ("grpc.dns_min_time_between_resolutions_ms", args.dns_min_resolution_ms)]) as tts:
         n = 0
         while not os.path.exists(args.stop_file):
             out = run_session(tts, seed=1000 * i + n)
@@ -41,7 +45,8 @@ def client(i: int) -> None:
                   f" resumes={out.resumes} {out.ended - out.started:.1f}s {out.error}", flush=True)
 
 
-threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+threads = [threading.Thread(target=client, args=(args.first_client + i,))
+           for i in range(args.clients)]
 for t in threads:
     t.start()
 for t in threads:

@@ -1,6 +1,8 @@
-"""The pure parts of scripts/k8s-check.sh: its test-only overlay changes nothing but the image
-pull policy, its session rule tells a whole (or resumed) session from one that lost audio,
-and its DNS stand-in for the headless Service answers as CoreDNS would."""
+"""The pure parts of scripts/k8s-check.sh: its test-only overlays change nothing but the image
+pull policy (and, for the scale step, KEDA's polling and the scale-down window), its session
+rule tells a whole (or resumed) session from one that lost audio, its DNS stand-in for the
+headless Service answers as CoreDNS would, and the scale step's report fails a step that lost
+a session, did not scale either way, or never served a session from the pod it added."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from tests.deploy.test_manifests import KUSTOMIZATIONS, ROOT, _kustomize
 
 sys.path.insert(0, str(ROOT / "scripts" / "k8s"))
 import headless_dns  # noqa: E402
+import scale_report  # noqa: E402
 from k8s_sessions import check_events  # noqa: E402
 
 
@@ -34,6 +37,78 @@ def test_the_check_overlay_is_cpu_demo_with_the_image_never_pulled():
     assert container["imagePullPolicy"] == "Never"
     container["imagePullPolicy"] = "IfNotPresent"  # as shipped: the only difference
     assert checked == shipped
+
+
+def test_the_scale_overlay_is_cpu_demo_keda_with_faster_polling_and_scale_down():
+    shipped = _render(ROOT / "deploy" / "k8s" / "overlays" / "cpu-demo-keda")
+    checked = _render(ROOT / "scripts" / "k8s" / "overlay-keda")
+    (deployment,) = [d for d in checked if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["imagePullPolicy"] == "Never"
+    container["imagePullPolicy"] = "IfNotPresent"  # as shipped
+    (so,) = [d for d in checked if d["kind"] == "ScaledObject"]
+    assert so["spec"]["pollingInterval"] == 5
+    down = so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
+    assert down["stabilizationWindowSeconds"] == 45
+    (shipped_so,) = [d for d in shipped if d["kind"] == "ScaledObject"]
+    so["spec"]["pollingInterval"] = shipped_so["spec"]["pollingInterval"]
+    down["stabilizationWindowSeconds"] = 600
+    assert checked == shipped
+
+
+def _row(t, desired, ready, sessions, terminating=None, value="2"):
+    return {"t": t, "hpa": {"desired": desired, "current": len(ready), "value": value},
+            "ready": ready, "terminating": terminating or {},
+            "sessions": {p: [1.0, n] for p, n in sessions.items()}}
+
+
+def _scale_run():
+    """A scale step that passed: 2 pods, a third added at t=40 (first session at 70), group B
+    stopped at 100, pod c removed (draining 100-110), 2 pods at the end."""
+    rows = [_row(0, 2, ["a", "b"], {"a": 1, "b": 1}),
+            _row(20, 3, ["a", "b"], {"a": 4, "b": 4, "c": 0}, value="2667m"),
+            _row(40, 3, ["a", "b", "c"], {"a": 6, "b": 6, "c": 0}),
+            _row(70, 3, ["a", "b", "c"], {"a": 8, "b": 8, "c": 1}),
+            _row(150, 2, ["a", "b"], {"a": 9, "b": 9, "c": 2}, terminating={"c": None}),
+            _row(160, 2, ["a", "b"], {"a": 9, "b": 9, "c": 2}, terminating={"c": 0}),
+            _row(170, 2, ["a", "b"], {"a": 10, "b": 10})]
+    ok = {"ok": True, "resumes": 0, "samples": 24000, "error": "", "client": 0}
+    log = '{"event": "shutting down", "active_sessions": 1, "grace_s": 30.0}\n'
+    return rows, [ok] * 3, [ok] * 5, {"c": log}
+
+
+def test_the_scale_report_passes_a_whole_scale_out_and_in():
+    rows, a, b, logs = _scale_run()
+    lines, ok = scale_report.summarise(rows, 0.0, 100.0, a, b, logs)
+    assert ok, lines
+    text = "\n".join(lines)
+    assert "8 started" in text and "0 failed" in text
+    assert "asked for 3 pods at +20 s" in text and "up to 2.67 open calls" in text
+    assert "c Ready at +40 s" in text and "at +70 s, 30 s after it was Ready" in text
+    assert "2 pods at +50 s after group B stopped" in text
+    assert "c terminating at +50 s for 10 s, exit codes [0], 'shutting down' with 1" in text
+    assert scale_report.new_pod_first_session(rows) == ("c", 70)
+
+
+def test_the_scale_report_fails_what_the_step_must_show():
+    rows, a, b, logs = _scale_run()
+    cut = dict(a[0], ok=False, error="UNAVAILABLE")
+    assert not scale_report.summarise(rows, 0.0, 100.0, [cut] + a[1:], b, logs)[1]
+    never_out = [dict(r, hpa=dict(r["hpa"], desired=2)) for r in rows]
+    assert not scale_report.summarise(never_out, 0.0, 100.0, a, b, logs)[1]
+    unserved = [dict(r, sessions={p: v for p, v in r["sessions"].items() if p != "c"})
+                for r in rows]
+    assert not scale_report.summarise(unserved, 0.0, 100.0, a, b, logs)[1]
+    assert scale_report.new_pod_first_session(unserved) is None
+    never_in = rows[:4]
+    assert not scale_report.summarise(never_in, 0.0, 100.0, a, b, logs)[1]
+    dropped = rows[:-1] + [_row(170, 2, ["a"], {"a": 10})]
+    assert not scale_report.summarise(dropped, 0.0, 100.0, a, b, logs)[1]
+    dipped = rows[:5] + [_row(155, 2, ["a"], {"a": 9})] + rows[5:]
+    assert not scale_report.summarise(dipped, 0.0, 100.0, a, b, logs)[1]
+    vanished = [dict(r, terminating={}) for r in rows]  # c never seen going
+    assert not scale_report.summarise(vanished, 0.0, 100.0, a, b, logs)[1]
+    assert not scale_report.summarise(rows, 0.0, 100.0, a, [], logs)[1]
 
 
 def _events(segments: int, frames: int, cut: int | None = None) -> list:
