@@ -19,8 +19,9 @@
 #      dns:/// target that follows the headless Service (scripts/k8s/headless_dns.py stands
 #      in for CoreDNS): every session finished or resumed, none failed; the PDB refuses a
 #      second eviction.
-#   6. scale: Prometheus (on the host, Kubernetes service discovery) and KEDA (built from the
-#      Go module proxy, scripts/k8s/build-keda.sh; in the cluster, scripts/k8s/keda-install.sh)
+#   6. scale: Prometheus (on the host, Kubernetes service discovery) and KEDA (both built from
+#      the Go module proxy, scripts/k8s/build-module.sh; KEDA in the cluster,
+#      scripts/k8s/keda-install.sh)
 #      drive the HPA on the sessions metric: streaming clients scale cpu-demo-keda out from 2
 #      pods to 3 and, when most of them stop, back to 2 while the rest stream on; the new pod
 #      serves sessions from channels opened before it, the removed one drains, no session
@@ -32,11 +33,12 @@
 #
 # Run by scripts/test.sh when ORPHEUS_K8S_CHECK=1. Needs root and Debian's containerd,
 # etcd-server, containernetworking-plugins, conntrack, iptables, openssl, buildah, podman,
-# runc, and for the scale step prometheus and curl (apt-get install; see docs/deploy.md). The Kubernetes binaries are built once
+# runc, and curl (apt-get install; see docs/deploy.md). The Kubernetes binaries are built once
 # (scripts/k8s/build-binaries.sh) into K8S_CACHE (default /var/cache/orpheus-k8s); containerd's
 # copy of the image is kept in K8S_CACHE/containerd (one image, about 12 GB: its layers in the
 # content store and unpacked); a new image (podman's image ID) brings only its new layers.
-# KEDA's binaries are built once the same way (scripts/k8s/build-keda.sh, K8S_CACHE/keda-<version>).
+# KEDA's and Prometheus's binaries are built once the same way (scripts/k8s/build-module.sh,
+# K8S_CACHE/keda-<version>, K8S_CACHE/prometheus-<version>).
 # Env: K8S_CHECK_STEPS (default cluster,dryrun,deploy,wedge,rollout,scale; each needs the ones
 #      before it except dryrun, wedge and rollout), KEEP_IMAGE=1 (keep the image when this script built it;
 #      K8S_REMOVE_IMAGE=1: remove it even if it was there, as scripts/test.sh asks after its
@@ -67,7 +69,7 @@ for tool in containerd ctr etcd runc openssl ip iptables-save buildah podman; do
   command -v "${tool}" >/dev/null || die "${tool} missing (apt-get install containerd etcd-server containernetworking-plugins conntrack iptables buildah podman runc)"
 done
 if want scale; then
-  for tool in prometheus curl; do command -v "${tool}" >/dev/null || die "${tool} missing (apt-get install prometheus curl)"; done
+  command -v curl >/dev/null || die "curl missing (apt-get install curl)"
 fi
 [[ -x /usr/lib/cni/bridge ]] || die "/usr/lib/cni/bridge missing (apt-get install containernetworking-plugins)"
 [[ "$(id -u)" == 0 ]] || die "needs root (containerd, kubelet, cgroups, network)"
@@ -159,7 +161,7 @@ teardown() {
   # a Kubernetes or KEDA build still running: its whole session (go and its compilers),
   # waited for until none of it is left (the PID checked to be still the build's)
   local b
-  for b in "${BUILD_PID:-}:build-binaries" "${KEDA_BUILD_PID:-}:build-keda"; do
+  for b in "${BUILD_PID:-}:build-binaries" "${KEDA_BUILD_PID:-}:build-module"; do
     if [[ -n "${b%%:*}" ]] && grep -qs "${b#*:}" "/proc/${b%%:*}/cmdline"; then
       kill -TERM -- "-${b%%:*}" 2>/dev/null; wait "${b%%:*}" 2>/dev/null
       for _ in $(seq 1 100); do pgrep -g "${b%%:*}" >/dev/null || break; sleep 0.1; done
@@ -294,16 +296,28 @@ trap teardown EXIT
 T_BUILD_EPOCH="$(date +%s)"
 setsid scripts/k8s/build-binaries.sh >"${WORK}/logs/k8s-build.out" 2>"${WORK}/logs/k8s-build.log" &
 BUILD_PID=$!
-# KEDA (its CRDs for the dry run, its two binaries for the scale step), built beside it
-setsid scripts/k8s/build-keda.sh >"${WORK}/logs/keda-build.out" 2>"${WORK}/logs/keda-build.log" &
+# KEDA (its CRDs for the dry run, its two binaries for the scale step) and Prometheus
+# (Debian's is built without Kubernetes service discovery), built beside it, one after the
+# other: the output's two lines are their directories.
+KEDA_VERSION=v2.21.0 PROMETHEUS_VERSION=v0.316.0  # the module's v0.3XX.Y is Prometheus 3.XX.Y
+setsid bash -c '
+  scripts/k8s/build-module.sh keda github.com/kedacore/keda/v2 "$1" \
+    "-X=github.com/kedacore/keda/v2/version.Version=${1#v} -X=github.com/kedacore/keda/v2/version.GitCommit=$1" \
+    config ./cmd/operator=keda ./cmd/adapter=keda-adapter &&
+  scripts/k8s/build-module.sh prometheus github.com/prometheus/prometheus "$2" \
+    "-X github.com/prometheus/common/version.Version=$3 -X github.com/prometheus/common/version.Revision=$2" \
+    - ./cmd/prometheus=prometheus' build-module "${KEDA_VERSION}" "${PROMETHEUS_VERSION}" 3.16.0 \
+  >"${WORK}/logs/keda-build.out" 2>"${WORK}/logs/keda-build.log" &
 KEDA_BUILD_PID=$!
-keda_built() {  # waits for the KEDA build once; sets KEDA_DIR and KEDA_BUILD_NOTE
+keda_built() {  # waits for the KEDA and Prometheus builds once; sets KEDA_DIR, PROM_BIN, KEDA_BUILD_NOTE
   [[ -n "${KEDA_DIR:-}" ]] && return 0
   local t_wait=${SECONDS}
   wait "${KEDA_BUILD_PID}" || { tail -30 "${WORK}/logs/keda-build.log"; KEDA_BUILD_PID=""; die "the KEDA build failed"; }
   KEDA_BUILD_PID=""
-  KEDA_DIR="$(tail -1 "${WORK}/logs/keda-build.out")"
+  KEDA_DIR="$(sed -n 1p "${WORK}/logs/keda-build.out")"
+  PROM_BIN="$(sed -n 2p "${WORK}/logs/keda-build.out")/bin/prometheus"
   [[ -x "${KEDA_DIR}/bin/keda" && -x "${KEDA_DIR}/bin/keda-adapter" ]] || die "the KEDA build named no binaries: ${KEDA_DIR}"
+  [[ -x "${PROM_BIN}" ]] || die "the Prometheus build named no binary: ${PROM_BIN}"
   local s=$(($(stat -c %Y "${WORK}/logs/keda-build.out") - T_BUILD_EPOCH))
   if ((s < 5)); then KEDA_BUILD_NOTE="built 0 s, cached"; else KEDA_BUILD_NOTE="built ${s} s, $((SECONDS - t_wait)) s waited for"; fi
 }
@@ -624,7 +638,11 @@ if want dryrun; then
   keda_built
   kustomize build "${KEDA_DIR}/config/crd" >"${WORK}/keda-crds.yaml"
   k apply --server-side -f "${WORK}/keda-crds.yaml" >/dev/null
-  k wait --for condition=Established --timeout 60s crd/scaledobjects.keda.sh >/dev/null
+  # (kubectl wait fails at once on a CRD whose status has no conditions yet)
+  crd_established() {
+    [[ "$(k get crd scaledobjects.keda.sh -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" == True ]]
+  }
+  wait_for 60 "KEDA's ScaledObject CRD Established" crd_established
   for overlay in deploy/k8s/overlays/*/; do
     name="$(basename "${overlay}")"
     kustomize build "${overlay}" >"${WORK}/${name}.yaml"

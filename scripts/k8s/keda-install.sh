@@ -1,5 +1,5 @@
 # KEDA in the check's cluster (sourced by scripts/k8s-check.sh, whose functions and variables
-# it uses): the release's own manifests (config/ of the module, kept by build-keda.sh) with
+# it uses): the release's own manifests (config/ of the module, kept by build-module.sh) with
 # this cluster's differences patched in, its two binaries in images FROM scratch.
 #
 # What differs from a KEDA install on an ordinary cluster, and why:
@@ -20,7 +20,7 @@
 keda_images() {  # KEDA_DIR: the images as archives, built once next to the binaries
   local dir="$1" b name
   for b in keda keda-adapter; do
-    name="localhost/${b}:${KEDA_VERSION}"
+    name="localhost/${b}:${KEDA_TAG}"
     if [[ ! -s "${dir}/${b}.tar" ]]; then
       local c
       c="$(buildah from scratch)"
@@ -54,7 +54,7 @@ keda_certs() {  # into PKI/keda: ca.crt, tls.crt, tls.key
 
 keda_install() {
   local dir="$1" t0=${SECONDS}
-  KEDA_VERSION="$(basename "${dir}")"; KEDA_VERSION="${KEDA_VERSION#keda-v}"
+  KEDA_TAG="${KEDA_VERSION#v}"  # the images' tag
   keda_images "${dir}"
   keda_certs
   local op_metrics op_probe grpc_port ad_secure ad_metrics
@@ -76,39 +76,42 @@ keda_install() {
       printf ',\n    {"op": "add", "path": "/spec/template/spec/containers/0/%s/periodSeconds", "value": 2}' "${p}"
     done
   }
+  # JSON patches (RFC 6902), one file each
+  cat >"${K}/operator.json" <<EOF
+[${env_ops}$(probe_ops "${op_probe}"),
+ {"op": "replace", "path": "/spec/template/spec/volumes/0/secret/optional", "value": false},
+ {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": [
+   "--zap-log-level=info", "--zap-encoder=console", "--enable-cert-rotation=false",
+   "--metrics-bind-address=127.0.0.1:${op_metrics}",
+   "--health-probe-bind-address=${NODE_IP}:${op_probe}",
+   "--metrics-service-bind-address=127.0.0.1:${grpc_port}"]}]
+EOF
+  cat >"${K}/metrics-server.json" <<EOF
+[${env_ops}$(probe_ops "${ad_secure}"),
+ {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": [
+   "--secure-port=${ad_secure}", "--bind-address=${NODE_IP}", "--port=${ad_metrics}",
+   "--zap-log-level=info", "--zap-encoder=console",
+   "--client-ca-file=/certs/ca.crt", "--tls-cert-file=/certs/tls.crt",
+   "--tls-private-key-file=/certs/tls.key", "--cert-dir=/certs",
+   "--metrics-service-address=127.0.0.1:${grpc_port}",
+   "--metrics-service-grpc-authority=keda-operator.keda.svc.cluster.local"]}]
+EOF
+  printf '[{"op": "replace", "path": "/spec/ports/0/targetPort", "value": %s}]\n' "${ad_secure}" \
+    >"${K}/service.json"
+  printf '[{"op": "add", "path": "/spec/caBundle", "value": "%s"}]\n' "$(base64 -w0 "${PKI}/keda/ca.crt")" \
+    >"${K}/apiservice.json"
   cat >"${K}/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources: [config/crd, config/general, config/rbac, config/manager, config/metrics-server, config/service_account]
 images:
-  - {name: ghcr.io/kedacore/keda, newName: localhost/keda, newTag: "${KEDA_VERSION}"}
-  - {name: ghcr.io/kedacore/keda-metrics-apiserver, newName: localhost/keda-adapter, newTag: "${KEDA_VERSION}"}
+  - {name: ghcr.io/kedacore/keda, newName: localhost/keda, newTag: "${KEDA_TAG}"}
+  - {name: ghcr.io/kedacore/keda-metrics-apiserver, newName: localhost/keda-adapter, newTag: "${KEDA_TAG}"}
 patches:
-  - target: {kind: Deployment, name: keda-operator}
-    patch: |-
-      [${env_ops}$(probe_ops "${op_probe}"),
-       {"op": "replace", "path": "/spec/template/spec/volumes/0/secret/optional", "value": false},
-       {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": [
-         "--zap-log-level=info", "--zap-encoder=console", "--enable-cert-rotation=false",
-         "--metrics-bind-address=127.0.0.1:${op_metrics}",
-         "--health-probe-bind-address=${NODE_IP}:${op_probe}",
-         "--metrics-service-bind-address=127.0.0.1:${grpc_port}"]}]
-  - target: {kind: Deployment, name: keda-metrics-apiserver}
-    patch: |-
-      [${env_ops}$(probe_ops "${ad_secure}"),
-       {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": [
-         "--secure-port=${ad_secure}", "--bind-address=${NODE_IP}", "--port=${ad_metrics}",
-         "--zap-log-level=info", "--zap-encoder=console",
-         "--client-ca-file=/certs/ca.crt", "--tls-cert-file=/certs/tls.crt",
-         "--tls-private-key-file=/certs/tls.key", "--cert-dir=/certs",
-         "--metrics-service-address=127.0.0.1:${grpc_port}",
-         "--metrics-service-grpc-authority=keda-operator.keda.svc.cluster.local"]}]
-  - target: {kind: Service, name: keda-metrics-apiserver}
-    patch: |-
-      [{"op": "replace", "path": "/spec/ports/0/targetPort", "value": ${ad_secure}}]
-  - target: {kind: APIService, name: v1beta1.external.metrics.k8s.io}
-    patch: |-
-      [{"op": "add", "path": "/spec/caBundle", "value": "$(base64 -w0 "${PKI}/keda/ca.crt")"}]
+  - {path: operator.json, target: {kind: Deployment, name: keda-operator}}
+  - {path: metrics-server.json, target: {kind: Deployment, name: keda-metrics-apiserver}}
+  - {path: service.json, target: {kind: Service, name: keda-metrics-apiserver}}
+  - {path: apiservice.json, target: {kind: APIService, name: v1beta1.external.metrics.k8s.io}}
 EOF
   kustomize build "${K}" >"${K}/keda.yaml"
   k create namespace keda >/dev/null

@@ -1,7 +1,7 @@
 # Step 6 of scripts/k8s-check.sh (sourced; its functions and variables): autoscaling on the
 # sessions metric through Prometheus and KEDA, under streaming clients, with no session lost.
 #
-#   - Prometheus (Debian's) on the host, discovering the pods through its Kubernetes service
+#   - Prometheus (built from the Go module proxy: Debian's has no Kubernetes discovery) on the host, discovering the pods through its Kubernetes service
 #     discovery against the check's API server, scraping their metrics port every 5 s;
 #   - KEDA (scripts/k8s/keda-install.sh) in the cluster; the cpu-demo-keda overlay applied over
 #     the running cpu-demo (scripts/k8s/overlay-keda: the check's own values, below), so
@@ -46,7 +46,7 @@ scrape_configs:
       - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
       - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}
 EOF
-start prometheus prometheus --config.file "${WORK}/prometheus/prometheus.yml" \
+start prometheus "${PROM_BIN}" --config.file "${WORK}/prometheus/prometheus.yml" \
   --storage.tsdb.path "${WORK}/prometheus/data" --storage.tsdb.retention.time 2h \
   --web.listen-address "127.0.0.1:${PROM_PORT}"
 prom_query() {  # QUERY -> the first result's value (empty when none)
@@ -60,7 +60,7 @@ two_ready_idle() {  # the Deployment settled at 2 pods (the rollout's eviction r
 wait_for 180 "two pods Ready and none terminating before the scale step" two_ready_idle
 prom_up() { [[ "$(prom_query 'count(up{job="orpheus-svc"} == 1)')" == 2 ]]; }
 wait_for 60 "Prometheus scraping both pods" prom_up
-record "Prometheus $(prometheus --version 2>&1 | sed -n 's/^prometheus, version \([^ ]*\).*/\1/p') on the host: both pods discovered (kubernetes_sd, role pod) and scraped every 5 s"
+record "Prometheus $("${PROM_BIN}" --version 2>&1 | sed -n 's/^prometheus, version \([^ ]*\).*/\1/p') on the host: both pods discovered (kubernetes_sd, role pod) and scraped every 5 s"
 
 # cpu-demo-keda over the running cpu-demo, as docs/deploy.md tells a user to
 kustomize build scripts/k8s/overlay-keda \
@@ -131,7 +131,7 @@ kill "${WATCH_PID}" 2>/dev/null; wait "${WATCH_PID}" 2>/dev/null || true
 WATCH_PID=""
 PER_POD="$(curl -fsS --max-time 5 "${PROM}/api/v1/query" \
   --data-urlencode 'query=max_over_time(orpheus_sessions_total{job="orpheus-svc"}[30m])' \
-  | "${DEV_PY}" -c 'import json,sys; print(", ".join(f"{r["metric"]["pod"]} {float(r["value"][1]):.0f}" for r in sorted(json.load(sys.stdin)["data"]["result"], key=lambda r: r["metric"]["pod"])))')"
+  | "${DEV_PY}" scripts/k8s/scale_report.py --per-pod)"
 record "scale-out: HPA asked for 3 pods ${OUT_ASKED_S} s after 8 clients began, the third Ready at ${OUT_READY_S} s, its first session at ${OUT_SERVED_S} s; scale-in: 2 pods asked for ${IN_ASKED_S} s after group B stopped (window 45 s), the removed pod gone at ${IN_DONE_S} s"
 "${DEV_PY}" scripts/k8s/scale_report.py "${WORK}/logs/scale-watch.json" "${WORK}/scale.load-start" \
   "${WORK}/scale.unload" "${WORK}/logs/scale-a.json" "${WORK}/logs/scale-b.json" \

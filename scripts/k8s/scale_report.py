@@ -7,6 +7,8 @@ clients' outcomes.
         the load dropped and the Deployment ended at 2 Ready pods with never fewer than 2
     scale_report.py --new-pod-served WATCH.jsonl
         exit 0 once a pod that was not there at the first row has started a session
+    scale_report.py --per-pod < ANSWER.json
+        "pod n, ..." from a Prometheus query's answer (sessions started per pod)
 
 LOAD-START and UNLOAD are files holding the epoch seconds at which the clients began and at
 which group B was told to stop. A pod's log (kubectl logs -f, JSON lines) gives the sessions
@@ -147,9 +149,18 @@ def summarise(rows: list[dict], load_start: float, unload: float, a: list[dict],
     return lines, not problems
 
 
+def per_pod(answer: dict) -> str:
+    """'pod n, ...' from a Prometheus instant query's answer with a pod label."""
+    res = sorted(answer["data"]["result"], key=lambda r: r["metric"]["pod"])
+    return ", ".join(f"{r['metric']['pod']} {float(r['value'][1]):.0f}" for r in res)
+
+
 def main(argv: list[str]) -> int:
     if argv[0] == "--new-pod-served":
         return 0 if new_pod_first_session(read_rows(argv[1])) else 1
+    if argv[0] == "--per-pod":
+        print(per_pod(json.load(sys.stdin)))
+        return 0
     rows = read_rows(argv[0])
     load_start, unload = (float(open(p).read()) for p in argv[1:3])
     a, b = (json.load(open(p)) for p in argv[3:5])

@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from orpheus_tts_client import AudioChunk, SegmentEnd, SegmentStart, Summary
@@ -88,6 +89,10 @@ def test_the_scale_report_passes_a_whole_scale_out_and_in():
     assert "2 pods at +50 s after group B stopped" in text
     assert "c terminating at +50 s for 10 s, exit codes [0], 'shutting down' with 1" in text
     assert scale_report.new_pod_first_session(rows) == ("c", 70)
+    answer = {"data": {"result": [{"metric": {"pod": "b"}, "value": [1, "3"]},
+                                  {"metric": {"pod": "a"}, "value": [1, "7.0"]}]}}
+    assert scale_report.per_pod(answer) == "a 7, b 3"
+    assert scale_report.quantity("2667m") == pytest.approx(2.667) and scale_report.quantity("3") == 3
 
 
 def test_the_scale_report_fails_what_the_step_must_show():
