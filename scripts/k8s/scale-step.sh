@@ -86,7 +86,7 @@ if [[ -z "${DNS_PID:-}" ]]; then
   wait_for 10 "the DNS stand-in" test -s "${WORK}/dns.port"
   TARGET="dns://127.0.0.1:$(cat "${WORK}/dns.port")/${HEADLESS}:50051"
 fi
-"${DEV_PY}" scripts/k8s/scale_watch.py --kubeconfig "${KC}" --out "${WORK}/logs/scale-watch.json" \
+"${DEV_PY}" scripts/k8s/scale_watch.py --kubeconfig "${KC}" --out "${WORK}/logs/scale-watch.jsonl" \
   >"${WORK}/logs/scale-watch.log" 2>&1 &
 WATCH_PID=$!
 t0=${SECONDS}
@@ -108,21 +108,19 @@ for p in $(ready_pods); do  # every pod's log to its end (the one scaled in: its
   LOGF_PIDS+=($!)
 done
 say "3 pods Ready ${OUT_READY_S} s after the load began (asked for at ${OUT_ASKED_S} s); waiting for the new pod's first session"
-new_pod_served() { "${DEV_PY}" scripts/k8s/scale_report.py --new-pod-served "${WORK}/logs/scale-watch.json"; }
+new_pod_served() { "${DEV_PY}" scripts/k8s/scale_report.py --new-pod-served "${WORK}/logs/scale-watch.jsonl"; }
 wait_for 300 "a session on the new pod from the existing channels" new_pod_served
-OUT_SERVED_S=$((SECONDS - t0))
 sleep 10  # a few more sessions on three pods
 date +%s.%N >"${WORK}/scale.unload"
-touch "${WORK}/scale-b.stop"
+touch "${WORK}/scale-b.stop"  # its clients end their sessions in progress, then stop
+t1=${SECONDS}
 wait "${CLIENTS_B_PID}" || true
 CLIENTS_B_PID=""
-say "group B stopped; group A (3 clients) goes on through the scale-in"
-t1=${SECONDS}
+say "group B stopped $((SECONDS - t1)) s after it was told to; group A (3 clients) goes on through the scale-in"
 hpa_desired_is() { [[ "$(hpa_field '{.status.desiredReplicas}')" == "$1" ]]; }
 wait_for 300 "the HPA asking for 2 pods again" hpa_desired_is 2
-IN_ASKED_S=$((SECONDS - t1))
+say "the HPA asks for 2 pods, $((SECONDS - t1)) s after group B was told to stop"
 wait_for 300 "the Deployment back at 2 pods, the removed one gone" two_ready_idle
-IN_DONE_S=$((SECONDS - t1))
 sleep 5
 touch "${WORK}/scale-a.stop"
 wait "${CLIENTS_PID}" || true
@@ -132,8 +130,7 @@ WATCH_PID=""
 PER_POD="$(curl -fsS --max-time 5 "${PROM}/api/v1/query" \
   --data-urlencode 'query=max_over_time(orpheus_sessions_total{job="orpheus-svc"}[30m])' \
   | "${DEV_PY}" scripts/k8s/scale_report.py --per-pod)"
-record "scale-out: HPA asked for 3 pods ${OUT_ASKED_S} s after 8 clients began, the third Ready at ${OUT_READY_S} s, its first session at ${OUT_SERVED_S} s; scale-in: 2 pods asked for ${IN_ASKED_S} s after group B stopped (window 45 s), the removed pod gone at ${IN_DONE_S} s"
-"${DEV_PY}" scripts/k8s/scale_report.py "${WORK}/logs/scale-watch.json" "${WORK}/scale.load-start" \
+"${DEV_PY}" scripts/k8s/scale_report.py "${WORK}/logs/scale-watch.jsonl" "${WORK}/scale.load-start" \
   "${WORK}/scale.unload" "${WORK}/logs/scale-a.json" "${WORK}/logs/scale-b.json" \
   "${WORK}"/logs/scale-orpheus-svc-*.log >>"${WORK}/results.txt" \
   || { tail -20 "${WORK}/results.txt"; tail -30 "${WORK}/logs/scale-a.log" "${WORK}/logs/scale-b.log"; die "the scale step lost a session or did not scale"; }
