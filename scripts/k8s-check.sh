@@ -19,13 +19,12 @@
 #      dns:/// target that follows the headless Service (scripts/k8s/headless_dns.py stands
 #      in for CoreDNS): every session finished or resumed, none failed; the PDB refuses a
 #      second eviction.
-#   6. scale: Prometheus (on the host, Kubernetes service discovery) and KEDA (both built from
-#      the Go module proxy, scripts/k8s/build-module.sh; KEDA in the cluster,
-#      scripts/k8s/keda-install.sh)
-#      drive the HPA on the sessions metric: streaming clients scale cpu-demo-keda out from 2
-#      pods to 3 and, when most of them stop, back to 2 while the rest stream on; the new pod
-#      serves sessions from channels opened before it, the removed one drains, no session
-#      is lost (scripts/k8s/scale-step.sh).
+#   6. scale: Prometheus (on the host, Kubernetes service discovery) and KEDA (in the
+#      cluster, scripts/k8s/keda-install.sh), both built from the Go module proxy
+#      (scripts/k8s/build-module.sh), drive the HPA on the sessions metric: streaming clients
+#      scale cpu-demo-keda out from 2 pods to 3 and, when most of them stop, back to 2 while
+#      the rest stream on; the new pod serves sessions from channels opened before it, the
+#      removed one drains, no session is lost (scripts/k8s/scale-step.sh).
 #   Everything is torn down on every exit path (processes by cgroup, mounts, network
 #   namespaces, the bridge, cgroups, iptables chains the kubelet added) and checked; the
 #   cached containerd root is put back as the import left it (its metadata restored, all the
@@ -39,8 +38,9 @@
 # content store and unpacked); a new image (podman's image ID) brings only its new layers.
 # KEDA's and Prometheus's binaries are built once the same way (scripts/k8s/build-module.sh,
 # K8S_CACHE/keda-<version>, K8S_CACHE/prometheus-<version>).
-# Env: K8S_CHECK_STEPS (default cluster,dryrun,deploy,wedge,rollout,scale; each needs the ones
-#      before it except dryrun, wedge and rollout), KEEP_IMAGE=1 (keep the image when this script built it;
+# Env: K8S_CHECK_STEPS (default cluster,dryrun,deploy,wedge,rollout,scale; each needs the
+#      ones before it except dryrun, wedge and rollout), KEEP_IMAGE=1 (keep the image when
+#      this script built it;
 #      K8S_REMOVE_IMAGE=1: remove it even if it was there, as scripts/test.sh asks after its
 #      image check; containerd's cached copy stays: the next image shares its deps layers),
 #      K8S_CHECK_RESULTS (default bench/results/k8s-check.txt), ROLLOUT_CLIENTS (4).
@@ -158,7 +158,7 @@ teardown() {
   say "teardown (exit ${rc})"
   [[ -n "${CLIENTS_PID:-}" ]] && kill "${CLIENTS_PID}" 2>/dev/null
   [[ -n "${CLIENTS_B_PID:-}" ]] && kill "${CLIENTS_B_PID}" 2>/dev/null
-  # a Kubernetes or KEDA build still running: its whole session (go and its compilers),
+  # a Kubernetes, KEDA or Prometheus build still running: its whole session (go and its compilers),
   # waited for until none of it is left (the PID checked to be still the build's)
   local b
   for b in "${BUILD_PID:-}:build-binaries" "${KEDA_BUILD_PID:-}:build-module"; do

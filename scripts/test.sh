@@ -53,7 +53,7 @@ if [[ "${ORPHEUS_IMAGE_CHECK:-}" == 1 ]]; then
 fi
 
 if [[ "${ORPHEUS_K8S_CHECK:-}" == 1 ]]; then
-  step "Kubernetes: a real single-node cluster, server dry run of every overlay, cpu-demo deployed, wedge, rollout"
+  step "Kubernetes: a real single-node cluster, server dry run of every overlay, cpu-demo deployed, wedge, rollout, scaling through KEDA"
   scripts/k8s-check.sh
 fi
 
