@@ -1,8 +1,9 @@
 # Step 6 of scripts/k8s-check.sh (sourced; its functions and variables): autoscaling on the
 # sessions metric through Prometheus and KEDA, under streaming clients, with no session lost.
 #
-#   - Prometheus (built from the Go module proxy: Debian's has no Kubernetes discovery) on the host, discovering the pods through its Kubernetes service
-#     discovery against the check's API server, scraping their metrics port every 5 s;
+#   - Prometheus (built from the Go module proxy: Debian's lacks Kubernetes discovery) on the
+#     host, discovering the pods through its Kubernetes service discovery against the
+#     check's API server, scraping their metrics port every 5 s;
 #   - KEDA (scripts/k8s/keda-install.sh) in the cluster; the cpu-demo-keda overlay applied over
 #     the running cpu-demo (scripts/k8s/overlay-keda: the check's own values, below), so
 #     KEDA takes the HPA orpheus-svc over and serves it the query's value as an External metric;
