@@ -806,15 +806,22 @@ if want wedge; then
   record "$(cat "${WORK}/slow-step.line")"
 fi
 
-# --- 5. a rolling update under streaming clients ----------------------------------------
-if want rollout; then
-  HEADLESS=orpheus-svc-headless.default.svc.cluster.local
-  "${DEV_PY}" scripts/k8s/headless_dns.py --port-file "${WORK}/dns.port" --name "${HEADLESS}" \
+# The DNS stand-in for the headless Service (scripts/k8s/headless_dns.py), started once for
+# the steps whose clients use it (rollout, scale); sets TARGET, the clients' dns:/// target.
+dns_stand_in() {
+  [[ -n "${DNS_PID:-}" ]] && return 0
+  local name=orpheus-svc-headless.default.svc.cluster.local
+  "${DEV_PY}" scripts/k8s/headless_dns.py --port-file "${WORK}/dns.port" --name "${name}" \
     --service orpheus-svc-headless --server "${API}" --token "${TOKEN}" --ca "${PKI}/ca.crt" \
     --log "${WORK}/logs/dns.log" 2>"${WORK}/logs/dns.err" &
   DNS_PID=$!
   wait_for 10 "the DNS stand-in" test -s "${WORK}/dns.port"
-  TARGET="dns://127.0.0.1:$(cat "${WORK}/dns.port")/${HEADLESS}:50051"
+  TARGET="dns://127.0.0.1:$(cat "${WORK}/dns.port")/${name}:50051"
+}
+
+# --- 5. a rolling update under streaming clients ----------------------------------------
+if want rollout; then
+  dns_stand_in
   "${DEV_PY}" scripts/k8s/rollout_clients.py --target "${TARGET}" --clients "${ROLLOUT_CLIENTS:-4}" \
     --stop-file "${WORK}/clients.stop" --out "${WORK}/logs/clients.json" >"${WORK}/logs/clients.log" 2>&1 &
   CLIENTS_PID=$!

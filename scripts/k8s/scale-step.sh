@@ -78,15 +78,7 @@ METRIC="$(hpa_field '{.spec.metrics[0].external.metric.name}')"
 record "cpu-demo-keda applied over cpu-demo: KEDA took the HPA orpheus-svc over (owner ScaledObject orpheus-svc), metric External ${METRIC} (target averageValue $(hpa_field '{.spec.metrics[0].external.target.averageValue}')), ScalingActive True; served by KEDA: $(k get --raw "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/${METRIC}?labelSelector=scaledobject.keda.sh%2Fname%3Dorpheus-svc" | "${DEV_PY}" -c 'import json,sys; print(json.load(sys.stdin)["items"][0]["value"])') open calls with no load"
 
 # the clients: channels opened now, before the scale-out, and kept to the end
-if [[ -z "${DNS_PID:-}" ]]; then
-  HEADLESS=orpheus-svc-headless.default.svc.cluster.local
-  "${DEV_PY}" scripts/k8s/headless_dns.py --port-file "${WORK}/dns.port" --name "${HEADLESS}" \
-    --service orpheus-svc-headless --server "${API}" --token "${TOKEN}" --ca "${PKI}/ca.crt" \
-    --log "${WORK}/logs/dns.log" 2>"${WORK}/logs/dns.err" &
-  DNS_PID=$!
-  wait_for 10 "the DNS stand-in" test -s "${WORK}/dns.port"
-  TARGET="dns://127.0.0.1:$(cat "${WORK}/dns.port")/${HEADLESS}:50051"
-fi
+dns_stand_in
 "${DEV_PY}" scripts/k8s/scale_watch.py --kubeconfig "${KC}" --out "${WORK}/logs/scale-watch.jsonl" \
   >"${WORK}/logs/scale-watch.log" 2>&1 &
 WATCH_PID=$!

@@ -15,6 +15,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pod_state import add_pod  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--kubeconfig", required=True)
@@ -58,16 +62,10 @@ def row() -> dict:
                                    "current": st.get("currentReplicas"), "value": value},
          "ready": [], "terminating": {}, "sessions": {}}
     for p in get("pods -l app.kubernetes.io/name=orpheus-svc").get("items", []):
-        name = p["metadata"]["name"]
-        cond = {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
-        if p["metadata"].get("deletionTimestamp"):
-            cs = (p["status"].get("containerStatuses") or [{}])[0].get("state", {})
-            r["terminating"][name] = cs.get("terminated", {}).get("exitCode")
-        elif cond.get("Ready") == "True":
-            r["ready"].append(name)
+        add_pod(r, p)
         ip = p["status"].get("podIP")
         if ip:
-            r["sessions"][name] = scrape(ip)
+            r["sessions"][p["metadata"]["name"]] = scrape(ip)
     return r
 
 

@@ -8,6 +8,10 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pod_state import add_pod  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--kubeconfig", required=True)
@@ -40,12 +44,6 @@ while True:
     row = {"t": time.time(), "ready": [], "terminating": {}, "pdb": {
         k: pdb.get(k) for k in ("currentHealthy", "desiredHealthy", "disruptionsAllowed")}}
     for p in pods:
-        name = p["metadata"]["name"]
-        cond = {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
-        if p["metadata"].get("deletionTimestamp"):
-            st = (p["status"].get("containerStatuses") or [{}])[0].get("state", {})
-            row["terminating"][name] = st.get("terminated", {}).get("exitCode")
-        elif cond.get("Ready") == "True":
-            row["ready"].append(name)
+        add_pod(row, p)
     timeline.append(row)
     time.sleep(0.5)

@@ -19,6 +19,7 @@ from tests.deploy.test_manifests import KUSTOMIZATIONS, ROOT, _kustomize
 
 sys.path.insert(0, str(ROOT / "scripts" / "k8s"))
 import headless_dns  # noqa: E402
+import pod_state  # noqa: E402
 import scale_report  # noqa: E402
 from k8s_sessions import check_events  # noqa: E402
 
@@ -55,6 +56,20 @@ def test_the_scale_overlay_is_cpu_demo_keda_with_faster_polling_and_scale_down()
     so["spec"]["pollingInterval"] = shipped_so["spec"]["pollingInterval"]
     down["stabilizationWindowSeconds"] = 600
     assert checked == shipped
+
+
+def test_the_watchers_read_a_pod_as_ready_terminating_with_its_exit_code_or_neither():
+    def pod(name, ready, deleting=False, exit_code=None):
+        st = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+        if exit_code is not None:
+            st["containerStatuses"] = [{"state": {"terminated": {"exitCode": exit_code}}}]
+        meta = {"name": name, **({"deletionTimestamp": "x"} if deleting else {})}
+        return {"metadata": meta, "status": st}
+    row = {"ready": [], "terminating": {}}
+    for p in (pod("a", True), pod("b", False), pod("c", True, deleting=True),
+              pod("d", False, deleting=True, exit_code=0)):
+        pod_state.add_pod(row, p)
+    assert row == {"ready": ["a"], "terminating": {"c": None, "d": 0}}
 
 
 def _row(t, desired, ready, sessions, terminating=None, value="2"):
